@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what ddprun needs from Debian (only what is missing), then configures and builds.
+# Usage: scripts/setup.sh [CMAKE_PRESET]   (default: "default"; CI uses "ci")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset=${1:-default}
+
+packages=(
+  cmake g++ make pkg-config
+  libtorch-dev libgloo-dev           # LibTorch 1.13 and the gloo headers c10d needs
+  libopenblas0-pthread               # libtorch links libblas.so.3: without this, reference BLAS (~9x slower)
+  libcli11-dev nlohmann-json3-dev libboost-dev zlib1g-dev
+  googletest libgtest-dev
+  openmpi-bin libopenmpi-dev
+  dataset-fashion-mnist
+  python3-torch                      # torchrun-style Python scripts in the tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=()
+  [[ $(id -u) == 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$(nproc)"
