@@ -10,7 +10,7 @@ namespace ddprun {
 // Exit codes of ddprun itself. A failed worker's own code (or 128 + signal) is passed
 // through unchanged; these are chosen like env(1) and timeout(1) so they rarely clash.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitLauncherError = 125;       // bad input, bad config, system error
+inline constexpr int kExitLauncherError = 125;  // bad input, bad config, system error
 inline constexpr int kExitProgramNotExecutable = 126;
 inline constexpr int kExitProgramNotFound = 127;
 

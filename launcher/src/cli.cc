@@ -1,0 +1,137 @@
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+
+#include "ddprun/errors.h"
+#include "options.h"
+
+namespace ddprun {
+namespace {
+
+constexpr const char* kExamples = R"(
+Examples:
+  ddprun --nproc-per-node 2 -- build/bin/ddp-train --config configs/fashion_mlp.json
+  ddprun --nproc-per-node 4 --tag-output python3 train.py --epochs 3   # a torchrun script
+  ddprun --nproc-per-node gpu --log-dir logs --tee 3 ./my_worker
+  ddprun --nproc-per-node 8 --dry-run --format json ./my_worker
+
+Each worker gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, ...); see docs/environment.md. Exit codes: docs/exit-codes.md.
+)";
+
+std::string validate_nproc(const std::string& value) {
+  if (value == "auto" || value == "cpu" || value == "gpu") return {};
+  std::size_t used = 0;
+  long parsed = 0;
+  try {
+    parsed = std::stol(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || parsed < 1 || parsed > 65536) {
+    return "expected a positive integer or one of auto, cpu, gpu; got '" + value + "'";
+  }
+  return {};
+}
+
+}  // namespace
+
+CommandLine parse_command_line(int argc, const char* const* argv) {
+  CLI::App app{
+      "ddprun: launch and supervise a distributed (DDP) training job.\n"
+      "Usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...]",
+      "ddprun"};
+  app.footer(kExamples);
+  app.prefix_command();  // everything from PROGRAM on belongs to the worker
+  app.set_version_flag("--version", std::string("ddprun ") + kVersion);
+
+  Options options;
+  app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_per_node,
+                 "Workers on this node: a number, 'gpu' (one per visible GPU), 'cpu' (one "
+                 "per CPU) or 'auto' (GPUs if any, else 1)")
+      ->check(CLI::Validator(validate_nproc, "N|auto|cpu|gpu", "nproc"))
+      ->capture_default_str();
+  app.add_option("--master-addr,--master_addr", options.master_addr,
+                 "Address of rank 0's rendezvous store (default 127.0.0.1 on one node)");
+  app.add_option("--master-port,--master_port", options.master_port,
+                 "Port of the rendezvous store (default: a free port)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", options.run_id,
+                 "Job identifier passed to workers as TORCHELASTIC_RUN_ID (default: random)")
+      ->check([](const std::string& value) -> std::string {
+        if (value.empty() || value.size() > 128) return "must be 1 to 128 characters";
+        for (char c : value) {
+          if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-' && c != '_' &&
+              c != '.') {
+            return "may contain only letters, digits, '-', '_' and '.'";
+          }
+        }
+        return {};
+      });
+  app.add_option("--max-restarts,--max_restarts", options.max_restarts,
+                 "Restart the whole job up to this many times after a worker fails")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--shutdown-timeout,--shutdown_timeout", options.shutdown_timeout_s,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--log-dir,--log_dir", options.log_dir,
+                 "Write each rank's stdout and stderr to files under this folder");
+  app.add_option("--tee", options.tee,
+                 "With --log-dir, also show on the console: 0 nothing, 1 stdout, 2 stderr, "
+                 "3 both")
+      ->check(CLI::Range(0, 3));
+  app.add_flag("--tag-output,--tag_output", options.tag_output,
+               "Prefix every output line with [host:rank]");
+  bool standalone = false;
+  app.add_flag("--standalone", standalone,
+               "Accepted for torchrun compatibility (one node is the default)");
+  app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
+  app.add_option("--format", options.format, "Format of --dry-run output: text or json")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, PlanFormat>{
+          {"text", PlanFormat::kText}, {"json", PlanFormat::kJson}}));
+
+  CommandLine result;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    result.message = app.help();
+    return result;
+  } catch (const CLI::CallForVersion&) {
+    result.message = std::string("ddprun ") + kVersion + "\n";
+    return result;
+  } catch (const CLI::ParseError& e) {
+    result.message = std::string("ddprun: error: ") + e.what() + " (see ddprun --help)\n";
+    result.exit_code = kExitLauncherError;
+    return result;
+  }
+  auto rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (rest.empty()) {
+    result.message =
+        "ddprun: error: no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] "
+        "(see ddprun --help)\n";
+    result.exit_code = kExitLauncherError;
+    return result;
+  }
+  if (!rest.front().empty() && rest.front().front() == '-' && rest.front() != "-") {
+    result.message = "ddprun: error: unknown option '" + rest.front() +
+                     "'; put '--' before the program if it starts with '-' (see ddprun "
+                     "--help)\n";
+    result.exit_code = kExitLauncherError;
+    return result;
+  }
+  if (app.count("--tee") > 0 && !options.log_dir) {
+    result.message =
+        "ddprun: error: --tee needs --log-dir (without it, all output goes to "
+        "the console)\n";
+    result.exit_code = kExitLauncherError;
+    return result;
+  }
+  options.program = std::move(rest);
+  result.options = std::move(options);
+  return result;
+}
+
+}  // namespace ddprun

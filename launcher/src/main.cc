@@ -1,0 +1,135 @@
+// ddprun: wires command line -> cluster description -> launch plan -> supervisor -> exit.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <system_error>
+
+#include "cluster.h"
+#include "ddprun/errors.h"
+#include "options.h"
+#include "plan.h"
+#include "plan_format.h"
+#include "process.h"
+#include "signal_names.h"
+#include "supervisor.h"
+#include "system_info.h"
+
+namespace ddprun {
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(64 * 1024, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
+}
+
+// A private folder for error files when the user gave no --log-dir; removed at exit.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const Environment& env, const std::string& run_id) {
+    std::string pattern = lookup(env, "TMPDIR").value_or("/tmp") + "/ddprun-" + run_id + "-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    }
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+int run(const Options& options) {
+  const Environment env = read_environment();
+  PlanInputs inputs;
+  inputs.host = read_host_facts();
+  inputs.cluster = local_cluster(inputs.host);
+  inputs.visible_gpus = count_visible_gpus(env, inputs.host.gpu_device_files);
+  inputs.run_id = options.run_id.value_or(random_run_id());
+  inputs.master_addr = options.master_addr.value_or("127.0.0.1");
+  inputs.stdout_is_tty = ::isatty(STDOUT_FILENO) == 1;
+  if (options.master_port && !port_is_free(*options.master_port)) {
+    throw UsageError(
+        "--master-port " + std::to_string(*options.master_port) + " is already in use on this host",
+        "another job may be using it: pick another port, or omit --master-port "
+        "to get a free one");
+  }
+  inputs.master_port = options.master_port.value_or(0);
+  if (inputs.master_port == 0) inputs.master_port = pick_free_port();
+
+  if (options.dry_run) {
+    inputs.scratch_dir = lookup(env, "TMPDIR").value_or("/tmp") + "/ddprun-" + inputs.run_id;
+    const LaunchPlan plan = build_plan(options, inputs, env);
+    std::cout << (options.format == PlanFormat::kJson ? format_plan_json(plan)
+                                                      : format_plan_text(plan));
+    return kExitOk;
+  }
+
+  const std::string program_path = resolve_program(options.program.front(), env);
+  std::optional<ScratchDir> scratch;
+  if (!options.log_dir) scratch.emplace(env, inputs.run_id);
+  inputs.scratch_dir = scratch ? scratch->path() : std::string();
+
+  SupervisorConfig config;
+  config.shutdown_grace =
+      std::chrono::milliseconds(static_cast<long long>(options.shutdown_timeout_s * 1000.0));
+  config.tag_output = options.tag_output;
+  config.stdout_to_console = !options.log_dir || (options.tee & 1) != 0;
+  config.stderr_to_console = !options.log_dir || (options.tee & 2) != 0;
+
+  SignalChannel signals;
+  Guardian guardian;
+  Supervisor supervisor(signals, guardian, config);
+  for (int round = 0;; ++round) {
+    inputs.restart_count = round;
+    if (round > 0 && !options.master_port) inputs.master_port = pick_free_port();
+    const LaunchPlan plan = build_plan(options, inputs, env);
+    const RoundResult result = supervisor.run(plan, program_path, env);
+    if (result.outcome == Outcome::kWorkerFailed) {
+      const RankResult& failed = result.ranks.at(*result.first_failure);
+      std::cerr << format_failure_report(failed, read_small_file(failed.error_file));
+      if (round < options.max_restarts) {
+        std::cerr << "ddprun: restarting all workers (restart " << round + 1 << " of "
+                  << options.max_restarts << ")\n";
+        continue;
+      }
+      if (options.log_dir) std::cerr << "ddprun: logs are in " << plan.attempt_dir << "\n";
+    } else if (result.outcome == Outcome::kStopped) {
+      std::cerr << "ddprun: stopped by " << signal_name(result.stop_signal) << "\n";
+    }
+    return exit_code_for(result);
+  }
+}
+
+}  // namespace
+}  // namespace ddprun
+
+int main(int argc, char** argv) {
+  const auto command_line = ddprun::parse_command_line(argc, argv);
+  if (!command_line.options) {
+    (command_line.exit_code == 0 ? std::cout : std::cerr) << command_line.message;
+    return command_line.exit_code;
+  }
+  try {
+    return ddprun::run(*command_line.options);
+  } catch (const ddprun::Error& e) {
+    std::cerr << "ddprun: error: " << e.what();
+    if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
+    std::cerr << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun: error: " << e.what() << "\n";
+    return ddprun::kExitLauncherError;
+  }
+}

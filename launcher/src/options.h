@@ -1,0 +1,44 @@
+#pragma once
+// What the user asked for on the command line. Filled by parse_command_line (cli.cc);
+// validated there, so the rest of ddprun can trust every field.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+enum class PlanFormat { kText, kJson };
+
+struct Options {
+  // "auto", "cpu", "gpu" or a positive integer, as given.
+  std::string nproc_per_node = "1";
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+  std::optional<std::string> run_id;
+  int max_restarts = 0;
+  double shutdown_timeout_s = 15.0;  // grace between SIGTERM and SIGKILL
+  std::optional<std::string> log_dir;
+  // Which streams also go to the console when --log-dir is set: 0 none, 1 stdout,
+  // 2 stderr, 3 both (torchrun's numbering). Without --log-dir everything goes there.
+  int tee = 0;
+  bool tag_output = false;
+  bool dry_run = false;
+  PlanFormat format = PlanFormat::kText;
+  std::vector<std::string> program;  // program and its arguments; never empty
+};
+
+// Either options to run with, or a message to print and an exit code (help, version,
+// usage errors). Help and version go to stdout, errors to stderr.
+struct CommandLine {
+  std::optional<Options> options;
+  std::string message;
+  int exit_code = 0;
+};
+
+// Parses argv. Never exits; never throws for bad input (that becomes exit_code != 0).
+CommandLine parse_command_line(int argc, const char* const* argv);
+
+inline constexpr const char* kVersion = "0.1.0";
+
+}  // namespace ddprun

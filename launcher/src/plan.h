@@ -1,0 +1,77 @@
+#pragma once
+// The launch plan: one entry per rank of the whole job (host, ranks, environment, log
+// paths), built by a pure function of the cluster description and the options. The
+// supervisor only executes the part of it that belongs to this node; --dry-run prints it.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cluster.h"
+#include "options.h"
+
+namespace ddprun {
+
+struct NodePlan {
+  std::string host;
+  int node_rank = 0;
+  int nproc = 0;
+  int first_rank = 0;  // ranks are contiguous per node, in node order
+};
+
+struct RankPlan {
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  std::string host;
+  // The contract variables for this rank (docs/environment.md); the worker's full
+  // environment is ddprun's own with these laid over it.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string stdout_log;  // empty: no log file
+  std::string stderr_log;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+};
+
+struct LaunchPlan {
+  std::string run_id;
+  std::string scheduler;
+  std::string master_addr;
+  int master_port = 0;
+  int world_size = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  int this_node = 0;        // index into nodes
+  std::string attempt_dir;  // folder of this round's log and error files
+  std::vector<NodePlan> nodes;
+  std::vector<RankPlan> ranks;       // the whole job, in rank order
+  std::vector<std::string> program;  // argv of every worker
+};
+
+// Everything build_plan needs beyond the options; resolved by main() (which may need
+// syscalls for it) so that build_plan stays pure.
+struct PlanInputs {
+  Cluster cluster;
+  HostFacts host;
+  int visible_gpus = 0;
+  std::string run_id;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  std::string scratch_dir;  // error files go here when there is no --log-dir
+  bool stdout_is_tty = false;
+};
+
+// How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these
+// facts. Throws UsageError for "gpu" when no GPU is visible.
+int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& node,
+                  const Cluster& cluster, const HostFacts& host);
+
+// GPUs visible to workers: CUDA_VISIBLE_DEVICES when set (entries up to the first
+// invalid one, as CUDA counts them), else the /dev/nvidiaN device files.
+int count_visible_gpus(const Environment& env, int device_files);
+
+// Builds the plan for one round. `env` is ddprun's own environment: thread variables the
+// user already set are left alone. Throws UsageError for options that do not fit.
+LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const Environment& env);
+
+}  // namespace ddprun

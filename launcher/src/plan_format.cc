@@ -1,0 +1,96 @@
+#include "plan_format.h"
+
+#include <nlohmann/json.hpp>
+
+namespace ddprun {
+namespace {
+
+bool needs_quotes(const std::string& word) {
+  if (word.empty()) return true;
+  for (char c : word) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 &&
+        std::string_view("-_./=:,+@%").find(c) == std::string_view::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string quote_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& word : argv) {
+    if (!out.empty()) out += ' ';
+    if (!needs_quotes(word)) {
+      out += word;
+      continue;
+    }
+    out += '\'';
+    for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+std::string format_plan_text(const LaunchPlan& plan) {
+  std::string out;
+  const auto line = [&out](const std::string& key, const std::string& value) {
+    out += "  " + key + std::string(13 - std::min<std::size_t>(12, key.size()), ' ') + value + "\n";
+  };
+  out += "ddprun launch plan\n";
+  line("run id", plan.run_id);
+  line("scheduler", plan.scheduler);
+  line("master", plan.master_addr + ":" + std::to_string(plan.master_port));
+  line("world size", std::to_string(plan.world_size) + " on " + std::to_string(plan.nodes.size()) +
+                         (plan.nodes.size() == 1 ? " node" : " nodes"));
+  line("restarts", std::to_string(plan.restart_count) + " of " + std::to_string(plan.max_restarts));
+  line("program", quote_command(plan.program));
+  line("files", plan.attempt_dir);
+  for (const auto& node : plan.nodes) {
+    std::string marker = node.node_rank == plan.this_node ? "  (this node)" : "";
+    line("node " + std::to_string(node.node_rank),
+         node.host + "  ranks " + std::to_string(node.first_rank) + ".." +
+             std::to_string(node.first_rank + node.nproc - 1) + marker);
+  }
+  for (const auto& rank : plan.ranks) {
+    std::string vars;
+    for (const auto& [key, value] : rank.env) vars += " " + key + "=" + quote_command({value});
+    line("rank " + std::to_string(rank.rank), vars.substr(1));
+  }
+  return out;
+}
+
+std::string format_plan_json(const LaunchPlan& plan) {
+  nlohmann::ordered_json doc;
+  doc["run_id"] = plan.run_id;
+  doc["scheduler"] = plan.scheduler;
+  doc["master_addr"] = plan.master_addr;
+  doc["master_port"] = plan.master_port;
+  doc["world_size"] = plan.world_size;
+  doc["this_node"] = plan.this_node;
+  doc["restart_count"] = plan.restart_count;
+  doc["max_restarts"] = plan.max_restarts;
+  doc["program"] = plan.program;
+  doc["nodes"] = nlohmann::ordered_json::array();
+  for (const auto& node : plan.nodes) {
+    doc["nodes"].push_back({{"host", node.host},
+                            {"node_rank", node.node_rank},
+                            {"nproc", node.nproc},
+                            {"first_rank", node.first_rank}});
+  }
+  doc["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& rank : plan.ranks) {
+    nlohmann::ordered_json env = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : rank.env) env[key] = value;
+    doc["ranks"].push_back({{"rank", rank.rank},
+                            {"local_rank", rank.local_rank},
+                            {"node_rank", rank.node_rank},
+                            {"host", rank.host},
+                            {"env", env}});
+  }
+  // Replace, not throw, on invalid UTF-8 in user-given strings.
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace ddprun

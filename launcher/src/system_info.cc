@@ -1,0 +1,147 @@
+#include "system_info.h"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <random>
+#include <system_error>
+
+#include "ddprun/errors.h"
+#include "process.h"
+
+extern char** environ;
+
+namespace ddprun {
+
+Environment read_environment() {
+  Environment env;
+  for (char** var = environ; var != nullptr && *var != nullptr; ++var) {
+    const std::string_view entry(*var);
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+HostFacts read_host_facts() {
+  HostFacts facts;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) facts.hostname = name;
+  if (facts.hostname.empty()) facts.hostname = "localhost";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof cpus, &cpus) == 0) {
+    facts.cpu_count = CPU_COUNT(&cpus);
+  } else {
+    facts.cpu_count = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  }
+  if (DIR* dev = ::opendir("/dev")) {
+    while (const dirent* entry = ::readdir(dev)) {
+      const std::string_view name_view(entry->d_name);
+      if (name_view.size() > 6 && name_view.substr(0, 6) == "nvidia" &&
+          name_view.find_first_not_of("0123456789", 6) == std::string_view::npos) {
+        ++facts.gpu_device_files;
+      }
+    }
+    ::closedir(dev);
+  }
+  return facts;
+}
+
+namespace {
+
+// 0 when `path` is an executable regular file, else the errno-like reason.
+int check_executable(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return errno;
+  if (S_ISDIR(info.st_mode)) return EISDIR;
+  if (::access(path.c_str(), X_OK) != 0) return errno;
+  return 0;
+}
+
+}  // namespace
+
+std::string resolve_program(const std::string& program, const Environment& env) {
+  if (program.empty()) throw ProgramError("the program name is empty", kExitProgramNotFound);
+  if (program.find('/') != std::string::npos) {
+    const int problem = check_executable(program);
+    if (problem == 0) return program;
+    if (problem == ENOENT || problem == ENOTDIR) {
+      throw ProgramError(program + ": no such file", kExitProgramNotFound,
+                         "check the path, relative to " + std::string("the current directory"));
+    }
+    throw ProgramError(program + ": not executable (" + std::strerror(problem) + ")",
+                       kExitProgramNotExecutable,
+                       "chmod +x it, or launch it through its interpreter");
+  }
+  const std::string path = lookup(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  int first_problem = 0;
+  std::size_t start = 0;
+  for (;;) {
+    const auto colon = path.find(':', start);
+    std::string dir = path.substr(start, colon == std::string::npos ? colon : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + program;
+    const int problem = check_executable(candidate);
+    if (problem == 0) return candidate;
+    if (problem != ENOENT && problem != ENOTDIR && first_problem == 0) first_problem = problem;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (first_problem != 0) {
+    throw ProgramError(program + ": found in PATH but not executable", kExitProgramNotExecutable);
+  }
+  throw ProgramError(program + ": command not found in PATH", kExitProgramNotFound,
+                     "give its path, e.g. ./" + program);
+}
+
+std::string random_run_id() {
+  std::random_device device;
+  std::uniform_int_distribution<unsigned> digit(0, 15);
+  std::string id;
+  for (int i = 0; i < 12; ++i) id += "0123456789abcdef"[digit(device)];
+  return id;
+}
+
+namespace {
+
+// Binds a TCP socket on all IPv4 interfaces; returns the bound port or -errno.
+int try_bind(int port) {
+  const UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) throw std::system_error(errno, std::generic_category(), "socket");
+  // Like the store's own listener: a port in TIME_WAIT counts as free.
+  const int one = 1;
+  ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return -errno;
+  // Listening makes the check strict: a second listener on the port would fail here too.
+  if (::listen(sock.get(), 1) != 0) return -errno;
+  socklen_t len = sizeof addr;
+  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -errno;
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+bool port_is_free(int port) {
+  return try_bind(port) > 0;
+}
+
+int pick_free_port() {
+  const int port = try_bind(0);
+  if (port <= 0) throw std::system_error(-port, std::generic_category(), "bind to a free port");
+  return port;
+}
+
+}  // namespace ddprun

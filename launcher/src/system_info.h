@@ -1,0 +1,31 @@
+#pragma once
+// What main() reads from the running system, once, before planning: the environment,
+// facts about this host, the program's resolved path, free ports. Everything below main
+// receives these as values.
+
+#include <string>
+
+#include "cluster.h"
+
+namespace ddprun {
+
+// A copy of `environ`.
+Environment read_environment();
+
+// Host name, usable CPUs, /dev/nvidiaN count.
+HostFacts read_host_facts();
+
+// Resolves `program` like execvp: a name with a '/' is used as is, otherwise PATH (from
+// `env`) is searched. Throws ProgramError (exit 127 not found, 126 not executable).
+std::string resolve_program(const std::string& program, const Environment& env);
+
+// A random run id: 12 hex digits.
+std::string random_run_id();
+
+// Whether a TCP listener could bind `port` on all interfaces right now.
+bool port_is_free(int port);
+
+// A port the kernel says is free now (bind to port 0). Throws std::system_error.
+int pick_free_port();
+
+}  // namespace ddprun
