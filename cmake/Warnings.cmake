@@ -2,7 +2,7 @@
 add_library(ddprun_warnings INTERFACE)
 target_compile_options(ddprun_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion -Wold-style-cast
-  -Wnon-virtual-dtor -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion
+  -Wnon-virtual-dtor -Woverloaded-virtual -Wdouble-promotion
   -Wformat=2 -Wimplicit-fallthrough)
 if(DDPRUN_WERROR)
   target_compile_options(ddprun_warnings INTERFACE -Werror)

@@ -191,6 +191,13 @@ Guardian::Guardian() {
   if (pid_ < 0) throw_errno("fork");
   if (pid_ == 0) {
     write_end.reset();
+    // Hold nothing of ddprun's: a console pipe kept open here would keep readers of
+    // ddprun's output waiting after ddprun exits.
+    const int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3 && null_fd >= 0; ++fd) ::dup2(null_fd, fd);
+    const int keep = read_end.get();
+    ::close_range(3, static_cast<unsigned>(keep) - 1, 0);
+    ::close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
     // Terminal and job-control signals are ddprun's business, not the guardian's.
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP}) {
       ::signal(sig, SIG_IGN);

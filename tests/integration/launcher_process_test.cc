@@ -1,0 +1,365 @@
+// ddprun run for real against test_child: exit codes, signals, teardown, output.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "launcher_harness.h"
+
+namespace ddprun::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::vector<std::string> with_child(std::vector<std::string> ddprun_args,
+                                    const std::vector<std::string>& child_args) {
+  ddprun_args.push_back("--");
+  ddprun_args.push_back(child_bin());
+  ddprun_args.insert(ddprun_args.end(), child_args.begin(), child_args.end());
+  return ddprun_args;
+}
+
+std::string hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// KEY=VALUE lines of each rank, from tagged output "[host:R] KEY=VALUE".
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> result;
+  const std::regex pattern(R"(^\[[^:\]]+:(\d+)\] ([A-Z_]+)=(.*)$)");
+  for (const auto& line : split_lines(out)) {
+    std::smatch match;
+    if (std::regex_match(line, match, pattern)) result[std::stoi(match[1])][match[2]] = match[3];
+  }
+  return result;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/ddprun-test-XXXXXX";
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(EnvContract, EveryRankSeesTorchrunVariablesWithConsistentValues) {
+  const auto done = run_ddprun(
+      with_child({"--nproc-per-node", "3", "--tag-output", "--run-id", "job-7"}, {"env"}));
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto ranks = env_by_rank(done.out);
+  ASSERT_EQ(ranks.size(), 3u) << done.out;
+  const std::string port = ranks.at(0).at("MASTER_PORT");
+  for (const auto& [rank, vars] : ranks) {
+    EXPECT_EQ(vars.at("RANK"), std::to_string(rank));
+    EXPECT_EQ(vars.at("LOCAL_RANK"), std::to_string(rank));
+    EXPECT_EQ(vars.at("ROLE_RANK"), std::to_string(rank));
+    EXPECT_EQ(vars.at("WORLD_SIZE"), "3");
+    EXPECT_EQ(vars.at("LOCAL_WORLD_SIZE"), "3");
+    EXPECT_EQ(vars.at("ROLE_WORLD_SIZE"), "3");
+    EXPECT_EQ(vars.at("GROUP_RANK"), "0");
+    EXPECT_EQ(vars.at("GROUP_WORLD_SIZE"), "1");
+    EXPECT_EQ(vars.at("ROLE_NAME"), "default");
+    EXPECT_EQ(vars.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(vars.at("MASTER_PORT"), port);
+    EXPECT_EQ(vars.at("TORCHELASTIC_RUN_ID"), "job-7");
+    EXPECT_EQ(vars.at("TORCHELASTIC_RESTART_COUNT"), "0");
+    EXPECT_EQ(vars.at("TORCHELASTIC_MAX_RESTARTS"), "0");
+    EXPECT_NE(vars.at("TORCHELASTIC_ERROR_FILE").find("rank_" + std::to_string(rank)),
+              std::string::npos);
+    EXPECT_NE(vars.at("OMP_NUM_THREADS"), "<unset>");
+    EXPECT_EQ(vars.at("DDPRUN_HOST"), hostname());
+  }
+  EXPECT_GT(std::stoi(port), 0);
+}
+
+TEST(EnvContract, UserThreadSettingsAreLeftAlone) {
+  const auto done = run_ddprun(with_child({"--nproc-per-node", "2", "--tag-output"}, {"env"}),
+                               {"OMP_NUM_THREADS=7"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto ranks = env_by_rank(done.out);
+  EXPECT_EQ(ranks.at(1).at("OMP_NUM_THREADS"), "7");
+  EXPECT_EQ(ranks.at(1).at("OPENBLAS_NUM_THREADS"), "<unset>");  // OpenBLAS reads OMP's
+}
+
+TEST(ExitCodes, FailingWorkersCodeIsReturnedWithItsStderr) {
+  const auto done =
+      run_ddprun(with_child({"--nproc-per-node", "3"}, {"stderr:disk full@1", "exit:7@1"}));
+  EXPECT_EQ(done.exit_code, 7);
+  EXPECT_NE(done.err.find("rank 1 (local rank 1"), std::string::npos) << done.err;
+  EXPECT_NE(done.err.find("exit code 7"), std::string::npos) << done.err;
+  EXPECT_NE(done.err.find("  | disk full"), std::string::npos) << done.err;
+}
+
+TEST(ExitCodes, KilledWorkerGives128PlusSignalAndNamesIt) {
+  const auto done = run_ddprun(with_child({"--nproc-per-node", "2"}, {"raise:6@0"}));
+  EXPECT_EQ(done.exit_code, 128 + SIGABRT);
+  EXPECT_NE(done.err.find("signal SIGABRT"), std::string::npos) << done.err;
+}
+
+TEST(ExitCodes, ErrorFileMessageIsReported) {
+  const auto done =
+      run_ddprun(with_child({"--nproc-per-node", "2"}, {"error-file:loss is NaN@1", "exit:1@1"}));
+  EXPECT_EQ(done.exit_code, 1);
+  EXPECT_NE(done.err.find("its error file says: loss is NaN"), std::string::npos) << done.err;
+}
+
+TEST(Teardown, FailureStopsOtherWorkersAndTheirGrandchildren) {
+  Launched job(with_child({"--nproc-per-node", "3"},
+                          {"grandchild", "ready", "wait-signal@0", "exit:5@0", "sleep"}),
+               {}, true);
+  const auto pids = job.wait_ready(3);
+  ASSERT_EQ(pids.size(), 6u);
+  ::kill(job.worker_pid(0), SIGUSR1);
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 5) << done.err;
+  EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
+}
+
+TEST(Teardown, WorkerIgnoringSigtermIsKilledAfterShutdownTimeout) {
+  Launched job(with_child({"--nproc-per-node", "2", "--shutdown-timeout", "0.2"},
+                          {"ignore:15", "ready", "wait-signal@0", "exit:3@0", "sleep"}),
+               {}, true);
+  const auto pids = job.wait_ready(2);
+  ::kill(job.worker_pid(0), SIGUSR1);  // rank 0 exits 3; rank 1 ignores the SIGTERM
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 3) << done.err;
+  EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
+}
+
+TEST(Teardown, SigkilledLauncherLeavesNoWorkerOrGrandchild) {
+  Launched job(with_child({"--nproc-per-node", "3"}, {"grandchild", "ready", "sleep"}), {}, true);
+  const auto pids = job.wait_ready(3);
+  ASSERT_EQ(pids.size(), 6u);
+  job.signal(SIGKILL);
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 128 + SIGKILL);
+  EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
+}
+
+TEST(Signals, SigtermIsForwardedAndExitIs143) {
+  Launched job(with_child({"--nproc-per-node", "3"}, {"ready", "wait-signal", "exit:0"}), {}, true);
+  job.wait_ready(3);
+  job.signal(SIGTERM);
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 128 + SIGTERM);
+  std::size_t got = 0;
+  for (const auto& line : split_lines(done.out)) got += line == "got SIGTERM";
+  EXPECT_EQ(got, 3u) << done.out;
+}
+
+TEST(Signals, Sigusr1IsForwardedAndTheJobGoesOn) {
+  Launched job(with_child({"--nproc-per-node", "2"}, {"ready", "wait-signal", "print:1"}), {},
+               true);
+  job.wait_ready(2);
+  job.signal(SIGUSR1);
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_NE(done.out.find("got SIGUSR1"), std::string::npos);
+  EXPECT_NE(done.out.find("rank 1 line 0"), std::string::npos);
+}
+
+TEST(Signals, SecondSigintEscalatesToSigkill) {
+  Launched job(with_child({"--nproc-per-node", "2", "--shutdown-timeout", "600"},
+                          {"ready", "wait-signal", "ignore:2", "ignore:15", "sleep"}),
+               {}, true);
+  const auto pids = job.wait_ready(2);
+  job.signal(SIGINT);
+  job.wait_stdout([](const std::string& out) {
+    std::size_t got = 0;
+    for (const auto& line : split_lines(out)) got += line == "got SIGINT";
+    return got == 2;
+  });
+  job.signal(SIGINT);
+  const auto done = job.finish(seconds(30));  // far less than the 600 s grace
+  EXPECT_EQ(done.exit_code, 128 + SIGINT);
+  EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
+}
+
+TEST(Output, TaggedLinesAreWholeAndInOrderPerRank) {
+  constexpr int kLines = 3000;
+  const auto done = run_ddprun(with_child({"--nproc-per-node", "4", "--tag-output"},
+                                          {"print:" + std::to_string(kLines), "partial"}));
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const std::regex line_pattern(R"(^\[[^:\]]+:(\d)\] rank (\d) line (\d+)$)");
+  const std::regex partial_pattern(R"(^\[[^:\]]+:(\d)\] first piece, second piece, end$)");
+  std::map<int, int> next_line;
+  std::map<int, int> partials;
+  for (const auto& line : split_lines(done.out)) {
+    std::smatch match;
+    if (std::regex_match(line, match, partial_pattern)) {
+      ++partials[std::stoi(match[1])];
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, match, line_pattern)) << "mangled line: " << line;
+    const int rank = std::stoi(match[1]);
+    ASSERT_EQ(rank, std::stoi(match[2])) << line;
+    ASSERT_EQ(std::stoi(match[3]), next_line[rank]) << line;
+    ++next_line[rank];
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(next_line[rank], kLines);
+    EXPECT_EQ(partials[rank], 1);
+  }
+}
+
+TEST(Output, LogDirHoldsEachRanksStreamsAndTeeControlsTheConsole) {
+  TempDir dir;
+  const auto quiet = run_ddprun(
+      with_child({"--nproc-per-node", "2", "--log-dir", dir.path()}, {"print:2", "stderr:oops"}));
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.out, "");
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string stem = dir.path() + "/attempt_0/rank_" + std::to_string(rank);
+    std::ifstream out(stem + ".stdout.log"), err(stem + ".stderr.log");
+    const std::string out_text((std::istreambuf_iterator<char>(out)), {});
+    const std::string err_text((std::istreambuf_iterator<char>(err)), {});
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(out_text, "rank " + r + " line 0\nrank " + r + " line 1\n");
+    EXPECT_EQ(err_text, "oops\n");
+  }
+  TempDir dir2;
+  const auto teed =
+      run_ddprun(with_child({"--nproc-per-node", "2", "--log-dir", dir2.path(), "--tee", "1"},
+                            {"print:2", "stderr:oops"}));
+  EXPECT_EQ(split_lines(teed.out).size(), 4u);
+  EXPECT_EQ(teed.err.find("oops"), std::string::npos);
+}
+
+TEST(Restarts, FailedRoundIsRestartedWithNextRestartCountAndNewPort) {
+  const auto done =
+      run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "2", "--tag-output"},
+                            {"env", "fail-round:0:4@1"}));
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_NE(done.err.find("restarting all workers (restart 1 of 2)"), std::string::npos)
+      << done.err;
+  std::vector<std::string> ports, rounds;
+  const std::regex pattern(R"(^\[[^\]]+:0\] (MASTER_PORT|TORCHELASTIC_RESTART_COUNT)=(.*)$)");
+  for (const auto& line : split_lines(done.out)) {
+    std::smatch match;
+    if (!std::regex_match(line, match, pattern)) continue;
+    (match[1] == "MASTER_PORT" ? ports : rounds).push_back(match[2]);
+  }
+  ASSERT_EQ(rounds, (std::vector<std::string>{"0", "1"}));
+  ASSERT_EQ(ports.size(), 2u);
+  EXPECT_NE(ports[0], ports[1]);
+}
+
+TEST(Restarts, GivesUpAfterMaxRestarts) {
+  const auto done =
+      run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "1"}, {"exit:4@0"}));
+  EXPECT_EQ(done.exit_code, 4);
+  std::size_t reports = 0;
+  for (const auto& line : split_lines(done.err))
+    reports += line.find("failed first") != std::string::npos;
+  EXPECT_EQ(reports, 2u) << done.err;
+}
+
+TEST(DryRun, PrintsTheJsonPlanAndStartsNothing) {
+  Launched job(
+      with_child({"--nproc-per-node", "3", "--dry-run", "--format", "json", "--run-id", "abc"},
+                 {"ready"}),
+      {}, true);
+  const auto done = job.finish();
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto plan = nlohmann::json::parse(done.out);
+  EXPECT_EQ(plan["run_id"], "abc");
+  EXPECT_EQ(plan["scheduler"], "local");
+  EXPECT_EQ(plan["world_size"], 3);
+  EXPECT_EQ(plan["nodes"].size(), 1u);
+  EXPECT_EQ(plan["nodes"][0]["nproc"], 3);
+  EXPECT_EQ(plan["nodes"][0]["first_rank"], 0);
+  ASSERT_EQ(plan["ranks"].size(), 3u);
+  EXPECT_EQ(plan["ranks"][2]["env"]["RANK"], "2");
+  EXPECT_EQ(plan["ranks"][2]["local_rank"], 2);
+  EXPECT_TRUE(plan["master_port"].is_number());
+}
+
+struct BadInput {
+  std::string name;
+  std::vector<std::string> args;
+  int exit_code;
+  std::string message_part;
+};
+
+void PrintTo(const BadInput& input, std::ostream* out) {
+  *out << input.name;
+}
+
+// A plain file without execute permission.
+const std::string kNotExecutable = [] {
+  const std::string path =
+      std::filesystem::temp_directory_path().string() + "/ddprun-test-not-executable.txt";
+  std::ofstream(path) << "not a program\n";
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return path;
+}();
+
+class BadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(BadInputTest, GivesOneErrorLineAndItsExitCode) {
+  const auto& param = GetParam();
+  const auto done = run_ddprun(param.args);
+  EXPECT_EQ(done.exit_code, param.exit_code) << done.err;
+  EXPECT_EQ(done.out, "");
+  const auto lines = split_lines(done.err);
+  ASSERT_EQ(lines.size(), 1u) << done.err;
+  EXPECT_EQ(lines[0].rfind("ddprun: error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(param.message_part), std::string::npos) << lines[0];
+}
+
+const int kBusyPort = [] {
+  // A listener held for the whole test program: that port is in use.
+  const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::listen(sock, 1);
+  socklen_t len = sizeof addr;
+  ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  return static_cast<int>(ntohs(addr.sin_port));
+}();
+
+INSTANTIATE_TEST_SUITE_P(
+    Launcher, BadInputTest,
+    ::testing::Values(
+        BadInput{"ZeroWorkers", {"--nproc-per-node", "0", "true"}, 125, "--nproc-per-node"},
+        BadInput{"WordWorkers", {"--nproc-per-node", "many", "true"}, 125, "got 'many'"},
+        BadInput{"PortTooLarge", {"--master-port", "70000", "true"}, 125, "--master-port"},
+        BadInput{"PortBusy",
+                 {"--master-port", std::to_string(kBusyPort), "true"},
+                 125,
+                 "already in use"},
+        BadInput{"UnknownOption", {"--frobnicate", "true"}, 125, "unknown option '--frobnicate'"},
+        BadInput{"NoProgram", {"--nproc-per-node", "2"}, 125, "no program"},
+        BadInput{"MissingProgram", {"/nonexistent/worker"}, 127, "no such file"},
+        BadInput{"ProgramNotInPath", {"ddprun-no-such-program"}, 127, "not found in PATH"},
+        BadInput{"NotExecutable", {kNotExecutable}, 126, "not executable"},
+        BadInput{"Directory", {"/tmp"}, 126, "not executable"},
+        BadInput{"TeeWithoutLogDir", {"--tee", "3", "true"}, 125, "--tee needs --log-dir"},
+        BadInput{"BadFormat", {"--format", "xml", "--dry-run", "true"}, 125, "--format"},
+        BadInput{
+            "NegativeTimeout", {"--shutdown-timeout", "-1", "true"}, 125, "--shutdown-timeout"},
+        BadInput{"BadRunId", {"--run-id", "a b", "true"}, 125, "--run-id"},
+        BadInput{"NegativeRestarts", {"--max-restarts", "-2", "true"}, 125, "--max-restarts"}),
+    [](const auto& test_info) { return test_info.param.name; });
+
+}  // namespace
+}  // namespace ddprun::testing
