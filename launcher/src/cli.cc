@@ -1,5 +1,6 @@
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ddprun/errors.h"
@@ -74,7 +75,20 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--shutdown-timeout,--shutdown_timeout", options.shutdown_timeout_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
-      ->check(CLI::Range(0.0, 86400.0))
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            double seconds = 0;
+            try {
+              seconds = std::stod(value);
+            } catch (const std::exception&) {
+              return "expected a number of seconds; got '" + value + "'";
+            }
+            if (!std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
+              return "expected 0 to 86400 seconds; got '" + value + "'";
+            }
+            return {};
+          },
+          "SECONDS", "seconds"))
       ->capture_default_str();
   app.add_option("--log-dir,--log_dir", options.log_dir,
                  "Write each rank's stdout and stderr to files under this folder");
@@ -92,9 +106,27 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ->transform(CLI::CheckedTransformer(std::map<std::string, PlanFormat>{
           {"text", PlanFormat::kText}, {"json", PlanFormat::kJson}}));
 
+  // Split at the first bare "--": what follows is the program and its arguments, even if
+  // they look like options. (CLI11 would drop the "--" and lose that distinction.)
+  std::vector<std::string> ours;
+  std::vector<std::string> after_separator;
+  bool separated = false;
+  for (int i = argc - 1; i >= 1; --i) {
+    ours.emplace_back(argv[i]);
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      separated = true;
+      ours.assign(argv + 1, argv + i);
+      after_separator.assign(argv + i + 1, argv + argc);
+      std::reverse(ours.begin(), ours.end());
+      break;
+    }
+  }
+
   CommandLine result;
   try {
-    app.parse(argc, argv);
+    app.parse(ours);  // takes its arguments in reverse order
   } catch (const CLI::CallForHelp&) {
     result.message = app.help();
     return result;
@@ -107,7 +139,11 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     return result;
   }
   auto rest = app.remaining();
-  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (separated) {
+    // A program named before the "--" keeps the "--" as one of its own arguments.
+    if (!rest.empty()) rest.emplace_back("--");
+    rest.insert(rest.end(), after_separator.begin(), after_separator.end());
+  }
   if (rest.empty()) {
     result.message =
         "ddprun: error: no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] "
@@ -115,7 +151,8 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     result.exit_code = kExitLauncherError;
     return result;
   }
-  if (!rest.front().empty() && rest.front().front() == '-' && rest.front() != "-") {
+  const bool looks_like_option = rest.front().size() > 1 && rest.front().front() == '-';
+  if (looks_like_option && !(separated && app.remaining().empty())) {
     result.message = "ddprun: error: unknown option '" + rest.front() +
                      "'; put '--' before the program if it starts with '-' (see ddprun "
                      "--help)\n";

@@ -1,0 +1,154 @@
+#include "plan.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/errors.h"
+#include "env_contract.h"
+#include "plan_format.h"
+
+namespace ddprun {
+namespace {
+
+PlanInputs local_inputs(int cpus = 8) {
+  PlanInputs inputs;
+  inputs.host = HostFacts{"node-a", cpus, 0};
+  inputs.cluster = local_cluster(inputs.host);
+  inputs.run_id = "run1";
+  inputs.master_addr = "127.0.0.1";
+  inputs.master_port = 29500;
+  inputs.scratch_dir = "/tmp/s";
+  return inputs;
+}
+
+Options options_with(const std::string& nproc) {
+  Options options;
+  options.nproc_per_node = nproc;
+  options.program = {"./w", "--flag"};
+  return options;
+}
+
+std::map<std::string, std::string> env_map(const RankPlan& rank) {
+  return {rank.env.begin(), rank.env.end()};
+}
+
+TEST(ResolveNproc, NumbersCpuGpuAndAuto) {
+  const HostFacts host{"h", 6, 0};
+  const Cluster local = local_cluster(host);
+  const Cluster slurm{"slurm", "1", {{"h", 3}}, 0, std::nullopt, {}};
+  EXPECT_EQ(resolve_nproc("5", 0, local.nodes[0], local, host), 5);
+  EXPECT_EQ(resolve_nproc("cpu", 0, local.nodes[0], local, host), 6);
+  EXPECT_EQ(resolve_nproc("gpu", 4, local.nodes[0], local, host), 4);
+  EXPECT_EQ(resolve_nproc("auto", 2, local.nodes[0], local, host), 2);
+  EXPECT_EQ(resolve_nproc("auto", 0, local.nodes[0], local, host), 1);
+  EXPECT_EQ(resolve_nproc("auto", 0, slurm.nodes[0], slurm, host), 3);
+  EXPECT_THROW(resolve_nproc("gpu", 0, local.nodes[0], local, host), UsageError);
+}
+
+TEST(CountVisibleGpus, FollowsCudaVisibleDevicesLikeCuda) {
+  EXPECT_EQ(count_visible_gpus({}, 4), 4);
+  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "0,1"}}, 8), 2);
+  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", ""}}, 8), 0);
+  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "-1"}}, 8), 0);
+  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "2,-1,3"}}, 8), 1);
+  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "GPU-8f3a,GPU-11aa"}}, 0), 2);
+  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}}, 8), 0);
+}
+
+TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
+  const auto plan = build_plan(options_with("4"), local_inputs(8), {});
+  EXPECT_EQ(plan.world_size, 4);
+  ASSERT_EQ(plan.nodes.size(), 1u);
+  EXPECT_EQ(plan.nodes[0].first_rank, 0);
+  ASSERT_EQ(plan.ranks.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const auto& rank = plan.ranks[static_cast<std::size_t>(i)];
+    EXPECT_EQ(rank.rank, i);
+    EXPECT_EQ(rank.local_rank, i);
+    const auto env = env_map(rank);
+    EXPECT_EQ(env.at("RANK"), std::to_string(i));
+    EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(env.at("WORLD_SIZE"), "4");
+    EXPECT_EQ(env.at("MASTER_PORT"), "29500");
+    EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "run1");
+    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "2");  // 8 CPUs over 4 workers
+    EXPECT_EQ(env.at("OPENBLAS_NUM_THREADS"), "2");
+    EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"),
+              "/tmp/s/attempt_0/rank_" + std::to_string(i) + ".error.json");
+    EXPECT_TRUE(rank.stdout_log.empty());
+  }
+}
+
+TEST(BuildPlan, ThreadShareIsAtLeastOneAndUserSettingsWin) {
+  const auto crowded = build_plan(options_with("16"), local_inputs(2), {});
+  EXPECT_EQ(env_map(crowded.ranks[0]).at("OMP_NUM_THREADS"), "1");
+  const auto user = build_plan(options_with("2"), local_inputs(8), {{"OPENBLAS_NUM_THREADS", "3"}});
+  EXPECT_EQ(env_map(user.ranks[0]).at("OMP_NUM_THREADS"), "4");
+  EXPECT_EQ(env_map(user.ranks[0]).count("OPENBLAS_NUM_THREADS"), 0u);
+}
+
+TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
+  Options options = options_with("2");
+  options.log_dir = "/logs";
+  options.max_restarts = 3;
+  PlanInputs inputs = local_inputs();
+  inputs.restart_count = 2;
+  const auto plan = build_plan(options, inputs, {});
+  EXPECT_EQ(plan.ranks[1].stdout_log, "/logs/attempt_2/rank_1.stdout.log");
+  EXPECT_EQ(plan.ranks[1].stderr_log, "/logs/attempt_2/rank_1.stderr.log");
+  const auto env = env_map(plan.ranks[1]);
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
+  EXPECT_EQ(env.at("DDPRUN_LOG_DIR"), "/logs/attempt_2");
+}
+
+TEST(BuildPlan, SeveralNodesGetContiguousRankBlocks) {
+  PlanInputs inputs = local_inputs();
+  inputs.cluster = Cluster{"hostfile", "", {{"a", 2}, {"b", 2}, {"c", 2}}, 1, std::nullopt, {}};
+  const auto plan = build_plan(options_with("2"), inputs, {});
+  EXPECT_EQ(plan.world_size, 6);
+  EXPECT_EQ(plan.this_node, 1);
+  EXPECT_EQ(plan.nodes[2].first_rank, 4);
+  EXPECT_EQ(plan.ranks[3].host, "b");
+  EXPECT_EQ(plan.ranks[3].local_rank, 1);
+  EXPECT_EQ(env_map(plan.ranks[3]).at("GROUP_RANK"), "1");
+  EXPECT_EQ(env_map(plan.ranks[3]).at("GROUP_WORLD_SIZE"), "3");
+}
+
+TEST(MergeEnvironment, ContractOverridesInheritedValues) {
+  const auto merged = merge_environment({{"PATH", "/bin"}, {"RANK", "99"}}, {{"RANK", "0"}});
+  EXPECT_EQ(merged, (std::vector<std::string>{"PATH=/bin", "RANK=0"}));
+}
+
+TEST(PlanFormat, JsonHasTheStableFieldNames) {
+  const auto doc =
+      nlohmann::json::parse(format_plan_json(build_plan(options_with("2"), local_inputs(), {})));
+  for (const char* key :
+       {"run_id", "scheduler", "master_addr", "master_port", "world_size", "nodes", "ranks"}) {
+    EXPECT_TRUE(doc.contains(key)) << key;
+  }
+  for (const char* key : {"host", "node_rank", "nproc", "first_rank"}) {
+    EXPECT_TRUE(doc["nodes"][0].contains(key)) << key;
+  }
+  for (const char* key : {"rank", "local_rank", "node_rank", "host", "env"}) {
+    EXPECT_TRUE(doc["ranks"][1].contains(key)) << key;
+  }
+  EXPECT_EQ(doc["ranks"][1]["env"]["RANK"], "1");
+}
+
+TEST(PlanFormat, TextNamesTheMasterAndEveryRank) {
+  const auto text = format_plan_text(build_plan(options_with("2"), local_inputs(), {}));
+  EXPECT_NE(text.find("127.0.0.1:29500"), std::string::npos);
+  EXPECT_NE(text.find("rank 1"), std::string::npos);
+  EXPECT_NE(text.find("./w --flag"), std::string::npos);
+}
+
+TEST(QuoteCommand, QuotesOnlyWhatAShellWouldSplitOrExpand) {
+  EXPECT_EQ(quote_command({"a", "b=c", "/x/y.py"}), "a b=c /x/y.py");
+  EXPECT_EQ(quote_command({"it's", "$(rm -rf /)", ""}), R"('it'\''s' '$(rm -rf /)' '')");
+}
+
+}  // namespace
+}  // namespace ddprun

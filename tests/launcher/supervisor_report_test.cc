@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "signal_names.h"
+#include "supervisor.h"
+
+namespace ddprun {
+namespace {
+
+// Wait statuses as the kernel encodes them.
+int exited(int code) {
+  return (code & 0xff) << 8;
+}
+int killed(int sig) {
+  return sig & 0x7f;
+}
+
+TEST(WaitStatus, DescribesExitCodesAndSignals) {
+  ASSERT_TRUE(WIFEXITED(exited(3)));
+  EXPECT_EQ(describe_wait_status(exited(3)), "exit code 3");
+  ASSERT_TRUE(WIFSIGNALED(killed(SIGKILL)));
+  EXPECT_EQ(describe_wait_status(killed(SIGKILL)), "signal SIGKILL");
+  EXPECT_EQ(signal_name(SIGUSR2), "SIGUSR2");
+}
+
+TEST(ExitCode, WorkerCodeOr128PlusSignal) {
+  RoundResult result;
+  result.ranks.resize(2);
+  EXPECT_EQ(exit_code_for(result), 0);
+  result.outcome = Outcome::kWorkerFailed;
+  result.first_failure = 1;
+  result.ranks[1].wait_status = exited(42);
+  EXPECT_EQ(exit_code_for(result), 42);
+  result.ranks[1].wait_status = killed(SIGSEGV);
+  EXPECT_EQ(exit_code_for(result), 128 + SIGSEGV);
+  result.outcome = Outcome::kStopped;
+  result.stop_signal = SIGTERM;
+  EXPECT_EQ(exit_code_for(result), 143);
+}
+
+TEST(FailureReport, NamesRankHowAndTailAndErrorFileMessage) {
+  RankResult failed;
+  failed.rank = 3;
+  failed.local_rank = 1;
+  failed.host = "gpu7";
+  failed.pid = 1234;
+  failed.wait_status = exited(2);
+  failed.stderr_tail = {"Traceback", "ValueError: bad"};
+  const std::string report = format_failure_report(
+      failed, R"({"message": {"message": "ValueError: bad", "extraInfo": {"timestamp": "1"}}})");
+  EXPECT_NE(report.find("rank 3 (local rank 1 on gpu7, pid 1234) failed first: exit code 2"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("its error file says: ValueError: bad"), std::string::npos);
+  EXPECT_NE(report.find("  | Traceback\n  | ValueError: bad\n"), std::string::npos);
+}
+
+TEST(FailureReport, IgnoresAnUnreadableErrorFile) {
+  RankResult failed;
+  failed.wait_status = killed(SIGKILL);
+  const std::string report = format_failure_report(failed, "{not json");
+  EXPECT_EQ(report.find("error file"), std::string::npos);
+  EXPECT_NE(report.find("signal SIGKILL"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun
