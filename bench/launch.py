@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Launch benchmark: wall time to start N workers that exit at once (/bin/true) and wait.
+
+ddprun against the floor (a shell loop that forks N and waits) and, when installed,
+mpirun, measured in the same run; reports medians with min and max and ratios.
+Usage: bench/launch.py [--ddprun build/bin/ddprun] [--reps 15] [--n 1 8 32]
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+
+
+def measure(command, reps, timeout_s=20):
+    """Median, min and max wall time of successful runs; hung or failed runs are counted."""
+    times, failures = [], 0
+    for _ in range(reps):
+        start = time.perf_counter()
+        try:
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=timeout_s)
+            times.append(time.perf_counter() - start)
+        except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
+            failures += 1  # mpirun -np 32 --oversubscribe hangs now and then on 2 cores
+    if not times:
+        return {"median_ms": float("nan"), "min_ms": float("nan"), "max_ms": float("nan"),
+                "failures": failures}
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+            "max_ms": max(times) * 1e3, "failures": failures}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", default="build/bin/ddprun")
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--n", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--out", default="bench/results/launch.json")
+    args = parser.parse_args()
+
+    peers = {
+        "floor": lambda n: ["sh", "-c", f"for i in $(seq {n}); do /bin/true & done; wait"],
+        "ddprun": lambda n: [args.ddprun, "--nproc-per-node", str(n), "/bin/true"],
+    }
+    if shutil.which("mpirun"):
+        peers["mpirun"] = lambda n: ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "/bin/true"]
+    rows = []
+    for n in args.n:
+        row = {"n": n}
+        for name, make in peers.items():
+            row[name] = measure(make(n), args.reps)
+        for peer in ("floor", "mpirun"):
+            if peer in row:
+                row[f"ddprun_vs_{peer}"] = row["ddprun"]["median_ms"] / row[peer]["median_ms"]
+        rows.append(row)
+        cells = "  ".join(f"{k} {v['median_ms']:.1f} ms" for k, v in row.items() if isinstance(v, dict))
+        print(f"N={n:3d}  {cells}", flush=True)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as out:
+        json.dump({"benchmark": "launch", "date": time.strftime("%Y-%m-%d"), "machine": platform.node(),
+                   "cpus": os.cpu_count(), "reps": args.reps, "rows": rows}, out, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
