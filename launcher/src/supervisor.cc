@@ -29,6 +29,7 @@ struct Stream {
   LineSplitter splitter;
   bool to_console = true;
   bool is_stderr = false;
+  std::size_t owner = 0;  // index of its worker
 };
 
 struct Worker {
@@ -83,6 +84,7 @@ class Round {
     worker.out.to_console = config_.stdout_to_console;
     worker.err.to_console = config_.stderr_to_console;
     worker.err.is_stderr = true;
+    worker.out.owner = worker.err.owner = workers_.size() - 1;
     prefix_.push_back(config_.tag_output ? "[" + rank.host + ":" + std::to_string(rank.rank) + "] "
                                          : std::string());
 
@@ -122,7 +124,6 @@ class Round {
     } else if (!kill_deadline_ && !killed_) {
       kill_deadline_ = Clock::now() + config_.shutdown_grace;
     }
-    stopping_ = true;
   }
 
   void wait_for_all() {
@@ -148,7 +149,7 @@ class Round {
         continue;
       }
       if (drain_deadline_ && now >= *drain_deadline_) {
-        for (Stream* stream : streams) close_stream(*stream, owner_of(stream));
+        for (Stream* stream : streams) close_stream(*stream);
         continue;
       }
       int timeout_ms = -1;
@@ -168,13 +169,6 @@ class Round {
         if (fds[i].revents != 0) pump(*streams[i - 1]);
       }
     }
-  }
-
-  std::size_t owner_of(const Stream* stream) const {
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (&workers_[i].out == stream || &workers_[i].err == stream) return i;
-    }
-    return 0;
   }
 
   void handle_signals() {
@@ -225,23 +219,23 @@ class Round {
     char buffer[kReadChunk];
     const ssize_t got = ::read(stream.pipe.get(), buffer, sizeof buffer);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    const std::size_t index = owner_of(&stream);
     if (got <= 0) {
-      close_stream(stream, index);
+      close_stream(stream);
       return;
     }
     const std::string_view data(buffer, static_cast<std::size_t>(got));
     if (stream.log.valid()) write_all(stream.log.get(), data);
-    emit(stream, index, stream.splitter.feed(data));
+    emit(stream, stream.splitter.feed(data));
   }
 
-  void close_stream(Stream& stream, std::size_t index) {
-    emit(stream, index, stream.splitter.finish());
+  void close_stream(Stream& stream) {
+    emit(stream, stream.splitter.finish());
     stream.pipe.reset();
   }
 
-  void emit(const Stream& stream, std::size_t index, const std::vector<std::string>& lines) {
+  void emit(const Stream& stream, const std::vector<std::string>& lines) {
     if (lines.empty()) return;
+    const std::size_t index = stream.owner;
     Worker& worker = workers_[index];
     if (stream.is_stderr) {
       for (const auto& line : lines) worker.tail.add(line);
@@ -279,7 +273,6 @@ class Round {
   std::vector<Worker> workers_;
   std::vector<std::string> prefix_;
   std::string out_buffer_;
-  bool stopping_ = false;
   bool killed_ = false;
   int stop_signal_ = 0;
   std::optional<std::size_t> first_failure_;
