@@ -89,7 +89,7 @@ int run(const Options& options) {
   config.stderr_to_console = !options.log_dir || (options.tee & 2) != 0;
 
   SignalChannel signals;
-  Guardian guardian;
+  Guardian guardian(inputs.scratch_dir);
   Supervisor supervisor(signals, guardian, config);
   for (int round = 0;; ++round) {
     inputs.restart_count = round;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <system_error>
 
@@ -182,7 +183,7 @@ void signal_group(pid_t pgid, int signal_number) noexcept {
   if (pgid > 0) ::kill(-pgid, signal_number);
 }
 
-Guardian::Guardian() {
+Guardian::Guardian(std::string scratch_dir) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   UniqueFd read_end(fds[0]);
@@ -191,10 +192,10 @@ Guardian::Guardian() {
   if (pid_ < 0) throw_errno("fork");
   if (pid_ == 0) {
     write_end.reset();
-    // Hold nothing of ddprun's: a console pipe kept open here would keep readers of
-    // ddprun's output waiting after ddprun exits.
-    const int null_fd = ::open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3 && null_fd >= 0; ++fd) ::dup2(null_fd, fd);
+    // Keep ddprun's stdout and stderr, nothing else: whoever reads ddprun's output sees
+    // its end only once the guardian has finished cleaning up too.
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     const int keep = read_end.get();
     ::close_range(3, static_cast<unsigned>(keep) - 1, 0);
     ::close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
@@ -218,6 +219,10 @@ Guardian::Guardian() {
       if (message < 0) groups.erase(-message);
     }
     for (pid_t group : groups) ::kill(-group, SIGKILL);
+    if (!scratch_dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(scratch_dir, ignored);
+    }
     ::_exit(0);
   }
   channel_ = std::move(write_end);

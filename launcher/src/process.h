@@ -91,7 +91,9 @@ void signal_group(pid_t pgid, int signal_number) noexcept;
 // ddprun's death from EOF on a pipe, which the kernel guarantees.
 class Guardian {
  public:
-  Guardian();
+  // `scratch_dir`, when not empty, is removed by the guardian as it exits, so that a
+  // killed ddprun leaves no temporary files behind either.
+  explicit Guardian(std::string scratch_dir = {});
   ~Guardian();  // tells the guardian to exit without killing, and reaps it
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;

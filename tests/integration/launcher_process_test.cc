@@ -142,14 +142,18 @@ TEST(Teardown, WorkerIgnoringSigtermIsKilledAfterShutdownTimeout) {
   EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
 }
 
-TEST(Teardown, SigkilledLauncherLeavesNoWorkerOrGrandchild) {
-  Launched job(with_child({"--nproc-per-node", "3"}, {"grandchild", "ready", "sleep"}), {}, true);
+TEST(Teardown, SigkilledLauncherLeavesNoWorkerGrandchildOrTempFiles) {
+  TempDir tmp;
+  Launched job(with_child({"--nproc-per-node", "3"}, {"grandchild", "ready", "sleep"}),
+               {"TMPDIR=" + tmp.path()}, true);
   const auto pids = job.wait_ready(3);
   ASSERT_EQ(pids.size(), 6u);
+  ASSERT_FALSE(std::filesystem::is_empty(tmp.path()));  // the error-file folder
   job.signal(SIGKILL);
-  const auto done = job.finish();
+  const auto done = job.finish();  // returns once the guardian, holding nothing, is done too
   EXPECT_EQ(done.exit_code, 128 + SIGKILL);
   EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path()));
 }
 
 TEST(Signals, SigtermIsForwardedAndExitIs143) {
