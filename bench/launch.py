@@ -2,7 +2,7 @@
 """Launch benchmark: wall time to start N workers that exit at once (/bin/true) and wait.
 
 ddprun against the floor (a shell loop that forks N and waits) and, when installed,
-mpirun, measured in the same run; reports medians with min and max and ratios.
+mpirun and torchrun (Debian's, through bench/torchrun_wrapper.py), measured in the same run; reports medians with min and max and ratios.
 Usage: bench/launch.py [--ddprun build/bin/ddprun] [--reps 15] [--n 1 8 32]
 """
 import argparse
@@ -38,6 +38,7 @@ def main():
     parser.add_argument("--ddprun", default="build/bin/ddprun")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--n", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--skip-torchrun", action="store_true")
     parser.add_argument("--out", default="bench/results/launch.json")
     args = parser.parse_args()
 
@@ -45,6 +46,12 @@ def main():
         "floor": lambda n: ["sh", "-c", f"for i in $(seq {n}); do /bin/true & done; wait"],
         "ddprun": lambda n: [args.ddprun, "--nproc-per-node", str(n), "/bin/true"],
     }
+    wrapper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_wrapper.py")
+    if os.path.exists("/usr/bin/python3") and not args.skip_torchrun:
+        # Its default monitor interval (5 s in 1.13) dominates; a short one is its best case.
+        peers["torchrun_fast_monitor"] = lambda n: [
+            "/usr/bin/python3", wrapper, "--standalone", "--monitor_interval", "0.01",
+            "--nproc_per_node", str(n), "--no_python", "/bin/true"]
     if shutil.which("mpirun"):
         peers["mpirun"] = lambda n: ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "/bin/true"]
     rows = []
@@ -52,7 +59,7 @@ def main():
         row = {"n": n}
         for name, make in peers.items():
             row[name] = measure(make(n), args.reps)
-        for peer in ("floor", "mpirun"):
+        for peer in ("floor", "mpirun", "torchrun_fast_monitor"):
             if peer in row:
                 row[f"ddprun_vs_{peer}"] = row["ddprun"]["median_ms"] / row[peer]["median_ms"]
         rows.append(row)
