@@ -98,6 +98,8 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ->check(CLI::Range(0, 3));
   app.add_flag("--tag-output,--tag_output", options.tag_output,
                "Prefix every output line with [host:rank]");
+  app.add_flag("-q,--quiet", options.quiet,
+               "Print no start summary and no per-rank table at the end (errors still)");
   bool standalone = false;
   app.add_flag("--standalone", standalone,
                "Accepted for torchrun compatibility (one node is the default)");

@@ -14,6 +14,7 @@
 #include "plan_format.h"
 #include "process.h"
 #include "signal_names.h"
+#include "summary.h"
 #include "supervisor.h"
 #include "system_info.h"
 
@@ -95,7 +96,9 @@ int run(const Options& options) {
     inputs.restart_count = round;
     if (round > 0 && !options.master_port) inputs.master_port = pick_free_port();
     const LaunchPlan plan = build_plan(options, inputs, env);
+    if (!options.quiet) std::cerr << format_launch_summary(plan, options.log_dir.has_value());
     const RoundResult result = supervisor.run(plan, program_path, env);
+    if (!options.quiet) std::cerr << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed) {
       const RankResult& failed = result.ranks.at(*result.first_failure);
       std::cerr << format_failure_report(failed, read_small_file(failed.error_file));

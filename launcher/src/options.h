@@ -23,6 +23,7 @@ struct Options {
   // 2 stderr, 3 both (torchrun's numbering). Without --log-dir everything goes there.
   int tee = 0;
   bool tag_output = false;
+  bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
   PlanFormat format = PlanFormat::kText;
   std::vector<std::string> program;  // program and its arguments; never empty

@@ -253,7 +253,8 @@ TEST(Restarts, FailedRoundIsRestartedWithNextRestartCountAndNewPort) {
   EXPECT_NE(done.err.find("restarting all workers (restart 1 of 2)"), std::string::npos)
       << done.err;
   std::vector<std::string> ports, rounds;
-  const std::regex pattern(R"(^\[[^\]]+:0\] (MASTER_PORT|TORCHELASTIC_RESTART_COUNT)=(.*)$)");
+  // Rank 1 prints its environment before it fails; rank 0 may be stopped before it does.
+  const std::regex pattern(R"(^\[[^\]]+:1\] (MASTER_PORT|TORCHELASTIC_RESTART_COUNT)=(.*)$)");
   for (const auto& line : split_lines(done.out)) {
     std::smatch match;
     if (!std::regex_match(line, match, pattern)) continue;

@@ -3,7 +3,10 @@
 #include <sys/wait.h>
 
 #include "signal_names.h"
+#include "summary.h"
 #include "supervisor.h"
+
+#include <algorithm>
 
 namespace ddprun {
 namespace {
@@ -62,6 +65,41 @@ TEST(FailureReport, IgnoresAnUnreadableErrorFile) {
   const std::string report = format_failure_report(failed, "{not json");
   EXPECT_EQ(report.find("error file"), std::string::npos);
   EXPECT_NE(report.find("signal SIGKILL"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+TEST(Summary, StartBlockNamesRunWorkersNodeAndMaster) {
+  LaunchPlan plan;
+  plan.run_id = "r1";
+  plan.world_size = 4;
+  plan.master_addr = "10.0.0.1";
+  plan.master_port = 29500;
+  plan.attempt_dir = "/logs/attempt_0";
+  plan.nodes = {{"vm", 0, 4, 0}};
+  EXPECT_EQ(format_launch_summary(plan, true),
+            "ddprun: run r1: 4 workers on 1 node (vm: ranks 0-3), master 10.0.0.1:29500\n"
+            "ddprun: logs in /logs/attempt_0\n");
+}
+
+TEST(Summary, RankTableHasARowPerRankWithStatusAndMemory) {
+  RoundResult result;
+  result.ranks.resize(2);
+  result.ranks[0].exited = true;
+  result.ranks[0].wait_status = 0;
+  result.ranks[0].max_rss_kb = 2048;
+  result.ranks[1].rank = 1;
+  result.ranks[1].exited = true;
+  result.ranks[1].wait_status = SIGKILL;
+  const std::string table = format_rank_table(result);
+  EXPECT_NE(table.find("exit code 0"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.0 MB"), std::string::npos) << table;
+  EXPECT_NE(table.find("signal SIGKILL"), std::string::npos) << table;
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);
 }
 
 }  // namespace
