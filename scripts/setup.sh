@@ -14,6 +14,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   python3-torch                      # torchrun-style Python scripts in the tests
+  slurm-client                       # scontrol: the ground truth for hostlist tests
 )
 
 missing=()

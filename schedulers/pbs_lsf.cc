@@ -1,0 +1,144 @@
+// PBS Professional / Torque and LSF readers. Neither system is packaged for Debian 12:
+// both contracts are checked from their documentation only (docs/schedulers.md).
+
+#include <map>
+
+#include "ddprun/errors.h"
+#include "env_values.h"
+#include "node_match.h"
+#include "schedulers.h"
+
+namespace ddprun {
+
+Cluster read_pbs(const ReaderInput& input) {
+  const Environment& env = input.env;
+  Cluster cluster;
+  cluster.scheduler = "pbs";
+  const EnvEntry nodefile = require_env(
+      env, "PBS_NODEFILE", "expected the job's node file (run ddprun inside a qsub job)");
+  note(cluster, nodefile);
+  cluster.nodes = read_slot_file(input.read_file, nodefile.value, nodefile.name);
+  if (const std::optional<EnvEntry> id = first_set(env, {"PBS_JOBID"})) {
+    note(cluster, *id);
+    cluster.job_id = id->value;
+  }
+  if (const std::optional<EnvEntry> num = first_set(env, {"PBS_NUM_NODES"})) {
+    note(cluster, *num);
+    if (static_cast<std::size_t>(env_int(*num)) != cluster.nodes.size()) {
+      throw SchedulerEnvError(env_message(num->name, num->value,
+                                          "expected " + std::to_string(cluster.nodes.size()) +
+                                              ", the number of distinct hosts in PBS_NODEFILE"));
+    }
+  }
+  if (const std::optional<EnvEntry> np = first_set(env, {"PBS_NP"})) {
+    note(cluster, *np);
+    long total = 0;
+    for (const NodeSlots& node : cluster.nodes) total += node.slots;
+    if (env_int(*np) != total) {
+      throw SchedulerEnvError(env_message(
+          np->name, np->value,
+          "expected " + std::to_string(total) + ", the number of lines in PBS_NODEFILE"));
+    }
+  }
+  if (const std::optional<EnvEntry> node_num = first_set(env, {"PBS_NODENUM"})) {
+    note(cluster, *node_num);
+    const int index = env_int(*node_num);
+    if (static_cast<std::size_t>(index) >= cluster.nodes.size()) {
+      throw SchedulerEnvError(env_message(node_num->name, node_num->value,
+                                          "expected a node index below " +
+                                              std::to_string(cluster.nodes.size()) +
+                                              ", the number of distinct hosts in PBS_NODEFILE"));
+    }
+    cluster.this_node = index;
+  } else {
+    set_this_node_from_host(cluster, input.host);
+  }
+  return cluster;
+}
+
+namespace {
+
+// "host n host n ...": the hosts in order, a host named twice has its counts summed.
+std::vector<NodeSlots> parse_mcpu_hosts(const EnvEntry& entry) {
+  std::vector<std::pair<std::string_view, std::size_t>> words;  // word, 1-based column
+  const std::string_view text = entry.value;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    while (pos < text.size() && text[pos] == ' ') ++pos;
+    const std::size_t start = pos;
+    while (pos < text.size() && text[pos] != ' ') ++pos;
+    if (pos > start) words.emplace_back(text.substr(start, pos - start), start + 1);
+  }
+  if (words.empty()) {
+    throw SchedulerEnvError(env_message(entry.name, entry.value, "expected 'host count ...'"));
+  }
+  std::vector<NodeSlots> nodes;
+  std::map<std::string, std::size_t, std::less<>> index_of;
+  for (std::size_t i = 0; i < words.size(); i += 2) {
+    if (i + 1 == words.size()) {
+      throw SchedulerEnvError(
+          env_message_at(entry.name, entry.value, text.size() + 1,
+                         "expected a slot count after host '" + std::string(words[i].first) + "'"));
+    }
+    const std::optional<int> count = parse_int(words[i + 1].first);
+    if (!count || *count < 1) {
+      throw SchedulerEnvError(env_message_at(
+          entry.name, entry.value, words[i + 1].second,
+          "expected a positive slot count, got '" + std::string(words[i + 1].first) + "'"));
+    }
+    auto [it, inserted] = index_of.try_emplace(std::string(words[i].first), nodes.size());
+    if (inserted) {
+      nodes.push_back({std::string(words[i].first), *count});
+    } else if (nodes[it->second].slots > (1 << 30) - *count) {
+      throw SchedulerEnvError(env_message_at(entry.name, entry.value, words[i + 1].second,
+                                             "too many slots for host '" + it->first + "'"));
+    } else {
+      nodes[it->second].slots += *count;
+    }
+  }
+  return nodes;
+}
+
+}  // namespace
+
+Cluster read_lsf(const ReaderInput& input) {
+  const Environment& env = input.env;
+  Cluster cluster;
+  cluster.scheduler = "lsf";
+  const std::optional<EnvEntry> mcpu = first_set(env, {"LSB_MCPU_HOSTS"});
+  const std::optional<EnvEntry> djob = first_set(env, {"LSB_DJOB_HOSTFILE"});
+  if (mcpu) {
+    note(cluster, *mcpu);
+    cluster.nodes = parse_mcpu_hosts(*mcpu);
+  }
+  if (djob) {
+    note(cluster, *djob);
+    std::vector<NodeSlots> listed = read_slot_file(input.read_file, djob->value, djob->name);
+    if (!mcpu) {
+      cluster.nodes = std::move(listed);
+    } else {
+      bool same = listed.size() == cluster.nodes.size();
+      for (std::size_t i = 0; same && i < listed.size(); ++i) {
+        same = listed[i].host == cluster.nodes[i].host && listed[i].slots == cluster.nodes[i].slots;
+      }
+      if (!same) {
+        throw SchedulerEnvError(env_message(djob->name, djob->value,
+                                            "expected the hosts and slots of LSB_MCPU_HOSTS=\"" +
+                                                mcpu->value +
+                                                "\", one line per slot, in the same order"));
+      }
+    }
+  }
+  if (!mcpu && !djob) {
+    throw SchedulerEnvError(env_missing_message(
+        "LSB_MCPU_HOSTS", "expected the job's hosts and slots (run ddprun inside a bsub job)"));
+  }
+  if (const std::optional<EnvEntry> id = first_set(env, {"LSB_JOBID"})) {
+    note(cluster, *id);
+    cluster.job_id = id->value;
+  }
+  set_this_node_from_host(cluster, input.host);
+  return cluster;
+}
+
+}  // namespace ddprun
