@@ -5,6 +5,7 @@
 
 #include "ddprun/errors.h"
 #include "options.h"
+#include "schedulers.h"
 
 namespace ddprun {
 namespace {
@@ -52,10 +53,34 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                  "per CPU) or 'auto' (GPUs if any, else 1)")
       ->check(CLI::Validator(validate_nproc, "N|auto|cpu|gpu", "nproc"))
       ->capture_default_str();
+  app.add_option("--scheduler", options.scheduler,
+                 "Read the job from this scheduler instead of detecting it: slurm, lsf, pbs, "
+                 "sge, mpi, hostfile, local")
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            for (const auto name : scheduler_names()) {
+              if (name == value) return {};
+            }
+            return "expected one of slurm, lsf, pbs, sge, mpi, hostfile, local; got '" + value +
+                   "'";
+          },
+          "NAME", "scheduler"));
+  app.add_option("--hostfile", options.hostfile,
+                 "Nodes of the job, one per line (plain, 'host slots=N', 'host:N' or a Slurm "
+                 "hostlist); see docs/schedulers.md");
+  app.add_option("--nnodes", options.nnodes,
+                 "Number of nodes; checked against what the scheduler or hostfile says")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--node-rank,--node_rank", options.node_rank,
+                 "This node's index, when neither the scheduler nor the host name tells")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--master-addr,--master_addr", options.master_addr,
-                 "Address of rank 0's rendezvous store (default 127.0.0.1 on one node)");
-  app.add_option("--master-port,--master_port", options.master_port,
-                 "Port of the rendezvous store (default: a free port)")
+                 "Address of rank 0's rendezvous store (default: MASTER_ADDR, else the first node, "
+                 "else 127.0.0.1)");
+  app.add_option(
+         "--master-port,--master_port", options.master_port,
+         "Port of the rendezvous store (default: MASTER_PORT, else derived from the job id, "
+         "else a free port)")
       ->check(CLI::Range(1, 65535));
   app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", options.run_id,
                  "Job identifier passed to workers as TORCHELASTIC_RUN_ID (default: random)")

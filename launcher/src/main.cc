@@ -9,6 +9,7 @@
 
 #include "cluster.h"
 #include "ddprun/errors.h"
+#include "job_inputs.h"
 #include "options.h"
 #include "plan.h"
 #include "plan_format.h"
@@ -53,21 +54,9 @@ class ScratchDir {
 
 int run(const Options& options) {
   const Environment env = read_environment();
-  PlanInputs inputs;
-  inputs.host = read_host_facts();
-  inputs.cluster = local_cluster(inputs.host);
-  inputs.visible_gpus = count_visible_gpus(env, inputs.host.gpu_device_files);
-  inputs.run_id = options.run_id.value_or(random_run_id());
-  inputs.master_addr = options.master_addr.value_or("127.0.0.1");
+  PlanInputs inputs = resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
+                                          system_services(), !options.dry_run);
   inputs.stdout_is_tty = ::isatty(STDOUT_FILENO) == 1;
-  if (options.master_port && !port_is_free(*options.master_port)) {
-    throw UsageError(
-        "--master-port " + std::to_string(*options.master_port) + " is already in use on this host",
-        "another job may be using it: pick another port, or omit --master-port "
-        "to get a free one");
-  }
-  inputs.master_port = options.master_port.value_or(0);
-  if (inputs.master_port == 0) inputs.master_port = pick_free_port();
 
   if (options.dry_run) {
     inputs.scratch_dir = lookup(env, "TMPDIR").value_or("/tmp") + "/ddprun-" + inputs.run_id;
@@ -94,7 +83,7 @@ int run(const Options& options) {
   Supervisor supervisor(signals, guardian, config);
   for (int round = 0;; ++round) {
     inputs.restart_count = round;
-    if (round > 0 && !options.master_port) inputs.master_port = pick_free_port();
+    if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
     const LaunchPlan plan = build_plan(options, inputs, env);
     if (!options.quiet) std::cerr << format_launch_summary(plan, options.log_dir.has_value());
     const RoundResult result = supervisor.run(plan, program_path, env);

@@ -13,6 +13,10 @@ enum class PlanFormat { kText, kJson };
 struct Options {
   // "auto", "cpu", "gpu" or a positive integer, as given.
   std::string nproc_per_node = "1";
+  std::optional<std::string> scheduler;  // --scheduler: skip detection
+  std::optional<std::string> hostfile;   // --hostfile
+  std::optional<int> nnodes;             // checked against the scheduler's node count
+  std::optional<int> node_rank;          // this node's index, when the scheduler cannot tell
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
   std::optional<std::string> run_id;

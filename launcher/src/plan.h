@@ -56,6 +56,7 @@ struct PlanInputs {
   std::string run_id;
   std::string master_addr;
   int master_port = 0;
+  bool fixed_port = true;  // false: picked free on this node, so a restart may pick anew
   int restart_count = 0;
   std::string scratch_dir;  // error files go here when there is no --log-dir
   bool stdout_is_tty = false;

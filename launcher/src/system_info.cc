@@ -1,6 +1,8 @@
 #include "system_info.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -133,6 +135,27 @@ int try_bind(int port) {
 }
 
 }  // namespace
+
+std::vector<std::string> resolve_addresses(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  std::vector<std::string> addresses;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return addresses;
+  for (const addrinfo* entry = found; entry != nullptr; entry = entry->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw = entry->ai_family == AF_INET
+                          ? static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr)
+                          : static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr);
+    if (::inet_ntop(entry->ai_family, raw, text, sizeof text) != nullptr)
+      addresses.emplace_back(text);
+  }
+  ::freeaddrinfo(found);
+  return addresses;
+}
 
 bool port_is_free(int port) {
   return try_bind(port) > 0;

@@ -4,6 +4,7 @@
 // receives these as values.
 
 #include <string>
+#include <vector>
 
 #include "cluster.h"
 
@@ -24,6 +25,9 @@ std::string random_run_id();
 
 // Whether a TCP listener could bind `port` on all interfaces right now.
 bool port_is_free(int port);
+
+// The addresses `host` resolves to (getaddrinfo), as text; empty when it does not resolve.
+std::vector<std::string> resolve_addresses(const std::string& host);
 
 // A port the kernel says is free now (bind to port 0). Throws std::system_error.
 int pick_free_port();

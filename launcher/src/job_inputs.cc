@@ -1,0 +1,157 @@
+#include "job_inputs.h"
+
+#include <cstdint>
+
+#include "ddprun/env_names.h"
+#include "ddprun/errors.h"
+#include "node_match.h"
+#include "schedulers.h"
+#include "system_info.h"
+
+namespace ddprun {
+namespace {
+
+std::uint32_t fnv1a(std::string_view text) {
+  std::uint32_t hash = 2166136261u;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 16777619u;
+  }
+  return hash;
+}
+
+bool is_loopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+std::string source_of(const Cluster& cluster) {
+  return cluster.scheduler == "local" ? "this machine" : "the " + cluster.scheduler + " allocation";
+}
+
+int resolve_this_node(const Options& options, const Cluster& cluster, const HostFacts& host) {
+  const int nodes = static_cast<int>(cluster.nodes.size());
+  if (options.node_rank) {
+    if (*options.node_rank >= nodes) {
+      throw UsageError("--node-rank " + std::to_string(*options.node_rank) + " is out of range: " +
+                           source_of(cluster) + " has " + std::to_string(nodes) + " node(s)",
+                       "give a node rank from 0 to " + std::to_string(nodes - 1));
+    }
+    if (cluster.this_node && *cluster.this_node != *options.node_rank) {
+      throw UsageError("--node-rank " + std::to_string(*options.node_rank) + " contradicts " +
+                           source_of(cluster) + ", which says this is node " +
+                           std::to_string(*cluster.this_node),
+                       "drop --node-rank, or --scheduler local to ignore the scheduler");
+    }
+    return *options.node_rank;
+  }
+  if (nodes == 1) return 0;
+  return this_node_or_throw(cluster, host);
+}
+
+}  // namespace
+
+int port_for_job(const std::string& job_id) {
+  return kDerivedPortBase + static_cast<int>(fnv1a(job_id) % kDerivedPortSpan);
+}
+
+SystemServices system_services() {
+  return {pick_free_port, port_is_free, random_run_id, resolve_addresses};
+}
+
+PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
+                               const ReadFile& read_file, const HostFacts& host,
+                               const SystemServices& services, bool check_port) {
+  PlanInputs inputs;
+  inputs.host = host;
+  inputs.cluster = detect_cluster(env, read_file, host, options.scheduler, options.hostfile);
+  Cluster& cluster = inputs.cluster;
+  const int nodes = static_cast<int>(cluster.nodes.size());
+  if (options.nnodes && *options.nnodes != nodes) {
+    throw UsageError("--nnodes " + std::to_string(*options.nnodes) + " does not match " +
+                         source_of(cluster) + ", which has " + std::to_string(nodes) + " node(s)",
+                     nodes == 1 && cluster.scheduler == "local"
+                         ? "give the nodes with --hostfile, or run inside a scheduler's job"
+                         : "drop --nnodes, or fix the allocation");
+  }
+  cluster.this_node = resolve_this_node(options, cluster, host);
+  inputs.visible_gpus = count_visible_gpus(env, host.gpu_device_files);
+
+  // Master address: the option, then MASTER_ADDR from the environment (set by a job
+  // script or a Kubeflow-style operator), then the first node; on one node, loopback.
+  const auto env_addr = lookup(env, env::kMasterAddr);
+  if (options.master_addr) {
+    inputs.master_addr = *options.master_addr;
+  } else if (env_addr && !env_addr->empty()) {
+    inputs.master_addr = *env_addr;
+  } else if (nodes > 1) {
+    inputs.master_addr = cluster.nodes.front().host;
+  } else {
+    inputs.master_addr = "127.0.0.1";
+  }
+  if (nodes > 1) {
+    const auto addresses = services.resolve_host(inputs.master_addr);
+    if (addresses.empty()) {
+      throw SchedulerEnvError("master address '" + inputs.master_addr + "' does not resolve",
+                              "check /etc/hosts or DNS, or give --master-addr");
+    }
+    bool all_loopback = true;
+    for (const auto& address : addresses) all_loopback = all_loopback && is_loopback(address);
+    if (all_loopback) {
+      throw SchedulerEnvError("master address '" + inputs.master_addr + "' resolves only to " +
+                                  addresses.front() + " (loopback) in a job of " +
+                                  std::to_string(nodes) + " nodes: other nodes cannot reach it",
+                              "map the host name to its network address in /etc/hosts, or give "
+                              "--master-addr");
+    }
+  }
+
+  // Master port: the option, then MASTER_PORT, then derived from the job id, then (one
+  // node only) a free port.
+  const auto env_port = lookup(env, env::kMasterPort);
+  bool fixed_port = true;
+  if (options.master_port) {
+    inputs.master_port = *options.master_port;
+  } else if (env_port && !env_port->empty()) {
+    const auto port = parse_int(*env_port);
+    if (!port || *port < 1 || *port > 65535) {
+      throw SchedulerEnvError(env_message(env::kMasterPort, *env_port, "expected a port 1-65535"),
+                              "unset it, or give --master-port");
+    }
+    inputs.master_port = *port;
+  } else if (!cluster.job_id.empty()) {
+    inputs.master_port = port_for_job(cluster.job_id);
+  } else if (nodes == 1) {
+    inputs.master_port = services.pick_free_port();
+    fixed_port = false;
+  } else {
+    throw UsageError(
+        "no master port for a job of " + std::to_string(nodes) + " nodes without a job id",
+        "give --master-port (the same on every node)");
+  }
+  inputs.fixed_port = fixed_port;
+  const bool hosts_rank0 = cluster.this_node == 0;
+  if (check_port && fixed_port && hosts_rank0 && !services.port_is_free(inputs.master_port)) {
+    throw UsageError(
+        "master port " + std::to_string(inputs.master_port) + " is already in use on this host",
+        "another job may be using it: pick another port with --master-port, or "
+        "omit it on a single node to get a free one");
+  }
+
+  // Run id: every node must agree on it, so random only where there is one node.
+  if (options.run_id) {
+    inputs.run_id = *options.run_id;
+  } else if (!cluster.job_id.empty()) {
+    inputs.run_id = cluster.job_id;
+  } else if (nodes == 1) {
+    inputs.run_id = services.random_run_id();
+  } else {
+    std::string seed = inputs.master_addr + ":" + std::to_string(inputs.master_port);
+    for (const auto& node : cluster.nodes) seed += "," + node.host;
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", fnv1a(seed));
+    inputs.run_id = hex;
+  }
+  return inputs;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,43 @@
+#pragma once
+// Turns the options, the environment and the scheduler's word into everything the plan
+// needs (cluster, this node, master address and port, run id), identically on every node
+// of a job and without talking to the other nodes. The system calls it needs are passed
+// in, so tests can plan a 3-node job from three host names on one machine.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "options.h"
+#include "plan.h"
+#include "source.h"
+
+namespace ddprun {
+
+struct SystemServices {
+  std::function<int()> pick_free_port;
+  std::function<bool(int port)> port_is_free;
+  std::function<std::string()> random_run_id;
+  // The addresses `host` resolves to, as text ("10.1.2.3", "::1"); empty when it does not.
+  std::function<std::vector<std::string>(const std::string& host)> resolve_host;
+};
+
+// The real ones (system_info.h).
+SystemServices system_services();
+
+// Ports derived from a job id fall in [kDerivedPortBase, kDerivedPortBase + kDerivedPortSpan).
+inline constexpr int kDerivedPortBase = 20000;
+inline constexpr int kDerivedPortSpan = 10000;
+
+// The port every node of job `job_id` derives by itself (FNV-1a of the id, into the
+// range above), so two jobs on one host rarely collide.
+int port_for_job(const std::string& job_id);
+
+// Resolves the inputs for round 0 (see docs/schedulers.md, "Master address and port").
+// With `check_port`, and when this node hosts rank 0, the master port must be free.
+// Throws UsageError, SchedulerEnvError or ConfigError with one line saying what to do.
+PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
+                               const ReadFile& read_file, const HostFacts& host,
+                               const SystemServices& services, bool check_port);
+
+}  // namespace ddprun
