@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up, builds with warnings as errors, and runs every test; then builds the launcher
-# under ASan/UBSan and runs its tests again.
+# under ASan/UBSan and runs its tests again, and fuzzes the hostlist and hostfile parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh ci
@@ -11,3 +11,13 @@ ctest --preset ci -j 2
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$(nproc)"
 ctest --preset asan -j 2
+
+# 30 s of libFuzzer on the hostlist and hostfile parsers, under ASan/UBSan.
+source scripts/packages.sh
+ensure_packages clang-14 libclang-rt-14-dev
+cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DDDPRUN_FUZZ=ON -DDDPRUN_BUILD_WORKER=OFF \
+  -DBUILD_TESTING=ON >/dev/null
+cmake --build build-fuzz --target hostlist_fuzz -j "$(nproc)"
+mkdir -p build-fuzz/corpus
+build-fuzz/bin/hostlist_fuzz -max_total_time=30 -print_final_stats=0 -dict=tests/fuzz/hostlist.dict \
+  build-fuzz/corpus tests/fuzz/corpus 2>&1 | grep -E "^Done|ERROR|SUMMARY"
