@@ -27,8 +27,18 @@ int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& no
 }
 
 int count_visible_gpus(const Environment& env, int device_files) {
-  const auto visible = lookup(env, "CUDA_VISIBLE_DEVICES");
-  if (!visible) return device_files;
+  auto visible = lookup(env, "CUDA_VISIBLE_DEVICES");
+  // Slurm sets CUDA_VISIBLE_DEVICES for tasks; in the batch script only these may be set.
+  if (!visible) visible = lookup(env, "SLURM_STEP_GPUS");
+  if (!visible) visible = lookup(env, "SLURM_JOB_GPUS");
+  if (!visible) {
+    const auto count = lookup(env, "SLURM_GPUS_ON_NODE");
+    if (count && !count->empty() && count->find_first_not_of("0123456789") == std::string::npos &&
+        count->size() < 6) {
+      return std::stoi(*count);
+    }
+    return device_files;
+  }
   int count = 0;
   std::string_view rest = *visible;
   while (!rest.empty()) {

@@ -68,7 +68,8 @@ int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& no
                   const Cluster& cluster, const HostFacts& host);
 
 // GPUs visible to workers: CUDA_VISIBLE_DEVICES when set (entries up to the first
-// invalid one, as CUDA counts them), else the /dev/nvidiaN device files.
+// invalid one, as CUDA counts them), else Slurm's SLURM_STEP_GPUS, SLURM_JOB_GPUS or
+// SLURM_GPUS_ON_NODE, else the /dev/nvidiaN device files.
 int count_visible_gpus(const Environment& env, int device_files);
 
 // Builds the plan for one round. `env` is ddprun's own environment: thread variables the
