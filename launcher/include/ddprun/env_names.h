@@ -27,6 +27,9 @@ inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 inline constexpr const char* kOpenblasNumThreads = "OPENBLAS_NUM_THREADS";
 
+// Read by the worker only (set by the user or the site): gloo's network interface.
+inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
+
 // ddprun's own additions.
 inline constexpr const char* kDdprunHost = "DDPRUN_HOST";        // this node's name in the plan
 inline constexpr const char* kDdprunLogDir = "DDPRUN_LOG_DIR";   // per-rank log folder, if any

@@ -1,0 +1,132 @@
+#include "ddprun/worker/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "ddprun/worker/atomic_file.h"
+#include "ddprun/worker/errors.h"
+#include "ddprun/worker/models.h"
+
+namespace ddprun::worker {
+namespace {
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = std::filesystem::temp_directory_path() /
+            ("ddprun-ckpt-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(base_);
+    std::filesystem::create_directories(base_);
+    dir_ = (base_ / "ckpt").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(base_); }
+
+  static unsigned mode_of(const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 0777;
+  }
+
+  // One SGD-with-momentum step so the optimizer has state worth saving.
+  static void train_step(Model& model, torch::optim::Optimizer& opt) {
+    opt.zero_grad();
+    model.forward(torch::ones({4, 10})).sum().backward();
+    opt.step();
+  }
+
+  std::filesystem::path base_;
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
+  torch::manual_seed(1);
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train_step(*model, opt);
+  const CheckpointMeta meta{{7, 2, 3}, 0xfedcba9876543210ull, 2};
+  EXPECT_EQ(save_checkpoint(dir_, *model, opt, meta, 2), "ckpt-00000007.pt");
+  EXPECT_EQ(mode_of(dir_), 0700u);
+  EXPECT_EQ(mode_of(dir_ + "/ckpt-00000007.pt"), 0600u);
+  EXPECT_EQ(mode_of(dir_ + "/latest"), 0600u);
+
+  torch::manual_seed(2);  // different initial weights
+  auto restored = make_model("toy");
+  torch::optim::SGD opt2(restored->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const auto latest = find_latest_checkpoint(dir_);
+  ASSERT_TRUE(latest.has_value());
+  const CheckpointMeta got = load_checkpoint(*latest, *restored, opt2);
+  EXPECT_EQ(got.position.step, 7);
+  EXPECT_EQ(got.position.epoch, 2);
+  EXPECT_EQ(got.position.batch_in_epoch, 3);
+  EXPECT_EQ(got.seed, 0xfedcba9876543210ull);
+  EXPECT_EQ(got.world_size, 2);
+  const auto a = model->parameters(), b = restored->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+
+  // Same momentum buffers: one more identical step gives identical weights.
+  train_step(*model, opt);
+  train_step(*restored, opt2);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+}
+
+TEST_F(CheckpointTest, LatestFollowsNewestAndOldOnesArePruned) {
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  for (std::int64_t step : {1, 2, 3})
+    save_checkpoint(dir_, *model, opt, {{step, 0, step}, 1, 1}, 2);
+  EXPECT_EQ(find_latest_checkpoint(dir_), dir_ + "/ckpt-00000003.pt");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000001.pt"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-00000002.pt"));
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos);  // no leftovers
+  }
+}
+
+TEST_F(CheckpointTest, NoLatestMeansFreshStart) {
+  EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());
+}
+
+TEST_F(CheckpointTest, BadLatestOrBadFileIsACheckpointError) {
+  make_directories(dir_);
+  write_file_atomically(dir_, "latest", "../../etc/passwd\n");
+  EXPECT_THROW(find_latest_checkpoint(dir_), CheckpointError);
+  write_file_atomically(dir_, "latest", "ckpt-00000009.pt\n");
+  EXPECT_THROW(find_latest_checkpoint(dir_), CheckpointError);
+
+  write_file_atomically(dir_, "ckpt-00000009.pt", "not a checkpoint");
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(load_checkpoint(dir_ + "/ckpt-00000009.pt", *model, opt), CheckpointError);
+}
+
+TEST_F(CheckpointTest, CheckpointOfAnotherModelIsRefused) {
+  auto mlp = make_model("mlp");
+  torch::optim::SGD opt(mlp->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_, *mlp, opt, {{1, 0, 1}, 1, 1}, 1);
+  auto toy = make_model("toy");
+  torch::optim::SGD opt2(toy->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(load_checkpoint(dir_ + "/ckpt-00000001.pt", *toy, opt2), CheckpointError);
+}
+
+TEST_F(CheckpointTest, AtomicWriteReplacesWholeFiles) {
+  write_file_atomically(base_.string(), "f", "first", 0640);
+  write_file_atomically(base_.string(), "f", "second", 0640);
+  EXPECT_EQ(read_file((base_ / "f").string()), "second");
+  EXPECT_EQ(mode_of((base_ / "f").string()), 0640u);
+  EXPECT_THROW(write_file_atomically((base_ / "missing").string(), "f", "x"), std::system_error);
+}
+
+TEST(ErrorFileTest, TorchelasticFormat) {
+  const auto j = nlohmann::json::parse(format_error_file({"boom", "trace"}, 1763800000));
+  EXPECT_EQ(j["message"]["message"], "boom");
+  EXPECT_EQ(j["message"]["extraInfo"]["py_callstack"], "trace");
+  EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "1763800000");
+}
+
+}  // namespace
+}  // namespace ddprun::worker

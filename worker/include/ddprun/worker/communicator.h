@@ -1,0 +1,71 @@
+#pragma once
+// The process group of a job: rendezvous through a TCPStore and collectives over gloo
+// (NCCL where LibTorch has CUDA). c10d types stay behind this class (see torch_compat.h).
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddprun/worker/env.h"
+
+namespace ddprun::worker {
+
+enum class ReduceOp { kSum, kMin, kMax };
+
+struct CommOptions {
+  std::string backend = "gloo";  // "gloo" or "nccl"
+  std::chrono::milliseconds timeout{300'000};
+};
+
+// A collective in flight. wait() blocks until it is done and throws (c10::Error) if it
+// failed or timed out. Destroying it without wait() is allowed.
+class PendingWork {
+ public:
+  PendingWork();
+  ~PendingWork();
+  PendingWork(PendingWork&&) noexcept;
+  PendingWork& operator=(PendingWork&&) noexcept;
+  void wait();
+
+ private:
+  friend class Communicator;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One rank's membership in a job. Not thread-safe: call from one thread.
+class Communicator {
+ public:
+  // Joins the job described by `env`: rank 0 hosts the TCPStore on MASTER_PORT (standalone:
+  // a free port), the others wait for it to accept, then connect. Keys live under a prefix
+  // of the run id and restart count, so workers of another run or round never meet. Blocks
+  // until every rank has joined or `options.timeout` passes (then throws). Throws
+  // ConfigError for an unknown or unavailable backend.
+  static std::unique_ptr<Communicator> connect(const WorkerEnv& env, const CommOptions& options);
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+
+  // Starts an in-place all-reduce of `tensor` (contiguous) over all ranks.
+  PendingWork allreduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // All-reduce in place and wait.
+  void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // Overwrites `tensors` (contiguous) on every rank with root's, and waits.
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
+  // Returns when every rank has called it.
+  void barrier();
+
+ private:
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::worker

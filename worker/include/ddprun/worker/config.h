@@ -1,0 +1,88 @@
+#pragma once
+// ddp-train's typed configuration (docs/config.md). No LibTorch.
+//
+// Each JSON section maps to one struct. Required keys are required, unknown keys are
+// rejected, and every error is a ddprun::ConfigError whose message names the file and the
+// JSON pointer, e.g. "configs/x.json: /optimizer/lr: must be > 0".
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ddprun::worker {
+
+struct ModelConfig {
+  std::string name;  // "mlp", "cnn" or "toy"
+};
+
+struct DataConfig {
+  std::string name;  // "fashion_mnist" or "synthetic"
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  std::int64_t train_limit = 0;         // > 0: use only the first N training samples
+  std::int64_t synthetic_train = 4096;  // synthetic: training samples
+  std::int64_t synthetic_test = 1024;   // synthetic: test samples
+  bool shuffle = true;
+  bool drop_last = false;
+};
+
+struct OptimizerConfig {
+  std::string name;  // "sgd" or "adam"
+  double lr = 0;
+  double momentum = 0;  // sgd only
+  double weight_decay = 0;
+};
+
+struct TrainConfig {
+  int epochs = 0;
+  std::int64_t batch_size_per_rank = 0;
+  std::uint64_t seed = 0;
+  std::int64_t max_steps = 0;          // > 0: stop after this many optimizer steps in total
+  std::string loss = "cross_entropy";  // or "mse" (one-hot targets for classification data)
+};
+
+struct CheckpointConfig {
+  std::string dir;                  // empty: no checkpoints, no resume
+  std::int64_t interval_steps = 0;  // > 0: also every N steps; always at the end of training
+  int keep_last = 2;                // older checkpoints are removed
+};
+
+struct RuntimeConfig {
+  int threads = 0;               // > 0: intra-op threads; 0: OMP_NUM_THREADS, else LibTorch's
+  std::string backend = "gloo";  // "gloo" or "nccl"
+  double timeout_s = 300;        // store and collective timeout
+  double bucket_cap_mb = 25;     // gradient bucket size cap
+};
+
+struct MetricsConfig {
+  std::string file;  // empty: none; else rank 0 appends one JSON line per epoch
+};
+
+struct DiagnosticsConfig {
+  bool check_replicas = false;    // after every step, fail unless all ranks' parameters agree
+  std::string final_params_file;  // rank 0 writes the final parameters here as JSON
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  RuntimeConfig runtime;
+  MetricsConfig metrics;
+  DiagnosticsConfig diagnostics;
+};
+
+// Parses `text` (the contents of `source`, which only names it in errors). Throws
+// ddprun::ConfigError with "SOURCE: /pointer: reason" on any problem; returns a config
+// that passed validate_config.
+Config parse_config(const std::string& text, const std::string& source);
+
+// Reads and parses a file. Throws ddprun::ConfigError (also when it cannot be read).
+Config load_config(const std::string& path);
+
+// Checks cross-field rules and ranges (also after command-line overrides). Throws
+// ddprun::ConfigError naming `source` and the pointer of the offending key.
+void validate_config(const Config& config, const std::string& source);
+
+}  // namespace ddprun::worker

@@ -1,0 +1,40 @@
+#pragma once
+// Reading the launcher's environment contract (docs/environment.md). No LibTorch.
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace ddprun::worker {
+
+// A snapshot of the process environment; main() takes it once, nothing below calls getenv.
+using EnvMap = std::map<std::string, std::string>;
+
+// Copies `environ`-style "NAME=value" entries into a map.
+EnvMap snapshot_environment(char** envp);
+
+// Where this worker sits in the job.
+struct WorkerEnv {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: standalone, the store picks a free port
+  std::string run_id = "standalone";
+  int restart_count = 0;
+  std::string error_file;              // empty: none
+  std::optional<int> omp_num_threads;  // OMP_NUM_THREADS when set
+  std::string gloo_socket_ifname;      // GLOO_SOCKET_IFNAME when set
+  bool standalone = false;             // no rank variable was set
+};
+
+// Reads the contract in one place. When none of RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT is set, returns a world of one
+// (standalone). Otherwise RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required and
+// the rest default as torchrun's would. Throws EnvError naming the variable when one is
+// missing, not an integer, or out of range (e.g. RANK >= WORLD_SIZE).
+WorkerEnv read_worker_env(const EnvMap& env);
+
+}  // namespace ddprun::worker

@@ -1,0 +1,65 @@
+#include "torch_compat.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace ddprun::worker::compat {
+
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uint16_t port,
+                                               bool is_server, int world_size,
+                                               std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = is_server;
+  options.numWorkers = static_cast<std::size_t>(world_size);
+  // Gloo's own rendezvous waits for every rank; the store need not block as well.
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
+std::uint16_t tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store) {
+  const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store.get());
+  return tcp == nullptr ? 0 : tcp->getPort();
+}
+
+c10::intrusive_ptr<c10d::Store> make_prefix_store(const std::string& prefix,
+                                                  c10::intrusive_ptr<c10d::Store> store) {
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
+}
+
+c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& interface,
+                                                const std::string& master_addr) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (!interface.empty()) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+  } else if (master_addr == "127.0.0.1" || master_addr == "localhost" || master_addr == "::1") {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(master_addr));
+  } else {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  // One rank per core is the norm here: more gloo threads only compete with compute.
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+c10::intrusive_ptr<CollectiveBackend> make_nccl(
+    [[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store, [[maybe_unused]] int rank,
+    [[maybe_unused]] int size, [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifdef USE_C10D_NCCL
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+#else
+  return {};
+#endif
+}
+
+}  // namespace ddprun::worker::compat

@@ -1,0 +1,59 @@
+#pragma once
+// Every c10d API difference between LibTorch 1.13 (what CI builds against) and 2.x lives
+// here and in torch_compat.cc; nothing else names a version.
+//
+// 1.13: ProcessGroupGloo/NCCL derive from c10d::ProcessGroup.
+// 2.0+: they derive from c10d::Backend, and ProcessGroup became a dispatching wrapper;
+//       the backend itself keeps the same allreduce/broadcast/barrier signatures, so we
+//       use it directly.
+// 2.4+: TCPStoreOptions::useLibUV defaults to true (we keep the default).
+
+#include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+namespace ddprun::worker::compat {
+
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
+// A TCPStore: the server when `is_server` (port 0: any free port), else a client.
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uint16_t port,
+                                               bool is_server, int world_size,
+                                               std::chrono::milliseconds timeout);
+
+// The port a TCPStore made by make_tcp_store listens on or connects to.
+std::uint16_t tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store);
+
+// `prefix`/key for every key of `store`.
+c10::intrusive_ptr<c10d::Store> make_prefix_store(const std::string& prefix,
+                                                  c10::intrusive_ptr<c10d::Store> store);
+
+// Gloo over TCP. `interface` (GLOO_SOCKET_IFNAME) wins; else a loopback master address
+// binds loopback; else the address this host's name resolves to.
+c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& interface,
+                                                const std::string& master_addr);
+
+// NCCL; only when LibTorch was built with it (USE_C10D_NCCL). Returns null otherwise.
+c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size,
+                                                std::chrono::milliseconds timeout);
+
+}  // namespace ddprun::worker::compat

@@ -1,0 +1,318 @@
+#include "ddprun/worker/trainer.h"
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "ddprun/worker/atomic_file.h"
+#include "ddprun/worker/checkpoint.h"
+#include "ddprun/worker/communicator.h"
+#include "ddprun/worker/data.h"
+#include "ddprun/worker/ddp.h"
+#include "ddprun/worker/errors.h"
+#include "ddprun/worker/models.h"
+#include "ddprun/worker/sampler.h"
+
+namespace ddprun::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::int64_t kEvalChunk = 2048;
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c,
+                                                        std::vector<at::Tensor> params) {
+  if (c.name == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        std::move(params), torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+  }
+  return std::make_unique<torch::optim::SGD>(
+      std::move(params),
+      torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+}
+
+at::Tensor compute_loss(const std::string& kind, const at::Tensor& logits,
+                        const at::Tensor& targets) {
+  if (kind == "mse") {
+    const auto one_hot = torch::one_hot(targets, logits.size(1)).to(logits.scalar_type());
+    return torch::mse_loss(logits, one_hot);
+  }
+  return torch::cross_entropy_loss(logits, targets);
+}
+
+// FNV-1a over the bytes of every parameter: equal on all ranks iff they are bit-identical
+// (up to hash collisions).
+std::int64_t parameter_checksum(torch::nn::Module& model) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& p : model.parameters(true)) {
+    const auto t = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    const auto n = static_cast<std::size_t>(t.numel() * t.element_size());
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return static_cast<std::int64_t>(h);
+}
+
+void check_replicas(torch::nn::Module& model, Communicator& comm, std::int64_t step) {
+  const auto sum = parameter_checksum(model);
+  auto lo = torch::tensor({sum}, torch::kLong);
+  auto hi = lo.clone();
+  comm.allreduce(lo, ReduceOp::kMin);
+  comm.allreduce(hi, ReduceOp::kMax);
+  if (lo.item<std::int64_t>() != hi.item<std::int64_t>()) {
+    throw ConsistencyError(
+        "after step " + std::to_string(step) + " the ranks hold different parameters (rank " +
+            std::to_string(comm.rank()) + " checksum " + std::to_string(sum) + ")",
+        "gradients were not averaged identically: a bug in the DDP wrapper");
+  }
+}
+
+void write_final_params(const std::string& path, torch::nn::Module& model, std::int64_t step,
+                        int world) {
+  nlohmann::json j;
+  j["step"] = step;
+  j["world_size"] = world;
+  auto& params = j["params"];
+  for (const auto& p : model.named_parameters(true)) {
+    const auto t = p.value().detach().to(torch::kCPU, torch::kDouble).contiguous();
+    const auto* v = t.data_ptr<double>();
+    params[p.key()] = {{"shape", t.sizes().vec()},
+                       {"values", std::vector<double>(v, v + t.numel())}};
+  }
+  const std::filesystem::path fp(path);
+  write_file_atomically(fp.has_parent_path() ? fp.parent_path().string() : ".",
+                        fp.filename().string(), j.dump() + "\n", 0644);
+}
+
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+};
+
+// This rank evaluates test samples rank, rank + world, ... (no padding, so every sample
+// counts once); sums and counts are all-reduced.
+EvalResult evaluate(Model& model, const Dataset& test, Communicator& comm, const Config& config,
+                    const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  const auto mine = torch::arange(comm.rank(), test.size(), comm.world_size(), torch::kLong);
+  double correct = 0, loss = 0;
+  for (std::int64_t start = 0; start < mine.size(0); start += kEvalChunk) {
+    const auto batch =
+        gather(test, mine.narrow(0, start, std::min(kEvalChunk, mine.size(0) - start)));
+    const auto x = batch.inputs.to(device), y = batch.targets.to(device);
+    const auto logits = model.forward(x);
+    correct += logits.argmax(1).eq(y).sum().item<double>();
+    loss +=
+        compute_loss(config.train.loss, logits, y).item<double>() * static_cast<double>(y.size(0));
+  }
+  model.train();
+  auto sums = torch::tensor({correct, loss, static_cast<double>(mine.size(0))}, torch::kDouble);
+  comm.allreduce(sums, ReduceOp::kSum);
+  const auto* s = sums.data_ptr<double>();
+  return {s[0] / std::max(s[2], 1.0), s[1] / std::max(s[2], 1.0)};
+}
+
+// Everything the per-epoch report needs, summed over ranks.
+struct EpochStats {
+  double loss_sum = 0;
+  double samples = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, const WorkerEnv& env, std::ostream& out)
+      : config_(config), env_(env), out_(out) {}
+
+  void run();
+
+ private:
+  void maybe_resume();
+  void checkpoint(const TrainingPosition& position);
+  void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds);
+
+  const Config& config_;
+  const WorkerEnv& env_;
+  std::ostream& out_;
+  torch::Device device_{torch::kCPU};
+  std::unique_ptr<Communicator> comm_;
+  DataSplits data_;
+  std::shared_ptr<Model> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  TrainingPosition position_;
+  std::int64_t last_checkpoint_step_ = -1;
+};
+
+void Trainer::run() {
+  const int threads =
+      config_.runtime.threads > 0 ? config_.runtime.threads : env_.omp_num_threads.value_or(0);
+  if (threads > 0) at::set_num_threads(threads);
+
+  CommOptions comm_options;
+  comm_options.backend = config_.runtime.backend;
+  comm_options.timeout = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::llround(config_.runtime.timeout_s * 1000)));
+  comm_ = Communicator::connect(env_, comm_options);
+  const int rank = comm_->rank();
+  const int world = comm_->world_size();
+  if (config_.runtime.backend == "nccl")
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
+
+  data_ = load_data(config_.data, config_.train.seed);
+  torch::manual_seed(config_.train.seed);  // same initial weights everywhere, before broadcast
+  model_ = make_model(config_.model.name);
+  model_->to(device_);
+  optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
+  maybe_resume();
+
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_bytes =
+      static_cast<std::size_t>(config_.runtime.bucket_cap_mb * 1024 * 1024);
+  DistributedDataParallel ddp(model_, *comm_, ddp_options);
+
+  SamplerOptions so;
+  so.dataset_size = data_.train.size();
+  so.num_replicas = world;
+  so.rank = rank;
+  so.shuffle = config_.data.shuffle;
+  so.seed = config_.train.seed;
+  so.drop_last = config_.data.drop_last;
+  DistributedSampler sampler(so);
+  const std::int64_t batch = config_.train.batch_size_per_rank;
+  const std::int64_t per_rank = sampler.num_samples();
+  const std::int64_t batches = (per_rank + batch - 1) / batch;
+  const std::int64_t max_steps = config_.train.max_steps;
+  if (rank == 0) {
+    out_ << "ddp-train: " << config_.model.name << " on " << config_.data.name << ", world "
+         << world << ", " << batch << " samples per rank per step, " << batches
+         << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank" << std::endl;
+  }
+
+  bool done = false;
+  for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done; ++epoch) {
+    sampler.set_epoch(epoch);
+    const auto idx = sampler.indices();
+    const auto indices = torch::tensor(idx, torch::kLong);
+    const std::int64_t first = epoch == position_.epoch ? position_.batch_in_epoch : 0;
+    EpochStats stats;
+    const auto start = Clock::now();
+    for (std::int64_t b = first; b < batches; ++b) {
+      if (max_steps > 0 && position_.step >= max_steps) {
+        done = true;
+        break;
+      }
+      const auto batch_indices =
+          indices.narrow(0, b * batch, std::min(batch, per_rank - b * batch));
+      const auto samples = gather(data_.train, batch_indices);
+      const auto x = samples.inputs.to(device_), y = samples.targets.to(device_);
+      // Zeroing by hand: a later gradient_as_bucket_view reducer must keep the grad tensors.
+      for (auto& p : model_->parameters()) {
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      }
+      ddp.prepare_for_backward();
+      const auto loss = compute_loss(config_.train.loss, model_->forward(x), y);
+      loss.backward();
+      ddp.finish_gradient_sync();
+      optimizer_->step();
+
+      stats.loss_sum += loss.item<double>() * static_cast<double>(y.size(0));
+      stats.samples += static_cast<double>(y.size(0));
+      position_ = {position_.step + 1, b + 1 == batches ? epoch + 1 : epoch,
+                   b + 1 == batches ? 0 : b + 1};
+      if (config_.diagnostics.check_replicas) check_replicas(*model_, *comm_, position_.step);
+      const auto interval = config_.checkpoint.interval_steps;
+      if (interval > 0 && position_.step % interval == 0) checkpoint(position_);
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (stats.samples > 0 || !done) report_epoch(epoch, stats, seconds);
+  }
+
+  if (!config_.checkpoint.dir.empty() && last_checkpoint_step_ != position_.step) {
+    checkpoint(position_);
+  }
+  if (!config_.diagnostics.final_params_file.empty() && rank == 0) {
+    write_final_params(config_.diagnostics.final_params_file, *model_, position_.step, world);
+  }
+  if (rank == 0) out_ << "ddp-train: done after " << position_.step << " steps" << std::endl;
+}
+
+void Trainer::maybe_resume() {
+  if (config_.checkpoint.dir.empty()) return;
+  const auto latest = find_latest_checkpoint(config_.checkpoint.dir);
+  if (!latest) return;
+  const CheckpointMeta meta = load_checkpoint(*latest, *model_, *optimizer_);
+  if (meta.world_size != comm_->world_size()) {
+    throw CheckpointError(*latest + " was written by a job of " + std::to_string(meta.world_size) +
+                              " ranks; this one has " + std::to_string(comm_->world_size()),
+                          "resume with the same number of ranks, or use a new checkpoint dir");
+  }
+  if (meta.seed != config_.train.seed) {
+    throw CheckpointError(*latest + " was written with seed " + std::to_string(meta.seed) +
+                              "; the config says " + std::to_string(config_.train.seed),
+                          "the data order depends on the seed: use the same config, or a new "
+                          "checkpoint dir");
+  }
+  position_ = meta.position;
+  last_checkpoint_step_ = meta.position.step;
+  if (comm_->rank() == 0) {
+    out_ << "ddp-train: resuming from " << *latest << " at step " << position_.step << " (epoch "
+         << position_.epoch + 1 << ", batch " << position_.batch_in_epoch << ")" << std::endl;
+  }
+}
+
+void Trainer::checkpoint(const TrainingPosition& position) {
+  // Every rank has finished the step before rank 0 reads the (identical) state; the second
+  // barrier means that once any rank goes on, the checkpoint is on disk.
+  comm_->barrier();
+  if (comm_->rank() == 0) {
+    CheckpointMeta meta{position, config_.train.seed, comm_->world_size()};
+    save_checkpoint(config_.checkpoint.dir, *model_, *optimizer_, meta,
+                    config_.checkpoint.keep_last);
+  }
+  comm_->barrier();
+  last_checkpoint_step_ = position.step;
+}
+
+void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double seconds) {
+  auto sums = torch::tensor({local.loss_sum, local.samples}, torch::kDouble);
+  comm_->allreduce(sums, ReduceOp::kSum);
+  const double loss_sum = sums[0].item<double>(), samples = sums[1].item<double>();
+  const EvalResult eval = evaluate(*model_, data_.test, *comm_, config_, device_);
+  if (comm_->rank() != 0) return;
+
+  const double train_loss = samples > 0 ? loss_sum / samples : 0;
+  const double rate = seconds > 0 ? samples / seconds : 0;
+  std::ostringstream line;
+  line << std::fixed << "epoch " << epoch + 1 << "/" << config_.train.epochs << "  step "
+       << position_.step << "  train_loss " << std::setprecision(4) << train_loss
+       << "  test_accuracy " << std::setprecision(4) << eval.accuracy << "  samples/s "
+       << std::setprecision(0) << rate;
+  out_ << line.str() << std::endl;
+
+  if (!config_.metrics.file.empty()) {
+    nlohmann::json j = {{"epoch", epoch + 1},       {"step", position_.step},
+                        {"train_loss", train_loss}, {"test_accuracy", eval.accuracy},
+                        {"test_loss", eval.loss},   {"samples_per_s", rate},
+                        {"epoch_seconds", seconds}, {"world_size", comm_->world_size()}};
+    std::ofstream metrics(config_.metrics.file, std::ios::app);
+    metrics << j.dump() << "\n";
+    if (!metrics.flush()) {
+      throw std::system_error(errno, std::generic_category(), "write " + config_.metrics.file);
+    }
+  }
+}
+
+}  // namespace
+
+void run_training(const Config& config, const WorkerEnv& env, std::ostream& out) {
+  Trainer(config, env, out).run();
+}
+
+}  // namespace ddprun::worker
