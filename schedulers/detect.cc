@@ -32,7 +32,44 @@ bool in_mpi(const Environment& env) {
   return mpi_size(env).has_value();
 }
 
+// Kubeflow's PyTorchJob (and other operators) set a node-level world: PET_NNODES and
+// PET_NODE_RANK for torchrun, or WORLD_SIZE and RANK with MASTER_ADDR. LOCAL_RANK set too
+// means a process-level world (ddprun inside another launcher's worker): not this.
+bool in_kubeflow(const Environment& env) {
+  if (first_set(env, {"PET_NNODES"})) return true;
+  return first_set(env, {"MASTER_ADDR"}) && first_set(env, {"WORLD_SIZE"}) &&
+         first_set(env, {"RANK"}) && !first_set(env, {"LOCAL_RANK"});
+}
+
 }  // namespace
+
+Cluster read_kubeflow(const ReaderInput& input) {
+  const Environment& env = input.env;
+  Cluster cluster;
+  cluster.scheduler = "kubeflow";
+  const std::optional<EnvEntry> nnodes = first_set(env, {"PET_NNODES", "WORLD_SIZE"});
+  if (!nnodes)
+    throw SchedulerEnvError(env_missing_message("PET_NNODES", "expected it or WORLD_SIZE"));
+  note(cluster, *nnodes);
+  const int count = env_int(*nnodes);
+  if (count < 1 || count > (1 << 20)) {
+    throw SchedulerEnvError(env_message(nnodes->name, nnodes->value, "expected 1 or more nodes"));
+  }
+  const std::string rank_name = nnodes->name == "PET_NNODES" ? "PET_NODE_RANK" : "RANK";
+  const std::optional<EnvEntry> rank = first_set(env, {rank_name});
+  if (!rank) throw SchedulerEnvError(env_missing_message(rank_name, "expected this node's index"));
+  note(cluster, *rank);
+  const int index = env_int(*rank);
+  if (index >= count) {
+    throw SchedulerEnvError(
+        env_message(rank->name, rank->value,
+                    "expected a node index below " + nnodes->name + "=" + nnodes->value));
+  }
+  // The other pods' names are not given; every node names them alike, so plans agree.
+  for (int i = 0; i < count; ++i) cluster.nodes.push_back({"node-" + std::to_string(i), 1});
+  cluster.this_node = index;
+  return cluster;
+}
 
 Cluster read_mpi(const ReaderInput& input) {
   const Environment& env = input.env;
@@ -85,15 +122,16 @@ Cluster read_mpi(const ReaderInput& input) {
 
 const std::vector<SchedulerReader>& scheduler_readers() {
   static const std::vector<SchedulerReader> readers = {
-      {"slurm", in_slurm, read_slurm}, {"lsf", in_lsf, read_lsf}, {"pbs", in_pbs, read_pbs},
-      {"sge", in_sge, read_sge},       {"mpi", in_mpi, read_mpi},
+      {"slurm", in_slurm, read_slurm}, {"lsf", in_lsf, read_lsf},
+      {"pbs", in_pbs, read_pbs},       {"sge", in_sge, read_sge},
+      {"mpi", in_mpi, read_mpi},       {"kubeflow", in_kubeflow, read_kubeflow},
   };
   return readers;
 }
 
 const std::vector<std::string_view>& scheduler_names() {
-  static const std::vector<std::string_view> names = {"slurm", "lsf",      "pbs",  "sge",
-                                                      "mpi",   "hostfile", "local"};
+  static const std::vector<std::string_view> names = {"slurm", "lsf",      "pbs",      "sge",
+                                                      "mpi",   "kubeflow", "hostfile", "local"};
   return names;
 }
 
@@ -113,9 +151,12 @@ std::string detect_scheduler(const Environment& env, const std::optional<std::st
   // option; MPI's variables then only say how ddprun was started.
   if (hostfile_given) return in_mpi(env) ? "mpi" : "hostfile";
   for (const SchedulerReader& reader : scheduler_readers()) {
-    if (reader.name != "mpi" && reader.detect(env)) return std::string(reader.name);
+    if (reader.name != "mpi" && reader.name != "kubeflow" && reader.detect(env)) {
+      return std::string(reader.name);
+    }
   }
   if (in_mpi(env)) return "mpi";
+  if (in_kubeflow(env)) return "kubeflow";
   return "local";
 }
 

@@ -47,6 +47,11 @@ Cluster read_lsf(const ReaderInput& input);
 // MPI_LOCALNRANKS) 1. this_node from the host name, never from the MPI rank.
 Cluster read_mpi(const ReaderInput& input);
 
+// A node-level world from an operator such as Kubeflow's PyTorchJob: PET_NNODES and
+// PET_NODE_RANK, else WORLD_SIZE and RANK (with MASTER_ADDR set and LOCAL_RANK unset).
+// The other nodes' names are not known: nodes are named node-0 .. node-(N-1).
+Cluster read_kubeflow(const ReaderInput& input);
+
 // A reader with the test that says its scheduler is running this job.
 struct SchedulerReader {
   std::string_view name;
@@ -54,11 +59,11 @@ struct SchedulerReader {
   Cluster (*read)(const ReaderInput& input);
 };
 
-// slurm, lsf, pbs, sge, mpi: the automatic detection order (hostfile and local are
+// slurm, lsf, pbs, sge, mpi, kubeflow: the automatic detection order (hostfile and local are
 // handled by detect_cluster itself).
 const std::vector<SchedulerReader>& scheduler_readers();
 
-// Names accepted by --scheduler: slurm, lsf, pbs, sge, mpi, hostfile, local.
+// Names accepted by --scheduler: slurm, lsf, pbs, sge, mpi, kubeflow, hostfile, local.
 const std::vector<std::string_view>& scheduler_names();
 
 // Which reader detect_cluster would use (see docs/schedulers.md, "Detection order").

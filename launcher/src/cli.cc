@@ -55,14 +55,14 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--scheduler", options.scheduler,
                  "Read the job from this scheduler instead of detecting it: slurm, lsf, pbs, "
-                 "sge, mpi, hostfile, local")
+                 "sge, mpi, kubeflow, hostfile, local")
       ->check(CLI::Validator(
           [](const std::string& value) -> std::string {
             for (const auto name : scheduler_names()) {
               if (name == value) return {};
             }
-            return "expected one of slurm, lsf, pbs, sge, mpi, hostfile, local; got '" + value +
-                   "'";
+            return "expected one of slurm, lsf, pbs, sge, mpi, kubeflow, hostfile, local; got '" +
+                   value + "'";
           },
           "NAME", "scheduler"));
   app.add_option("--hostfile", options.hostfile,

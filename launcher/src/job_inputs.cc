@@ -78,7 +78,9 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
 
   // Master address: the option, then MASTER_ADDR from the environment (set by a job
   // script or a Kubeflow-style operator), then the first node; on one node, loopback.
-  const auto env_addr = lookup(env, env::kMasterAddr);
+  // PET_* are what operators set for torchrun's own options.
+  auto env_addr = lookup(env, env::kMasterAddr);
+  if (!env_addr) env_addr = lookup(env, "PET_MASTER_ADDR");
   if (options.master_addr) {
     inputs.master_addr = *options.master_addr;
   } else if (env_addr && !env_addr->empty()) {
@@ -107,7 +109,8 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
 
   // Master port: the option, then MASTER_PORT, then derived from the job id, then (one
   // node only) a free port.
-  const auto env_port = lookup(env, env::kMasterPort);
+  auto env_port = lookup(env, env::kMasterPort);
+  if (!env_port) env_port = lookup(env, "PET_MASTER_PORT");
   bool fixed_port = true;
   if (options.master_port) {
     inputs.master_port = *options.master_port;

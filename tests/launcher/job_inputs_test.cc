@@ -104,6 +104,44 @@ TEST(JobInputs, ThreeHostfileNodesUnderMpirunDeriveTheSamePlan) {
                      options);
 }
 
+TEST(JobInputs, KubeflowPodsDeriveTheSamePlanFromANodeLevelWorld) {
+  for (const Environment& base :
+       {Environment{{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"}},
+        Environment{
+            {"PET_MASTER_ADDR", "10.0.0.1"}, {"PET_MASTER_PORT", "23456"}, {"PET_NNODES", "3"}}}) {
+    std::vector<nlohmann::json> plans;
+    for (int node = 0; node < 3; ++node) {
+      Environment env = base;
+      env[base.count("PET_NNODES") ? "PET_NODE_RANK" : "RANK"] = std::to_string(node);
+      SystemServices services = fake_services({{"10.0.0.1", "10.0.0.1"}});
+      const auto inputs = resolve_plan_inputs(
+          options_for(), env, files({}), host_named("pod-" + std::to_string(node)), services, true);
+      EXPECT_EQ(inputs.cluster.scheduler, "kubeflow");
+      EXPECT_EQ(inputs.cluster.this_node, node);
+      auto doc = nlohmann::json::parse(format_plan_json(build_plan(options_for(), inputs, env)));
+      EXPECT_EQ(doc["world_size"], 6);
+      EXPECT_EQ(doc["master_addr"], "10.0.0.1");
+      EXPECT_EQ(doc["master_port"], 23456);
+      doc.erase("this_node");
+      plans.push_back(doc);
+    }
+    EXPECT_EQ(plans[1], plans[0]);
+    EXPECT_EQ(plans[2], plans[0]);
+  }
+}
+
+TEST(JobInputs, AProcessLevelWorldIsNotTakenForKubeflow) {
+  // ddprun started inside another launcher's worker sees LOCAL_RANK too.
+  const Environment env = {{"MASTER_ADDR", "127.0.0.1"},
+                           {"MASTER_PORT", "23456"},
+                           {"WORLD_SIZE", "4"},
+                           {"RANK", "2"},
+                           {"LOCAL_RANK", "2"}};
+  const auto inputs = resolve_plan_inputs(options_for(), env, files({}), host_named("laptop"),
+                                          fake_services(), true);
+  EXPECT_EQ(inputs.cluster.scheduler, "local");
+}
+
 TEST(JobInputs, PortDerivedFromTheJobIdIsInItsRangeAndStable) {
   for (const std::string id : {"1", "4242", "12345.pbs1", "a-very-long-job-identifier"}) {
     const int port = port_for_job(id);

@@ -53,7 +53,7 @@ TEST(DetectScheduler, UnknownForcedNameIsAUsageError) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
               "--scheduler: unknown scheduler 'torque': expected one of slurm, lsf, pbs, sge, "
-              "mpi, hostfile, local");
+              "mpi, kubeflow, hostfile, local");
   }
 }
 
