@@ -129,6 +129,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--standalone", standalone,
                "Accepted for torchrun compatibility (one node is the default)");
   app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
+  app.add_flag("--doctor", options.doctor,
+               "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
+               "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");
   app.add_option("--format", options.format, "Format of --dry-run output: text or json")
       ->transform(CLI::CheckedTransformer(std::map<std::string, PlanFormat>{
           {"text", PlanFormat::kText}, {"json", PlanFormat::kJson}}));
@@ -171,14 +174,15 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     if (!rest.empty()) rest.emplace_back("--");
     rest.insert(rest.end(), after_separator.begin(), after_separator.end());
   }
-  if (rest.empty()) {
+  if (rest.empty() && !options.doctor) {
     result.message =
         "ddprun: error: no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] "
         "(see ddprun --help)\n";
     result.exit_code = kExitLauncherError;
     return result;
   }
-  const bool looks_like_option = rest.front().size() > 1 && rest.front().front() == '-';
+  const bool looks_like_option =
+      !rest.empty() && rest.front().size() > 1 && rest.front().front() == '-';
   if (looks_like_option && !(separated && app.remaining().empty())) {
     result.message = "ddprun: error: unknown option '" + rest.front() +
                      "'; put '--' before the program if it starts with '-' (see ddprun "

@@ -9,6 +9,7 @@
 
 #include "cluster.h"
 #include "ddprun/errors.h"
+#include "doctor.h"
 #include "job_inputs.h"
 #include "options.h"
 #include "plan.h"
@@ -52,8 +53,23 @@ class ScratchDir {
   std::string path_;
 };
 
+// The program --doctor inspects: the one given, else ddp-train next to ddprun.
+std::string doctor_worker(const Options& options, const Environment& env) {
+  if (!options.program.empty()) return resolve_program(options.program.front(), env);
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  const auto sibling = self.parent_path() / "ddp-train";
+  return std::filesystem::exists(sibling, error) ? sibling.string() : std::string();
+}
+
 int run(const Options& options) {
   const Environment env = read_environment();
+  if (options.doctor) {
+    std::cout << "ddprun doctor: what ddprun sees on this node\n"
+              << format_doctor(gather_doctor_rows(options, env, doctor_worker(options, env)));
+    return kExitOk;
+  }
   PlanInputs inputs = resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
                                           system_services(), !options.dry_run);
   inputs.stdout_is_tty = ::isatty(STDOUT_FILENO) == 1;

@@ -29,8 +29,9 @@ struct Options {
   bool tag_output = false;
   bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
+  bool doctor = false;  // print what ddprun sees on this node; PROGRAM is optional
   PlanFormat format = PlanFormat::kText;
-  std::vector<std::string> program;  // program and its arguments; never empty
+  std::vector<std::string> program;  // program and its arguments; empty only with doctor
 };
 
 // Either options to run with, or a message to print and an exit code (help, version,

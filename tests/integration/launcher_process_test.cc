@@ -295,6 +295,23 @@ TEST(DryRun, PrintsTheJsonPlanAndStartsNothing) {
   EXPECT_TRUE(plan["master_port"].is_number());
 }
 
+TEST(Doctor, ReportsTheDetectedSchedulerNodesAndTheWorkersLibraries) {
+  const auto done =
+      run_ddprun({"--doctor", child_bin()},
+                 {"SLURM_JOB_ID=31", "SLURM_JOB_NODELIST=" + hostname() + ",peer[1-2]",
+                  "SLURM_JOB_NUM_NODES=3", "SLURM_TASKS_PER_NODE=2(x3)"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_NE(done.out.find("slurm (detected), job 31"), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find("3: " + hostname() + " (2 slots), peer1 (2 slots), peer2 (2 slots)"),
+            std::string::npos)
+      << done.out;
+  EXPECT_NE(done.out.find("SLURM_JOB_NODELIST="), std::string::npos) << done.out;
+  // This test machine's name maps to loopback: the very mistake the doctor is for.
+  EXPECT_NE(done.out.find("loopback"), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find(child_bin()), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find("ulimit"), std::string::npos) << done.out;
+}
+
 struct BadInput {
   std::string name;
   std::vector<std::string> args;

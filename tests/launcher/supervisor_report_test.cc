@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "doctor.h"
 #include "signal_names.h"
 #include "summary.h"
 #include "supervisor.h"
@@ -100,6 +101,27 @@ TEST(Summary, RankTableHasARowPerRankWithStatusAndMemory) {
   EXPECT_NE(table.find("2.0 MB"), std::string::npos) << table;
   EXPECT_NE(table.find("signal SIGKILL"), std::string::npos) << table;
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);
+}
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+TEST(Doctor, FindsResolvedLibrariesInTheLoaderTrace) {
+  const std::string trace =
+      "\tlinux-vdso.so.1 (0x00007ffd)\n"
+      "\tlibtorch_cpu.so.1.13 => /lib/x86_64-linux-gnu/libtorch_cpu.so.1.13 (0x00007fb6)\n"
+      "\tlibblas.so.3 => /lib/x86_64-linux-gnu/libblas.so.3 (0x00007fb6)\n";
+  EXPECT_EQ(loaded_library(trace, "libtorch_cpu"), "/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13");
+  EXPECT_EQ(loaded_library(trace, "libblas"), "/lib/x86_64-linux-gnu/libblas.so.3");
+  EXPECT_EQ(loaded_library(trace, "libnccl"), "");
+}
+
+TEST(Doctor, FormatsOneRowPerKeyWithContinuationLines) {
+  EXPECT_EQ(format_doctor({{"host", "vm"}, {"master", "a:1\nb: lo"}}),
+            "  host          vm\n  master        a:1\n                b: lo\n");
 }
 
 }  // namespace
