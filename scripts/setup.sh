@@ -15,6 +15,7 @@ packages=(
   dataset-fashion-mnist
   python3-torch                      # torchrun-style Python scripts in the tests
   slurm-client                       # scontrol: the ground truth for hostlist tests
+  gnuplot-nox                        # scripts/plot-metrics.sh
 )
 
 source scripts/packages.sh
