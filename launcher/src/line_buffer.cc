@@ -33,6 +33,14 @@ std::vector<std::string> LineSplitter::finish() {
   return lines;
 }
 
+std::optional<std::string> LineSplitter::take_redraw() {
+  const auto cr = partial_.rfind('\r');
+  if (cr == std::string::npos) return std::nullopt;
+  std::string latest = partial_.substr(cr + 1);
+  partial_.clear();
+  return latest;
+}
+
 void TailLines::add(std::string_view line) {
   if (max_lines_ == 0) return;
   if (lines_.size() == max_lines_) lines_.pop_front();

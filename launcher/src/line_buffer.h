@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,9 @@ class LineSplitter {
   std::vector<std::string> feed(std::string_view data);
   // At end of stream: returns the unterminated remainder as a line, if any.
   std::vector<std::string> finish();
+  // For a terminal: when the unterminated remainder holds a '\r' (a progress line redrawn
+  // in place), returns what follows the last '\r' and drops the remainder.
+  std::optional<std::string> take_redraw();
 
  private:
   std::string partial_;

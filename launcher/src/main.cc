@@ -91,6 +91,7 @@ int run(const Options& options) {
   config.shutdown_grace =
       std::chrono::milliseconds(static_cast<long long>(options.shutdown_timeout_s * 1000.0));
   config.tag_output = options.tag_output;
+  config.console_is_tty = inputs.stdout_is_tty;
   config.stdout_to_console = !options.log_dir || (options.tee & 1) != 0;
   config.stderr_to_console = !options.log_dir || (options.tee & 2) != 0;
 

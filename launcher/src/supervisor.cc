@@ -226,6 +226,14 @@ class Round {
     const std::string_view data(buffer, static_cast<std::size_t>(got));
     if (stream.log.valid()) write_all(stream.log.get(), data);
     emit(stream, stream.splitter.feed(data));
+    if (config_.console_is_tty && stream.to_console) {
+      if (auto redraw = stream.splitter.take_redraw()) {
+        // An empty redraw (only "erase line") clears the line for what comes next.
+        const bool clear_only = redraw->empty() || *redraw == "\033[K";
+        out_buffer_ = "\r" + (clear_only ? std::string() : prefix_[stream.owner]) + *redraw;
+        write_all(stream.is_stderr ? config_.console_stderr : config_.console_stdout, out_buffer_);
+      }
+    }
   }
 
   void close_stream(Stream& stream) {
@@ -244,8 +252,16 @@ class Round {
     // One write per batch of whole lines: lines of different ranks never mix.
     out_buffer_.clear();
     for (const auto& line : lines) {
-      out_buffer_ += prefix_[index];
-      out_buffer_ += line;
+      const auto cr = config_.console_is_tty ? line.rfind('\r') : std::string::npos;
+      if (cr == std::string::npos) {
+        out_buffer_ += prefix_[index];
+        out_buffer_ += line;
+      } else {
+        // The end of a line redrawn in place: back to its start, prefix, last version.
+        out_buffer_ += '\r';
+        out_buffer_ += prefix_[index];
+        out_buffer_.append(line, cr + 1);
+      }
       out_buffer_ += '\n';
     }
     write_all(stream.is_stderr ? config_.console_stderr : config_.console_stdout, out_buffer_);

@@ -23,6 +23,9 @@ struct SupervisorConfig {
   bool tag_output = false;
   bool stdout_to_console = true;
   bool stderr_to_console = true;
+  // The console is a terminal: lines a worker redraws with '\r' are passed on as they
+  // come, each redraw written as "\r" + prefix + its text.
+  bool console_is_tty = false;
   std::size_t tail_lines = 20;  // stderr lines kept per rank for failure reports
   int console_stdout = 1;       // where relayed output goes
   int console_stderr = 2;

@@ -37,6 +37,16 @@ TEST(LineSplitter, NewlineRightAtTheLimitEndsThatPiece) {
   EXPECT_EQ(splitter.feed(exact + "\nz\n"), (Lines{exact, "z"}));
 }
 
+TEST(LineSplitter, RedrawGivesTheLatestVersionOfALineDrawnInPlace) {
+  LineSplitter splitter;
+  EXPECT_EQ(splitter.feed("\rstep 1\x1b[K\rstep 2\x1b[K"), Lines{});
+  EXPECT_EQ(splitter.take_redraw(), "step 2\x1b[K");
+  EXPECT_EQ(splitter.take_redraw(), std::nullopt);
+  splitter.feed("no carriage return");
+  EXPECT_EQ(splitter.take_redraw(), std::nullopt);
+  EXPECT_EQ(splitter.finish(), Lines{"no carriage return"});
+}
+
 TEST(TailLines, KeepsOnlyTheLastLinesCutToSize) {
   TailLines tail(2);
   tail.add("one");

@@ -99,7 +99,7 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
       {"\"model\": {\"name\": \"mlp\"}", "\"model\": \"mlp\"", "x.json: /model: must be an object"},
       {"\"model\": {", "\"extra\": 1, \"model\": {",
        "x.json: /extra: unknown key (known here: checkpoint, data, diagnostics, metrics, model, "
-       "optimizer, runtime, train)"},
+       "optimizer, progress, runtime, train)"},
       {"\"seed\": 1", "\"seed\": 1, \"max_steps\": -2",
        "x.json: /train/max_steps: must be >= 0 (0: no limit)"},
       {"\"seed\": 1}", "\"seed\": 1}, \"checkpoint\": {\"interval_steps\": 5}",

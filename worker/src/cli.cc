@@ -26,6 +26,11 @@ std::optional<CommandLine> parse_command_line(const std::vector<std::string>& ar
   app.add_option("--final-params", cl.final_params_file, "Override /diagnostics/final_params_file");
   app.add_option("--threads", cl.threads, "Override /runtime/threads")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("-q,--quiet", cl.quiet, "No progress reports (per-epoch lines stay)");
+  app.add_option("--log-every", cl.log_every,
+                 "Override /progress/log_every: steps between progress lines when output is "
+                 "not a terminal (0: none)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--check-replicas", cl.check_replicas,
                "Fail unless all ranks hold identical parameters after every step");
 
@@ -52,6 +57,8 @@ Config load_config(const CommandLine& cl) {
   if (cl.final_params_file) c.diagnostics.final_params_file = *cl.final_params_file;
   if (cl.threads) c.runtime.threads = *cl.threads;
   if (cl.check_replicas) c.diagnostics.check_replicas = true;
+  if (cl.quiet) c.progress.quiet = true;
+  if (cl.log_every) c.progress.log_every = *cl.log_every;
   validate_config(c, cl.config_path + " (with command-line overrides)");
   return c;
 }

@@ -150,6 +150,8 @@ void validate_config(const Config& c, const std::string& src) {
         "/checkpoint/interval_steps", "needs /checkpoint/dir");
   check(c.checkpoint.keep_last >= 1, src, "/checkpoint/keep_last", "must be >= 1");
 
+  check(c.progress.log_every >= 0, src, "/progress/log_every", "must be >= 0 (0: no lines)");
+
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
   check_one_of(c.runtime.backend, {"gloo", "nccl"}, src, "/runtime/backend");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
@@ -169,9 +171,9 @@ Config parse_config(const std::string& text, const std::string& source) {
   }
 
   Config c;
-  ObjectReader top(
-      root, "", source,
-      {"model", "data", "optimizer", "train", "checkpoint", "runtime", "metrics", "diagnostics"});
+  ObjectReader top(root, "", source,
+                   {"model", "data", "optimizer", "train", "checkpoint", "runtime", "metrics",
+                    "progress", "diagnostics"});
   const auto section = [&](const char* key, bool required, std::set<std::string> keys,
                            auto&& fill) {
     if (const json* v = top.get(key, required)) {
@@ -219,6 +221,10 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
           });
   section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
+  section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {
+    r.read("quiet", c.progress.quiet);
+    r.read("log_every", c.progress.log_every);
+  });
   section("diagnostics", false, {"check_replicas", "final_params_file"}, [&](ObjectReader& r) {
     r.read("check_replicas", c.diagnostics.check_replicas);
     r.read("final_params_file", c.diagnostics.final_params_file);

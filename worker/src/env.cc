@@ -69,6 +69,7 @@ WorkerEnv read_worker_env(const EnvMap& env) {
     out.omp_num_threads = parse_int(*v, ddprun::env::kOmpNumThreads, 1, 4096);
   }
   if (const auto* v = find(env, ddprun::env::kGlooSocketIfname)) out.gloo_socket_ifname = *v;
+  if (const auto* v = find(env, ddprun::env::kDdprunStdoutTty)) out.stdout_is_terminal = *v == "1";
 
   const std::array placement = {ddprun::env::kRank,      ddprun::env::kLocalRank,
                                 ddprun::env::kWorldSize, ddprun::env::kLocalWorldSize,

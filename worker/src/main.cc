@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <unistd.h>
+
 #include <iostream>
 
 #include <ddprun/env_names.h>
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto config = ddprun::worker::load_config(*command_line);
-    const auto worker_env = ddprun::worker::read_worker_env(env);
+    auto worker_env = ddprun::worker::read_worker_env(env);
+    if (worker_env.standalone) worker_env.stdout_is_terminal = ::isatty(STDOUT_FILENO) == 1;
     ddprun::worker::run_training(config, worker_env, std::cout);
     return 0;
   } catch (const ddprun::Error& e) {

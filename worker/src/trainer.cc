@@ -121,6 +121,54 @@ EvalResult evaluate(Model& model, const Dataset& test, Communicator& comm, const
 }
 
 // Everything the per-epoch report needs, summed over ranks.
+// Rank 0's view of an epoch in progress. On a terminal: one line redrawn in place, at most
+// five times a second; otherwise a plain line every `log_every` steps, no control
+// characters. Loss and throughput are rank 0's own (no collective per step).
+class ProgressReporter {
+ public:
+  ProgressReporter(std::ostream& out, bool enabled, bool terminal, std::int64_t log_every)
+      : out_(out), enabled_(enabled), terminal_(terminal), log_every_(log_every) {}
+
+  void step(std::int64_t epoch, std::int64_t epochs, std::int64_t batch, std::int64_t batches,
+            double loss, double samples, double seconds, int world) {
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (terminal_) {
+      if (now - last_draw_ < std::chrono::milliseconds(200) && batch != batches) return;
+    } else if (log_every_ <= 0 || batch % log_every_ != 0) {
+      return;
+    }
+    last_draw_ = now;
+    const double rate = seconds > 0 ? samples * world / seconds : 0;
+    const double eta =
+        batch > 0 ? seconds / static_cast<double>(batch) * static_cast<double>(batches - batch) : 0;
+    std::ostringstream text;
+    text << std::fixed << "epoch " << epoch + 1 << "/" << epochs << "  step " << batch << "/"
+         << batches << "  loss " << std::setprecision(4) << loss << "  samples/s "
+         << std::setprecision(0) << rate << "  ETA " << std::setprecision(0) << eta << " s";
+    if (terminal_) {
+      out_ << '\r' << text.str() << "\033[K" << std::flush;
+      drawn_ = true;
+    } else {
+      out_ << text.str() << std::endl;
+    }
+  }
+
+  // Clears a redrawn line so the epoch summary takes its place.
+  void end_epoch() {
+    if (drawn_) out_ << "\r\033[K" << std::flush;
+    drawn_ = false;
+  }
+
+ private:
+  std::ostream& out_;
+  bool enabled_;
+  bool terminal_;
+  std::int64_t log_every_;
+  bool drawn_ = false;
+  Clock::time_point last_draw_{};
+};
+
 struct EpochStats {
   double loss_sum = 0;
   double samples = 0;
@@ -195,6 +243,8 @@ void Trainer::run() {
          << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank" << std::endl;
   }
 
+  ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
+                            config_.progress.log_every);
   bool done = false;
   for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
@@ -227,10 +277,14 @@ void Trainer::run() {
       position_ = {position_.step + 1, b + 1 == batches ? epoch + 1 : epoch,
                    b + 1 == batches ? 0 : b + 1};
       if (config_.diagnostics.check_replicas) check_replicas(*model_, *comm_, position_.step);
+      progress.step(epoch, config_.train.epochs, b + 1, batches,
+                    stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
+                    std::chrono::duration<double>(Clock::now() - start).count(), world);
       const auto interval = config_.checkpoint.interval_steps;
       if (interval > 0 && position_.step % interval == 0) checkpoint(position_);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    progress.end_epoch();
     if (stats.samples > 0 || !done) report_epoch(epoch, stats, seconds);
   }
 

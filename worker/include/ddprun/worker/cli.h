@@ -21,6 +21,8 @@ struct CommandLine {
   std::optional<std::string> final_params_file;
   std::optional<int> threads;
   bool check_replicas = false;
+  bool quiet = false;
+  std::optional<std::int64_t> log_every;
 };
 
 // Parses the arguments after the program name. Returns nullopt after printing help to

@@ -57,6 +57,11 @@ struct MetricsConfig {
   std::string file;  // empty: none; else rank 0 appends one JSON line per epoch
 };
 
+struct ProgressConfig {
+  bool quiet = false;            // no progress reports; the per-epoch line stays
+  std::int64_t log_every = 100;  // steps between plain progress lines when not on a terminal
+};
+
 struct DiagnosticsConfig {
   bool check_replicas = false;    // after every step, fail unless all ranks' parameters agree
   std::string final_params_file;  // rank 0 writes the final parameters here as JSON
@@ -70,6 +75,7 @@ struct Config {
   CheckpointConfig checkpoint;
   RuntimeConfig runtime;
   MetricsConfig metrics;
+  ProgressConfig progress;
   DiagnosticsConfig diagnostics;
 };
 

@@ -28,6 +28,7 @@ struct WorkerEnv {
   std::optional<int> omp_num_threads;  // OMP_NUM_THREADS when set
   std::string gloo_socket_ifname;      // GLOO_SOCKET_IFNAME when set
   bool standalone = false;             // no rank variable was set
+  bool stdout_is_terminal = false;     // DDPRUN_STDOUT_TTY=1, or standalone on a terminal
 };
 
 // Reads the contract in one place. When none of RANK, LOCAL_RANK, WORLD_SIZE,
