@@ -1,0 +1,29 @@
+# bash completion for ddprun
+_ddprun() {
+  local cur prev i
+  cur=${COMP_WORDS[COMP_CWORD]}
+  prev=${COMP_WORDS[COMP_CWORD-1]}
+  # After the program (or "--"), complete as for that program: files.
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case ${COMP_WORDS[i]} in
+      --) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+      --nproc-per-node|--nproc_per_node|--scheduler|--hostfile|--nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout|--log-dir|--tee|--format) ((i++)) ;;
+      -*) ;;
+      *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    esac
+  done
+  case $prev in
+    --nproc-per-node|--nproc_per_node) COMPREPLY=($(compgen -W "auto cpu gpu 1 2 4 8" -- "$cur")); return ;;
+    --scheduler) COMPREPLY=($(compgen -W "slurm lsf pbs sge mpi kubeflow hostfile local" -- "$cur")); return ;;
+    --tee) COMPREPLY=($(compgen -W "0 1 2 3" -- "$cur")); return ;;
+    --format) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
+    --hostfile|--log-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout) return ;;
+  esac
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W "--nproc-per-node --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --dry-run --format --doctor --quiet --help --version" -- "$cur"))
+  else
+    COMPREPLY=($(compgen -c -- "$cur"))
+  fi
+}
+complete -F _ddprun ddprun
