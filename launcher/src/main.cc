@@ -107,7 +107,8 @@ int run(const Options& options) {
     if (!options.quiet) std::cerr << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed) {
       const RankResult& failed = result.ranks.at(*result.first_failure);
-      std::cerr << format_failure_report(failed, read_small_file(failed.error_file));
+      std::cerr << format_failure_report(failed, read_small_file(failed.error_file),
+                                         colour_wanted(STDERR_FILENO, env));
       if (round < options.max_restarts) {
         std::cerr << "ddprun: restarting all workers (restart " << round + 1 << " of "
                   << options.max_restarts << ")\n";
@@ -127,13 +128,21 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   const auto command_line = ddprun::parse_command_line(argc, argv);
   if (!command_line.options) {
-    (command_line.exit_code == 0 ? std::cout : std::cerr) << command_line.message;
+    std::string message = command_line.message;
+    const std::string plain = ddprun::error_label(false);
+    if (message.rfind(plain, 0) == 0 &&
+        ddprun::colour_wanted(STDERR_FILENO, ddprun::read_environment())) {
+      message.replace(0, plain.size(), ddprun::error_label(true));
+    }
+    (command_line.exit_code == 0 ? std::cout : std::cerr) << message;
     return command_line.exit_code;
   }
   try {
     return ddprun::run(*command_line.options);
   } catch (const ddprun::Error& e) {
-    std::cerr << "ddprun: error: " << e.what();
+    std::cerr << ddprun::error_label(
+                     ddprun::colour_wanted(STDERR_FILENO, ddprun::read_environment()))
+              << e.what();
     if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
     std::cerr << "\n";
     return e.exit_code();

@@ -329,12 +329,24 @@ std::string describe_wait_status(int wait_status) {
   return "unknown status " + std::to_string(wait_status);
 }
 
-std::string format_failure_report(const RankResult& failed, const std::string& error_file_text) {
+std::string error_label(bool colour) {
+  return colour ? "ddprun: \033[1;31merror:\033[0m " : "ddprun: error: ";
+}
+
+bool colour_wanted(int fd, const Environment& env) {
+  const auto no_colour = lookup(env, "NO_COLOR");
+  if (no_colour && !no_colour->empty()) return false;
+  if (lookup(env, "TERM").value_or("") == "dumb") return false;
+  return ::isatty(fd) == 1;
+}
+
+std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
+                                  bool colour) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f", failed.run_seconds);
-  std::string report = "ddprun: error: rank " + std::to_string(failed.rank) + " (local rank " +
-                       std::to_string(failed.local_rank) + " on " + failed.host + ", pid " +
-                       std::to_string(failed.pid) +
+  std::string report = error_label(colour) + "rank " + std::to_string(failed.rank) +
+                       " (local rank " + std::to_string(failed.local_rank) + " on " + failed.host +
+                       ", pid " + std::to_string(failed.pid) +
                        ") failed first: " + describe_wait_status(failed.wait_status) + " after " +
                        seconds + " s\n";
   if (!error_file_text.empty()) {

@@ -84,6 +84,15 @@ std::string describe_wait_status(int wait_status);
 // The failure report printed to stderr: which rank failed and how, the last lines of its
 // stderr, and the message from its error file if it wrote one (`error_file_text` is the
 // file's content or empty).
-std::string format_failure_report(const RankResult& failed, const std::string& error_file_text);
+// With `colour`, "error:" is bold red (for a terminal that did not ask for NO_COLOR).
+std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
+                                  bool colour = false);
+
+// "ddprun: error: ", with "error:" in bold red when `colour`.
+std::string error_label(bool colour);
+
+// Whether ddprun may colour what it writes to the terminal `fd`: a terminal, TERM not
+// "dumb", and NO_COLOR (no-color.org) unset or empty.
+bool colour_wanted(int fd, const Environment& env);
 
 }  // namespace ddprun
