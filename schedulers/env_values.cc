@@ -71,8 +71,7 @@ void require_distinct(const EnvEntry& entry, const std::vector<std::string>& hos
 std::vector<NodeSlots> read_slot_file(const ReadFile& read_file, const std::string& path,
                                       std::string_view via) {
   const std::string text = read_named_file(read_file, path, via);
-  std::vector<NodeSlots> nodes;
-  std::map<std::string, std::size_t, std::less<>> index_of;
+  SlotTally tally;
   const std::vector<std::string_view> lines = split_lines(text);
   for (std::size_t n = 0; n < lines.size(); ++n) {
     std::string_view line = lines[n];
@@ -88,17 +87,15 @@ std::vector<NodeSlots> read_slot_file(const ReadFile& read_file, const std::stri
       throw SchedulerEnvError(file_message(
           path, n + 1, column, "expected one host name per line, got a second word", via));
     }
-    auto [it, inserted] = index_of.try_emplace(std::string(host), nodes.size());
-    if (inserted) {
-      nodes.push_back({std::string(host), 1});
-    } else {
-      ++nodes[it->second].slots;
+    if (!tally.add(host, 1)) {
+      throw SchedulerEnvError(
+          file_message(path, n + 1, begin + 1, "too many slots for this host", via));
     }
   }
-  if (nodes.empty()) {
+  if (tally.empty()) {
     throw SchedulerEnvError(env_message(via, path, "the file names no host"));
   }
-  return nodes;
+  return tally.take();
 }
 
 void note(Cluster& cluster, const EnvEntry& entry) {

@@ -16,19 +16,11 @@ namespace {
 std::vector<NodeSlots> read_pe_hostfile(const ReadFile& read_file, const std::string& path) {
   constexpr std::string_view kVia = "PE_HOSTFILE";
   const std::string text = read_named_file(read_file, path, kVia);
-  std::vector<NodeSlots> nodes;
-  std::map<std::string, std::size_t, std::less<>> index_of;
+  SlotTally tally;
   const std::vector<std::string_view> lines = split_lines(text);
   for (std::size_t n = 0; n < lines.size(); ++n) {
     const std::string_view line = lines[n];
-    std::vector<std::pair<std::string_view, std::size_t>> words;  // word, 1-based column
-    std::size_t pos = 0;
-    while (pos < line.size()) {
-      while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
-      const std::size_t start = pos;
-      while (pos < line.size() && line[pos] != ' ' && line[pos] != '\t') ++pos;
-      if (pos > start) words.emplace_back(line.substr(start, pos - start), start + 1);
-    }
+    const std::vector<Word> words = split_words(line);
     if (words.empty()) continue;
     auto fail = [&](std::size_t column, const std::string& message) {
       throw SchedulerEnvError(file_message(path, n + 1, column, message, kVia));
@@ -36,22 +28,17 @@ std::vector<NodeSlots> read_pe_hostfile(const ReadFile& read_file, const std::st
     if (words.size() < 2) {
       fail(line.size() + 1, "expected 'host slots queue processors', got only the host");
     }
-    const std::optional<int> slots = parse_int(words[1].first);
+    const std::optional<int> slots = parse_int(words[1].text);
     if (!slots || *slots < 1) {
-      fail(words[1].second,
-           "expected a positive slot count, got '" + std::string(words[1].first) + "'");
+      fail(words[1].column,
+           "expected a positive slot count, got '" + std::string(words[1].text) + "'");
     }
-    auto [it, inserted] = index_of.try_emplace(std::string(words[0].first), nodes.size());
-    if (inserted) {
-      nodes.push_back({std::string(words[0].first), *slots});
-    } else if (nodes[it->second].slots > (1 << 30) - *slots) {
-      fail(words[1].second, "too many slots for host '" + it->first + "'");
-    } else {
-      nodes[it->second].slots += *slots;
+    if (!tally.add(words[0].text, *slots)) {
+      fail(words[1].column, "too many slots for host '" + std::string(words[0].text) + "'");
     }
   }
-  if (nodes.empty()) throw SchedulerEnvError(env_message(kVia, path, "the file names no host"));
-  return nodes;
+  if (tally.empty()) throw SchedulerEnvError(env_message(kVia, path, "the file names no host"));
+  return tally.take();
 }
 
 }  // namespace

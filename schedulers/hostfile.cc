@@ -9,27 +9,6 @@ namespace ddprun {
 
 namespace {
 
-struct Token {
-  std::string_view text;
-  std::size_t column;  // 1-based in the line
-};
-
-bool is_space(char c) {
-  return c == ' ' || c == '\t';
-}
-
-std::vector<Token> tokenize(std::string_view line) {
-  std::vector<Token> tokens;
-  std::size_t pos = 0;
-  while (pos < line.size()) {
-    while (pos < line.size() && is_space(line[pos])) ++pos;
-    const std::size_t start = pos;
-    while (pos < line.size() && !is_space(line[pos])) ++pos;
-    if (pos > start) tokens.push_back({line.substr(start, pos - start), start + 1});
-  }
-  return tokens;
-}
-
 std::string quoted(std::string_view text) {
   return "'" + std::string(text) + "'";
 }
@@ -38,8 +17,7 @@ std::string quoted(std::string_view text) {
 
 std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view path,
                                       std::size_t max_hosts) {
-  std::vector<NodeSlots> nodes;
-  std::map<std::string, std::size_t, std::less<>> index_of;
+  SlotTally tally;
   std::size_t named = 0;
   const std::vector<std::string_view> lines = split_lines(text);
   for (std::size_t n = 0; n < lines.size(); ++n) {
@@ -48,7 +26,7 @@ std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view pa
     if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) {
       line = line.substr(0, hash);
     }
-    const std::vector<Token> tokens = tokenize(line);
+    const std::vector<Word> tokens = split_words(line);
     if (tokens.empty()) continue;
     auto fail = [&](std::size_t column, const std::string& message) {
       throw ConfigError(file_message(path, line_number, column, message));
@@ -78,7 +56,7 @@ std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view pa
     std::optional<int> max_slots;
     std::size_t max_slots_column = 0;
     for (std::size_t t = 1; t < tokens.size(); ++t) {
-      const Token& token = tokens[t];
+      const Word& token = tokens[t];
       const std::size_t equals = token.text.find('=');
       if (equals == std::string_view::npos) {
         fail(token.column,
@@ -118,22 +96,17 @@ std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view pa
     }
     for (std::string& host : hosts) {
       const int add = slots.value_or(1);
-      auto [it, inserted] = index_of.try_emplace(host, nodes.size());
-      if (inserted) {
-        nodes.push_back({std::move(host), add});
-      } else if (nodes[it->second].slots > (1 << 30) - add) {
-        fail(slots_column == 0 ? 1 : slots_column, "too many slots for host " + quoted(it->first));
-      } else {
-        nodes[it->second].slots += add;
+      if (!tally.add(host, add)) {
+        fail(slots_column == 0 ? 1 : slots_column, "too many slots for host " + quoted(host));
       }
     }
   }
-  if (nodes.empty()) {
+  if (tally.empty()) {
     throw ConfigError(std::string(path) +
                       ": no hosts: expected at least one line naming a host (all lines are "
                       "blank or comments)");
   }
-  return nodes;
+  return tally.take();
 }
 
 Cluster read_hostfile(const std::string& path, const ReadFile& read_file) {

@@ -60,43 +60,31 @@ namespace {
 
 // "host n host n ...": the hosts in order, a host named twice has its counts summed.
 std::vector<NodeSlots> parse_mcpu_hosts(const EnvEntry& entry) {
-  std::vector<std::pair<std::string_view, std::size_t>> words;  // word, 1-based column
   const std::string_view text = entry.value;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    while (pos < text.size() && text[pos] == ' ') ++pos;
-    const std::size_t start = pos;
-    while (pos < text.size() && text[pos] != ' ') ++pos;
-    if (pos > start) words.emplace_back(text.substr(start, pos - start), start + 1);
-  }
+  const std::vector<Word> words = split_words(text);
   if (words.empty()) {
     throw SchedulerEnvError(env_message(entry.name, entry.value, "expected 'host count ...'"));
   }
-  std::vector<NodeSlots> nodes;
-  std::map<std::string, std::size_t, std::less<>> index_of;
+  SlotTally tally;
   for (std::size_t i = 0; i < words.size(); i += 2) {
     if (i + 1 == words.size()) {
       throw SchedulerEnvError(
           env_message_at(entry.name, entry.value, text.size() + 1,
-                         "expected a slot count after host '" + std::string(words[i].first) + "'"));
+                         "expected a slot count after host '" + std::string(words[i].text) + "'"));
     }
-    const std::optional<int> count = parse_int(words[i + 1].first);
+    const std::optional<int> count = parse_int(words[i + 1].text);
     if (!count || *count < 1) {
       throw SchedulerEnvError(env_message_at(
-          entry.name, entry.value, words[i + 1].second,
-          "expected a positive slot count, got '" + std::string(words[i + 1].first) + "'"));
+          entry.name, entry.value, words[i + 1].column,
+          "expected a positive slot count, got '" + std::string(words[i + 1].text) + "'"));
     }
-    auto [it, inserted] = index_of.try_emplace(std::string(words[i].first), nodes.size());
-    if (inserted) {
-      nodes.push_back({std::string(words[i].first), *count});
-    } else if (nodes[it->second].slots > (1 << 30) - *count) {
-      throw SchedulerEnvError(env_message_at(entry.name, entry.value, words[i + 1].second,
-                                             "too many slots for host '" + it->first + "'"));
-    } else {
-      nodes[it->second].slots += *count;
+    if (!tally.add(words[i].text, *count)) {
+      throw SchedulerEnvError(
+          env_message_at(entry.name, entry.value, words[i + 1].column,
+                         "too many slots for host '" + std::string(words[i].text) + "'"));
     }
   }
-  return nodes;
+  return tally.take();
 }
 
 }  // namespace

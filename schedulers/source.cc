@@ -99,4 +99,28 @@ std::optional<int> parse_int(std::string_view text) {
   return value;
 }
 
+std::vector<Word> split_words(std::string_view line) {
+  std::vector<Word> words;
+  std::size_t pos = 0;
+  while (pos < line.size()) {
+    while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
+    const std::size_t start = pos;
+    while (pos < line.size() && line[pos] != ' ' && line[pos] != '\t') ++pos;
+    if (pos > start) words.push_back({line.substr(start, pos - start), start + 1});
+  }
+  return words;
+}
+
+bool SlotTally::add(std::string_view host, int slots) {
+  const auto [it, inserted] = index_of_.try_emplace(std::string(host), nodes_.size());
+  if (inserted) {
+    nodes_.push_back({std::string(host), slots});
+    return true;
+  }
+  NodeSlots& node = nodes_[it->second];
+  if (node.slots > kMaxSlots - slots) return false;
+  node.slots += slots;
+  return true;
+}
+
 }  // namespace ddprun

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,31 @@ std::string read_named_file(const ReadFile& read_file, const std::string& path,
 
 // A file's lines, without '\n' and without a trailing '\r'.
 std::vector<std::string_view> split_lines(std::string_view text);
+
+// A word of a line and its 1-based column.
+struct Word {
+  std::string_view text;
+  std::size_t column = 0;
+};
+
+// The words of `line`, separated by spaces and tabs.
+std::vector<Word> split_words(std::string_view line);
+
+// Hosts in first-seen order with their slots summed: a host named again adds to its count
+// (as Grid Engine's PE_HOSTFILE, LSF's host lists and hostfiles mean a repeat).
+class SlotTally {
+ public:
+  static constexpr int kMaxSlots = 1 << 30;
+  // Adds `slots` (>= 1) to `host`. Returns false, changing nothing, when the host's total
+  // would pass kMaxSlots.
+  bool add(std::string_view host, int slots);
+  bool empty() const noexcept { return nodes_.empty(); }
+  std::vector<NodeSlots> take() { return std::move(nodes_); }
+
+ private:
+  std::vector<NodeSlots> nodes_;
+  std::map<std::string, std::size_t, std::less<>> index_of_;
+};
 
 // Parses a non-negative decimal int (at most 9 digits, no sign, no spaces); nullopt
 // otherwise.
