@@ -138,25 +138,15 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
 
   // Split at the first bare "--": what follows is the program and its arguments, even if
   // they look like options. (CLI11 would drop the "--" and lose that distinction.)
-  std::vector<std::string> ours;
-  std::vector<std::string> after_separator;
-  bool separated = false;
-  for (int i = argc - 1; i >= 1; --i) {
-    ours.emplace_back(argv[i]);
-  }
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") {
-      separated = true;
-      ours.assign(argv + 1, argv + i);
-      after_separator.assign(argv + i + 1, argv + argc);
-      std::reverse(ours.begin(), ours.end());
-      break;
-    }
-  }
+  const auto separator = std::find(argv + std::min(argc, 1), argv + argc, std::string_view("--"));
+  const bool separated = separator != argv + argc;
+  std::vector<std::string> ours(argv + std::min(argc, 1), separator);
+  std::reverse(ours.begin(), ours.end());  // CLI11 takes a vector in reverse order
+  std::vector<std::string> after_separator(separated ? separator + 1 : separator, argv + argc);
 
   CommandLine result;
   try {
-    app.parse(ours);  // takes its arguments in reverse order
+    app.parse(ours);
   } catch (const CLI::CallForHelp&) {
     result.message = app.help();
     return result;

@@ -41,17 +41,8 @@ std::vector<std::pair<std::string, std::string>> interfaces() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return result;
   for (const ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr) continue;
-    const int family = entry->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    const void* raw = family == AF_INET
-                          ? static_cast<const void*>(
-                                &reinterpret_cast<const sockaddr_in*>(entry->ifa_addr)->sin_addr)
-                          : static_cast<const void*>(
-                                &reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr)->sin6_addr);
-    if (::inet_ntop(family, raw, text, sizeof text) != nullptr)
-      result.emplace_back(entry->ifa_name, text);
+    std::string text = address_text(entry->ifa_addr);
+    if (!text.empty()) result.emplace_back(entry->ifa_name, std::move(text));
   }
   ::freeifaddrs(list);
   return result;

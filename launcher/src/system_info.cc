@@ -136,6 +136,20 @@ int try_bind(int port) {
 
 }  // namespace
 
+std::string address_text(const sockaddr* address) {
+  if (address == nullptr) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = nullptr;
+  if (address->sa_family == AF_INET) {
+    raw = &reinterpret_cast<const sockaddr_in*>(address)->sin_addr;
+  } else if (address->sa_family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr;
+  } else {
+    return {};
+  }
+  return ::inet_ntop(address->sa_family, raw, text, sizeof text) != nullptr ? text : "";
+}
+
 std::vector<std::string> resolve_addresses(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -144,14 +158,8 @@ std::vector<std::string> resolve_addresses(const std::string& host) {
   std::vector<std::string> addresses;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return addresses;
   for (const addrinfo* entry = found; entry != nullptr; entry = entry->ai_next) {
-    char text[INET6_ADDRSTRLEN] = {};
-    const void* raw = entry->ai_family == AF_INET
-                          ? static_cast<const void*>(
-                                &reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr)
-                          : static_cast<const void*>(
-                                &reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr);
-    if (::inet_ntop(entry->ai_family, raw, text, sizeof text) != nullptr)
-      addresses.emplace_back(text);
+    std::string text = address_text(entry->ai_addr);
+    if (!text.empty()) addresses.push_back(std::move(text));
   }
   ::freeaddrinfo(found);
   return addresses;

@@ -3,6 +3,8 @@
 // facts about this host, the program's resolved path, free ports. Everything below main
 // receives these as values.
 
+#include <sys/socket.h>
+
 #include <string>
 #include <vector>
 
@@ -25,6 +27,9 @@ std::string random_run_id();
 
 // Whether a TCP listener could bind `port` on all interfaces right now.
 bool port_is_free(int port);
+
+// An IPv4 or IPv6 socket address as text ("10.1.2.3", "::1"); empty for other families.
+std::string address_text(const sockaddr* address);
 
 // The addresses `host` resolves to (getaddrinfo), as text; empty when it does not resolve.
 std::vector<std::string> resolve_addresses(const std::string& host);
