@@ -135,6 +135,22 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--format", options.format, "Format of --dry-run output: text or json")
       ->transform(CLI::CheckedTransformer(std::map<std::string, PlanFormat>{
           {"text", PlanFormat::kText}, {"json", PlanFormat::kJson}}));
+  app.add_option("--launcher", options.launcher,
+                 "How the first node reaches the others: auto (srun in Slurm, mpirun in "
+                 "SGE/PBS/LSF, else ssh), ssh, mpirun, srun, or local (this node only)")
+      ->check(CLI::IsMember({"auto", "ssh", "mpirun", "srun", "local"}))
+      ->capture_default_str();
+  app.add_option("--env", options.env_vars,
+                 "Pass NAME (its value here) or NAME=VALUE to the workers on other nodes; "
+                 "repeatable (PATH, LD_LIBRARY_PATH, CUDA_*, NCCL_*, OMP_*, ... always go)")
+      ->allow_extra_args(false);
+  app.add_option("--ssh-config", options.ssh_config, "ssh configuration file (ssh -F FILE)");
+  app.add_flag("--agent", options.agent, "Started by a head ddprun")->group("");
+  app.add_flag("--agent-stdin", options.agent_stdin, "The head talks on stdin")->group("");
+  app.add_option("--agent-nodes", options.agent_nodes, "Nodes of the head's plan")->group("");
+  app.add_option("--restart-count", options.restart_count, "The head's restart round")
+      ->check(CLI::Range(0, 1000000))
+      ->group("");
 
   // Split at the first bare "--": what follows is the program and its arguments, even if
   // they look like options. (CLI11 would drop the "--" and lose that distinction.)
@@ -184,6 +200,13 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     result.message =
         "ddprun: error: --tee needs --log-dir (without it, all output goes to "
         "the console)\n";
+    result.exit_code = kExitLauncherError;
+    return result;
+  }
+  if (options.agent != options.agent_nodes.has_value()) {
+    result.message =
+        "ddprun: error: --agent and --agent-nodes go together (they are set by a "
+        "head ddprun, not by hand)\n";
     result.exit_code = kExitLauncherError;
     return result;
   }

@@ -1,10 +1,12 @@
 #include "job_inputs.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ddprun/env_names.h"
 #include "ddprun/errors.h"
 #include "node_match.h"
+#include "remote.h"
 #include "schedulers.h"
 #include "system_info.h"
 
@@ -36,7 +38,8 @@ int resolve_this_node(const Options& options, const Cluster& cluster, const Host
                            source_of(cluster) + " has " + std::to_string(nodes) + " node(s)",
                        "give a node rank from 0 to " + std::to_string(nodes - 1));
     }
-    if (cluster.this_node && *cluster.this_node != *options.node_rank) {
+    // The head's word wins for its agents: it addressed this node by that name.
+    if (!options.agent && cluster.this_node && *cluster.this_node != *options.node_rank) {
       throw UsageError("--node-rank " + std::to_string(*options.node_rank) + " contradicts " +
                            source_of(cluster) + ", which says this is node " +
                            std::to_string(*cluster.this_node),
@@ -55,7 +58,15 @@ int port_for_job(const std::string& job_id) {
 }
 
 SystemServices system_services() {
-  return {pick_free_port, port_is_free, random_run_id, resolve_addresses};
+  return {pick_free_port, port_is_free, random_run_id, resolve_addresses,
+          [](const std::string& name) {
+            try {
+              resolve_program(name, read_environment());
+              return true;
+            } catch (const ProgramError&) {
+              return false;
+            }
+          }};
 }
 
 PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
@@ -63,7 +74,15 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
                                const SystemServices& services, bool check_port) {
   PlanInputs inputs;
   inputs.host = host;
-  inputs.cluster = detect_cluster(env, read_file, host, options.scheduler, options.hostfile);
+  if (options.agent_nodes) {
+    // An agent plans from the head's node list, whatever this node's scheduler says.
+    std::string text = *options.agent_nodes;
+    std::replace(text.begin(), text.end(), ',', '\n');
+    const ReadFile from_option = [&text](const std::string&) { return text; };
+    inputs.cluster = detect_cluster(env, from_option, host, "hostfile", "--agent-nodes");
+  } else {
+    inputs.cluster = detect_cluster(env, read_file, host, options.scheduler, options.hostfile);
+  }
   Cluster& cluster = inputs.cluster;
   const int nodes = static_cast<int>(cluster.nodes.size());
   if (options.nnodes && *options.nnodes != nodes) {
@@ -74,6 +93,10 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
                          : "drop --nnodes, or fix the allocation");
   }
   cluster.this_node = resolve_this_node(options, cluster, host);
+  const bool mpirun_found = services.program_on_path && services.program_on_path("mpirun");
+  inputs.launcher = choose_launcher(options, cluster, env, mpirun_found);
+  // A head on node 0 tells every agent the port, so it may pick any free one.
+  const bool head_on_rank0 = inputs.launcher != LauncherKind::kLocal && cluster.this_node == 0;
   inputs.visible_gpus = count_visible_gpus(env, host.gpu_device_files);
 
   // Master address: the option, then MASTER_ADDR from the environment (set by a job
@@ -123,7 +146,7 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
     inputs.master_port = *port;
   } else if (!cluster.job_id.empty()) {
     inputs.master_port = port_for_job(cluster.job_id);
-  } else if (nodes == 1) {
+  } else if (nodes == 1 || head_on_rank0) {
     inputs.master_port = services.pick_free_port();
     fixed_port = false;
   } else {
@@ -145,7 +168,7 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
     inputs.run_id = *options.run_id;
   } else if (!cluster.job_id.empty()) {
     inputs.run_id = cluster.job_id;
-  } else if (nodes == 1) {
+  } else if (nodes == 1 || head_on_rank0) {
     inputs.run_id = services.random_run_id();
   } else {
     std::string seed = inputs.master_addr + ":" + std::to_string(inputs.master_port);

@@ -10,11 +10,13 @@
 #include "cluster.h"
 #include "ddprun/errors.h"
 #include "doctor.h"
+#include "env_contract.h"
 #include "job_inputs.h"
 #include "options.h"
 #include "plan.h"
 #include "plan_format.h"
 #include "process.h"
+#include "remote.h"
 #include "signal_names.h"
 #include "summary.h"
 #include "supervisor.h"
@@ -63,8 +65,82 @@ std::string doctor_worker(const Options& options, const Environment& env) {
   return std::filesystem::exists(sibling, error) ? sibling.string() : std::string();
 }
 
+// An agent's first message from the head: the environment its workers need. Read byte by
+// byte so nothing after the first line is taken from the supervisor's later reads.
+void read_agent_hello(Environment& env) {
+  std::string line;
+  char c = 0;
+  for (;;) {
+    const ssize_t got = ::read(STDIN_FILENO, &c, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw UsageError("the head ddprun closed the connection before starting");
+    if (c == '\n') break;
+    line += c;
+    if (line.size() > (1 << 24)) throw UsageError("the head's first message is too long");
+  }
+  for (auto& [name, value] : parse_agent_message(line).env) env[name] = std::move(value);
+}
+
+std::string self_path() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) throw std::system_error(error, "readlink /proc/self/exe");
+  return self.string();
+}
+
+// What this round starts on this node: its own workers, and in head mode one agent per
+// other node over ssh, or one srun/mpirun that starts an agent on every node.
+RoundSpec round_spec(const Options& options, const PlanInputs& inputs, const LaunchPlan& plan,
+                     const Environment& env) {
+  RoundSpec spec;
+  if (options.agent_stdin) spec.head_fd = STDIN_FILENO;
+  if (inputs.launcher == LauncherKind::kLocal) return spec;
+  const Environment forwarded = forwarded_environment(env, options.env_vars);
+  const std::string self = self_path();
+  const auto agent_argv = [&](const NodePlan* node) {
+    std::vector<std::string> argv = {self};
+    const auto args = agent_arguments(options, plan, node);
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  if (inputs.launcher == LauncherKind::kSsh) {
+    const std::string ssh = resolve_program("ssh", env);
+    const std::string cwd = std::filesystem::current_path().string();
+    const std::vector<std::string> own_env = merge_environment(env, {});
+    for (const NodePlan& node : plan.nodes) {
+      if (node.node_rank == plan.this_node) continue;
+      AgentLaunch agent;
+      agent.node_rank = node.node_rank;
+      agent.host = node.host;
+      agent.path = ssh;
+      agent.argv = ssh_command(node.host, options, cwd, agent_argv(&node));
+      agent.env = own_env;
+      agent.hello = agent_hello(forwarded);
+      spec.agents.push_back(std::move(agent));
+    }
+    return spec;
+  }
+  // srun and mpirun start an agent on this node too, and pass the environment themselves.
+  spec.local_workers = false;
+  AgentLaunch agent;
+  agent.host = std::string(launcher_name(inputs.launcher));
+  agent.path = resolve_program(agent.host, env);
+  agent.argv = inputs.launcher == LauncherKind::kSrun
+                   ? srun_command(plan, agent_argv(nullptr))
+                   : mpirun_command(plan, forwarded, agent_argv(nullptr));
+  agent.env = merge_environment(env, {forwarded.begin(), forwarded.end()});
+  spec.agents.push_back(std::move(agent));
+  return spec;
+}
+
 int run(const Options& options) {
-  const Environment env = read_environment();
+  Environment env = read_environment();
+  if (options.agent_stdin) read_agent_hello(env);
+  // --env NAME=VALUE holds for every worker, the head's own included.
+  for (const auto& item : options.env_vars) {
+    const auto equals = item.find('=');
+    if (equals != std::string::npos) env[item.substr(0, equals)] = item.substr(equals + 1);
+  }
   if (options.doctor) {
     std::cout << "ddprun doctor: what ddprun sees on this node\n"
               << format_doctor(gather_doctor_rows(options, env, doctor_worker(options, env)));
@@ -98,23 +174,35 @@ int run(const Options& options) {
   SignalChannel signals;
   Guardian guardian(inputs.scratch_dir);
   Supervisor supervisor(signals, guardian, config);
+  // An agent runs one round of the head's; the head decides about restarts.
+  const bool summaries = !options.quiet && !options.agent;
   for (int round = 0;; ++round) {
-    inputs.restart_count = round;
+    inputs.restart_count = options.agent ? options.restart_count.value_or(0) : round;
     if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
     const LaunchPlan plan = build_plan(options, inputs, env);
-    if (!options.quiet) std::cerr << format_launch_summary(plan, options.log_dir.has_value());
-    const RoundResult result = supervisor.run(plan, program_path, env);
-    if (!options.quiet) std::cerr << format_rank_table(result);
+    const RoundSpec spec = round_spec(options, inputs, plan, env);
+    if (summaries) {
+      std::cerr << format_launch_summary(plan, options.log_dir.has_value());
+      if (inputs.launcher != LauncherKind::kLocal) {
+        std::cerr << "ddprun: starting " << plan.nodes.size() - (spec.local_workers ? 1 : 0)
+                  << " node agent(s) with " << launcher_name(inputs.launcher) << "\n";
+      }
+    }
+    const RoundResult result = supervisor.run(plan, program_path, env, spec);
+    if (summaries) std::cerr << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed) {
       const RankResult& failed = result.ranks.at(*result.first_failure);
       std::cerr << format_failure_report(failed, read_small_file(failed.error_file),
                                          colour_wanted(STDERR_FILENO, env));
-      if (round < options.max_restarts) {
+      if (round < options.max_restarts && !options.agent) {
         std::cerr << "ddprun: restarting all workers (restart " << round + 1 << " of "
                   << options.max_restarts << ")\n";
         continue;
       }
       if (options.log_dir) std::cerr << "ddprun: logs are in " << plan.attempt_dir << "\n";
+    } else if (result.lost_head) {
+      std::cerr << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
+                   "workers\n";
     } else if (result.outcome == Outcome::kStopped) {
       std::cerr << "ddprun: stopped by " << signal_name(result.stop_signal) << "\n";
     }

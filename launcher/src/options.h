@@ -31,7 +31,16 @@ struct Options {
   bool dry_run = false;
   bool doctor = false;  // print what ddprun sees on this node; PROGRAM is optional
   PlanFormat format = PlanFormat::kText;
-  std::vector<std::string> program;  // program and its arguments; empty only with doctor
+  // Head-node mode (docs/multinode.md): how to reach the other nodes, and what they get.
+  std::string launcher = "auto";          // auto, ssh, mpirun, srun, local
+  std::vector<std::string> env_vars;      // --env NAME or NAME=VALUE, for remote agents
+  std::optional<std::string> ssh_config;  // --ssh-config: ssh -F FILE
+  // Set by the head on the agents it starts; not for users.
+  bool agent = false;
+  bool agent_stdin = false;                // the head talks to this agent on stdin (ssh)
+  std::optional<std::string> agent_nodes;  // "host:nproc,host:nproc,..." in node order
+  std::optional<int> restart_count;        // the head's restart round
+  std::vector<std::string> program;        // program and its arguments; empty only with doctor
 };
 
 // Either options to run with, or a message to print and an exit code (help, version,

@@ -74,8 +74,10 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
     NodePlan node_plan;
     node_plan.host = node.host;
     node_plan.node_rank = static_cast<int>(i);
-    node_plan.nproc =
-        resolve_nproc(options.nproc_per_node, inputs.visible_gpus, node, cluster, inputs.host);
+    // An agent runs exactly what the head planned for its node.
+    node_plan.nproc = options.agent ? node.slots
+                                    : resolve_nproc(options.nproc_per_node, inputs.visible_gpus,
+                                                    node, cluster, inputs.host);
     node_plan.first_rank = next_rank;
     next_rank += node_plan.nproc;
     plan.nodes.push_back(std::move(node_plan));

@@ -47,6 +47,11 @@ struct LaunchPlan {
   std::vector<std::string> program;  // argv of every worker
 };
 
+// How this ddprun reaches the job's other nodes: kLocal runs this node's workers only
+// (one node, or one ddprun per node started by someone else); the others make it the
+// head that starts an agent on every node (docs/multinode.md).
+enum class LauncherKind { kLocal, kSsh, kMpirun, kSrun };
+
 // Everything build_plan needs beyond the options; resolved by main() (which may need
 // syscalls for it) so that build_plan stays pure.
 struct PlanInputs {
@@ -60,6 +65,7 @@ struct PlanInputs {
   int restart_count = 0;
   std::string scratch_dir;  // error files go here when there is no --log-dir
   bool stdout_is_tty = false;
+  LauncherKind launcher = LauncherKind::kLocal;
 };
 
 // How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these

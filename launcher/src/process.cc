@@ -59,10 +59,11 @@ void UniqueFd::reset() noexcept {
   fd_ = -1;
 }
 
-Pipe make_pipe() {
+Pipe make_pipe(bool nonblocking_read) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   Pipe pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+  if (!nonblocking_read) return pipe;
   const int flags = ::fcntl(fds[0], F_GETFL);
   if (flags < 0 || ::fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0) throw_errno("fcntl");
   return pipe;
@@ -161,7 +162,8 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
     for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
       ::signal(sig, SIG_DFL);
     }
-    if (::dup2(dev_null.get(), STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
+    const int stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
+    if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
         ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) {
       ::_exit(127);
     }

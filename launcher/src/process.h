@@ -36,8 +36,9 @@ struct Pipe {
   UniqueFd write_end;
 };
 
-// A pipe whose ends are close-on-exec; the read end is non-blocking.
-Pipe make_pipe();
+// A pipe whose ends are close-on-exec; the read end is non-blocking unless it is to be a
+// child's stdin (programs expect a blocking one).
+Pipe make_pipe(bool nonblocking_read = true);
 
 // Opens `path` for appending (created 0644), close-on-exec.
 UniqueFd open_log_file(const std::string& path);
@@ -74,13 +75,14 @@ struct SpawnSpec {
   std::string path;               // resolved executable
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // KEY=VALUE
+  int stdin_fd = -1;              // -1: /dev/null
   int stdout_fd = -1;
   int stderr_fd = -1;
 };
 
 // Forks and execs `spec` as the leader of a new process group (its pgid is its pid), with
-// stdin from /dev/null, the original signal mask and default dispositions, and SIGKILL as
-// its parent-death signal. An exec failure makes the child print one line and exit 127.
+// stdin from `stdin_fd` or /dev/null, the original signal mask and default dispositions, and
+// SIGKILL as its parent-death signal. An exec failure makes the child print one line and exit 127.
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask);
 
 // Sends `signal_number` to the process group `pgid`; ignores groups already gone.

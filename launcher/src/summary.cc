@@ -24,11 +24,19 @@ std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
 std::string format_rank_table(const RoundResult& result) {
   std::string text = "ddprun:  rank  local  pid      status                time      peak RSS\n";
   for (const auto& rank : result.ranks) {
+    const std::string status =
+        rank.exited ? describe_wait_status(rank.wait_status) : std::string("not started");
     char row[256];
-    std::snprintf(row, sizeof row, "ddprun: %5d  %5d  %-7d  %-20s  %7.2f s  %6.1f MB\n", rank.rank,
-                  rank.local_rank, static_cast<int>(rank.pid),
-                  rank.exited ? describe_wait_status(rank.wait_status).c_str() : "not started",
-                  rank.run_seconds, static_cast<double>(rank.max_rss_kb) / 1024.0);
+    if (rank.agent) {
+      // A remote node's own table is printed there; here only how its agent ended.
+      std::snprintf(row, sizeof row, "ddprun: %-12s  %-7d  %-20s  %7.2f s  (%s)\n",
+                    child_label(rank).c_str(), static_cast<int>(rank.pid), status.c_str(),
+                    rank.run_seconds, rank.host.c_str());
+    } else {
+      std::snprintf(row, sizeof row, "ddprun: %5d  %5d  %-7d  %-20s  %7.2f s  %6.1f MB\n",
+                    rank.rank, rank.local_rank, static_cast<int>(rank.pid), status.c_str(),
+                    rank.run_seconds, static_cast<double>(rank.max_rss_kb) / 1024.0);
+    }
     text += row;
   }
   return text;

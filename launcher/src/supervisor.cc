@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "ddprun/errors.h"
 #include "env_contract.h"
 #include "line_buffer.h"
+#include "remote.h"
 #include "signal_names.h"
 
 namespace ddprun {
@@ -38,6 +40,7 @@ struct Worker {
   Stream err;
   TailLines tail{20};
   Clock::time_point started_at;
+  UniqueFd messages;  // an ssh agent's stdin: signals go there as messages
 };
 
 bool is_stop_signal(int sig) {
@@ -49,15 +52,18 @@ class Round {
   Round(SignalChannel& signals, Guardian& guardian, const SupervisorConfig& config)
       : signals_(signals), guardian_(guardian), config_(config) {}
 
-  RoundResult run(const LaunchPlan& plan, const std::string& program_path, const Environment& env) {
-    make_directories(plan.attempt_dir);
+  RoundResult run(const LaunchPlan& plan, const std::string& program_path, const Environment& env,
+                  const RoundSpec& spec) {
+    if (spec.local_workers) make_directories(plan.attempt_dir);
     const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
-    workers_.reserve(static_cast<std::size_t>(node.nproc));
+    workers_.reserve(static_cast<std::size_t>(node.nproc) + spec.agents.size());
+    head_fd_ = spec.head_fd;
     try {
-      for (int local = 0; local < node.nproc; ++local) {
+      for (int local = 0; spec.local_workers && local < node.nproc; ++local) {
         spawn(plan, plan.ranks.at(static_cast<std::size_t>(node.first_rank + local)), program_path,
               env);
       }
+      for (const AgentLaunch& agent : spec.agents) spawn_agent(agent);
     } catch (...) {
       begin_stop(SIGKILL);
       wait_for_all();
@@ -77,30 +83,72 @@ class Round {
     worker.result.host = rank.host;
     worker.result.error_file = rank.error_file;
     ::unlink(rank.error_file.c_str());  // a stale file from an earlier run is no report
-    Pipe out = make_pipe();
-    Pipe err = make_pipe();
     if (!rank.stdout_log.empty()) worker.out.log = open_log_file(rank.stdout_log);
     if (!rank.stderr_log.empty()) worker.err.log = open_log_file(rank.stderr_log);
     worker.out.to_console = config_.stdout_to_console;
     worker.err.to_console = config_.stderr_to_console;
-    worker.err.is_stderr = true;
-    worker.out.owner = worker.err.owner = workers_.size() - 1;
     prefix_.push_back(config_.tag_output ? "[" + rank.host + ":" + std::to_string(rank.rank) + "] "
                                          : std::string());
-
     SpawnSpec spec;
     spec.path = program_path;
     spec.argv = plan.program;
     spec.env = merge_environment(env, rank.env);
+    start_child(worker, spec, {});
+  }
+
+  void spawn_agent(const AgentLaunch& agent) {
+    Worker& worker = workers_.emplace_back();
+    worker.tail = TailLines(config_.tail_lines);
+    worker.result.agent = true;
+    worker.result.node_rank = agent.node_rank;
+    worker.result.rank = -1;
+    worker.result.host = agent.host;
+    worker.out.to_console = worker.err.to_console = true;  // agents tag and filter their own
+    prefix_.emplace_back();
+    SpawnSpec spec;
+    spec.path = agent.path;
+    spec.argv = agent.argv;
+    spec.env = agent.env;
+    start_child(worker, spec, agent.hello);
+  }
+
+  // Starts `worker` (the last one added) with its output on fresh pipes and, when `hello`
+  // is not empty, a pipe on its stdin that begins with `hello` and carries signals after.
+  void start_child(Worker& worker, SpawnSpec& spec, const std::string& hello) {
+    Pipe out = make_pipe();
+    Pipe err = make_pipe();
+    Pipe in = hello.empty() ? Pipe{} : make_pipe(/*nonblocking_read=*/false);
+    worker.err.is_stderr = true;
+    worker.out.owner = worker.err.owner = workers_.size() - 1;
     spec.stdout_fd = out.write_end.get();
     spec.stderr_fd = err.write_end.get();
+    spec.stdin_fd = in.read_end.valid() ? in.read_end.get() : -1;
     worker.started_at = Clock::now();
     worker.result.pid = spawn_process(spec, signals_.original_mask());
     worker.result.started = true;
     guardian_.watch(worker.result.pid);
     worker.out.pipe = std::move(out.read_end);
     worker.err.pipe = std::move(err.read_end);
-    // Our copies of the write ends close here, so EOF means the worker's side is done.
+    // Our copies of the write ends close here, so EOF means the child's side is done.
+    if (!hello.empty()) {
+      worker.messages = std::move(in.write_end);
+      write_all(worker.messages.get(), hello);
+    }
+  }
+
+  // Signals a live child: a worker's whole group; an ssh agent by message (SIGKILL drops
+  // the connection instead, which its agent takes as "stop now"); srun or mpirun itself,
+  // which forward signals to their tasks.
+  void signal_child(const Worker& worker, int sig) {
+    if (!worker.result.agent || sig == SIGKILL) {
+      signal_group(worker.result.pid, sig);
+    } else if (worker.messages.valid()) {
+      if (!write_all(worker.messages.get(), agent_signal_message(sig))) {
+        signal_group(worker.result.pid, SIGKILL);
+      }
+    } else {
+      ::kill(worker.result.pid, sig);
+    }
   }
 
   std::size_t live_workers() const {
@@ -111,7 +159,7 @@ class Round {
 
   void signal_live(int sig) {
     for (const auto& worker : workers_) {
-      if (worker.result.started && !worker.result.exited) signal_group(worker.result.pid, sig);
+      if (worker.result.started && !worker.result.exited) signal_child(worker, sig);
     }
   }
 
@@ -134,6 +182,7 @@ class Round {
       fds.clear();
       streams.clear();
       fds.push_back({signals_.fd(), POLLIN, 0});
+      fds.push_back({head_fd_, POLLIN, 0});  // a negative fd is ignored by poll
       for (auto& worker : workers_) {
         for (Stream* stream : {&worker.out, &worker.err}) {
           if (!stream->pipe.valid()) continue;
@@ -165,8 +214,9 @@ class Round {
         throw std::system_error(errno, std::generic_category(), "poll");
       }
       if (fds[0].revents != 0) handle_signals();
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) pump(*streams[i - 1]);
+      if (fds[1].revents != 0) read_head();
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) pump(*streams[i - 2]);
       }
     }
   }
@@ -175,16 +225,44 @@ class Round {
     while (const int sig = signals_.read_signal()) {
       if (sig == SIGCHLD) {
         reap();
-      } else if (is_stop_signal(sig)) {
-        if (stop_signal_ != 0 && sig == SIGINT) {
-          begin_stop(SIGKILL);  // a second Ctrl-C: no more grace
-        } else {
-          if (stop_signal_ == 0) stop_signal_ = sig;
-          begin_stop(sig);
-        }
       } else {
-        signal_live(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+        on_signal(sig);
       }
+    }
+  }
+
+  // Messages from the head (agent mode): signals to act on as if received; EOF means the
+  // head, or the connection to it, is gone, and this node's workers must not outlive it.
+  void read_head() {
+    char buffer[4096];
+    const ssize_t got = ::read(head_fd_, buffer, sizeof buffer);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (got <= 0) {
+      head_fd_ = -1;
+      lost_head_ = true;
+      if (stop_signal_ == 0 && !first_failure_) {
+        stop_signal_ = SIGHUP;
+        begin_stop(SIGTERM);
+      }
+      return;
+    }
+    for (const auto& line : head_lines_.feed({buffer, static_cast<std::size_t>(got)})) {
+      try {
+        if (const int sig = parse_agent_message(line).signal_number) on_signal(sig);
+      } catch (const Error&) {
+        // Not from a head ddprun: ignored, the connection's end still counts.
+      }
+    }
+  }
+
+  void on_signal(int sig) {
+    if (!is_stop_signal(sig)) {
+      signal_live(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+    } else if (stop_signal_ != 0 && sig == SIGINT) {
+      begin_stop(SIGKILL);  // a second Ctrl-C: no more grace
+    } else {
+      if (stop_signal_ == 0) stop_signal_ = sig;
+      begin_stop(sig);
     }
   }
 
@@ -280,6 +358,7 @@ class Round {
       result.outcome = Outcome::kStopped;
       result.stop_signal = stop_signal_;
     }
+    result.lost_head = lost_head_;
     return result;
   }
 
@@ -289,6 +368,9 @@ class Round {
   std::vector<Worker> workers_;
   std::vector<std::string> prefix_;
   std::string out_buffer_;
+  int head_fd_ = -1;
+  LineSplitter head_lines_;
+  bool lost_head_ = false;
   bool killed_ = false;
   int stop_signal_ = 0;
   std::optional<std::size_t> first_failure_;
@@ -299,9 +381,9 @@ class Round {
 }  // namespace
 
 RoundResult Supervisor::run(const LaunchPlan& plan, const std::string& program_path,
-                            const Environment& env) {
+                            const Environment& env, const RoundSpec& spec) {
   Round round(signals_, guardian_, config_);
-  return round.run(plan, program_path, env);
+  return round.run(plan, program_path, env, spec);
 }
 
 int exit_code_for(const RoundResult& result) {
@@ -329,6 +411,12 @@ std::string describe_wait_status(int wait_status) {
   return "unknown status " + std::to_string(wait_status);
 }
 
+std::string child_label(const RankResult& child) {
+  if (!child.agent) return "rank " + std::to_string(child.rank);
+  if (child.node_rank < 0) return "the agents' launcher";
+  return "node " + std::to_string(child.node_rank);
+}
+
 std::string error_label(bool colour) {
   return colour ? "ddprun: \033[1;31merror:\033[0m " : "ddprun: error: ";
 }
@@ -344,11 +432,12 @@ std::string format_failure_report(const RankResult& failed, const std::string& e
                                   bool colour) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f", failed.run_seconds);
-  std::string report = error_label(colour) + "rank " + std::to_string(failed.rank) +
-                       " (local rank " + std::to_string(failed.local_rank) + " on " + failed.host +
-                       ", pid " + std::to_string(failed.pid) +
-                       ") failed first: " + describe_wait_status(failed.wait_status) + " after " +
-                       seconds + " s\n";
+  const std::string who = child_label(failed);
+  std::string report =
+      error_label(colour) + who + " (" +
+      (failed.agent ? std::string() : "local rank " + std::to_string(failed.local_rank) + " on ") +
+      failed.host + ", pid " + std::to_string(failed.pid) +
+      ") failed first: " + describe_wait_status(failed.wait_status) + " after " + seconds + " s\n";
   if (!error_file_text.empty()) {
     // torchelastic's error file: {"message": {"message": "...", "extraInfo": {...}}}, or
     // {"message": "..."}.
@@ -364,8 +453,8 @@ std::string format_failure_report(const RankResult& failed, const std::string& e
     if (!message.empty()) report += "ddprun: its error file says: " + message + "\n";
   }
   if (!failed.stderr_tail.empty()) {
-    report += "ddprun: last " + std::to_string(failed.stderr_tail.size()) + " lines of rank " +
-              std::to_string(failed.rank) + "'s stderr:\n";
+    report += "ddprun: last " + std::to_string(failed.stderr_tail.size()) + " lines of " + who +
+              "'s stderr:\n";
     for (const auto& line : failed.stderr_tail) report += "  | " + line + "\n";
   }
   return report;

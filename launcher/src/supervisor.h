@@ -32,6 +32,8 @@ struct SupervisorConfig {
 };
 
 struct RankResult {
+  bool agent = false;  // a remote agent (or the srun/mpirun starting them), not a worker
+  int node_rank = 0;   // for an agent: its node, or -1 when it stands for all of them
   int rank = 0;
   int local_rank = 0;
   std::string host;
@@ -45,6 +47,26 @@ struct RankResult {
   std::string error_file;
 };
 
+// A child that starts this node's part elsewhere: ssh running a remote ddprun agent, or
+// srun/mpirun starting one on every node. Supervised like a worker.
+struct AgentLaunch {
+  int node_rank = -1;  // -1: srun/mpirun for all nodes
+  std::string host;
+  std::string path;  // resolved ssh, srun or mpirun
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // KEY=VALUE
+  // Written to its stdin first; then signals travel as messages on the same pipe
+  // (ssh cannot deliver signals). Empty: stdin is /dev/null and signals go to the process.
+  std::string hello;
+};
+
+// What one round runs on this node.
+struct RoundSpec {
+  bool local_workers = true;        // this node's ranks of the plan
+  std::vector<AgentLaunch> agents;  // head mode
+  int head_fd = -1;                 // agent mode: messages from the head; EOF = head gone
+};
+
 enum class Outcome {
   kSucceeded,     // every worker exited 0
   kWorkerFailed,  // a worker failed first; the others were stopped
@@ -54,6 +76,7 @@ enum class Outcome {
 struct RoundResult {
   Outcome outcome = Outcome::kSucceeded;
   int stop_signal = 0;                       // with kStopped
+  bool lost_head = false;                    // agent: the head's connection closed
   std::optional<std::size_t> first_failure;  // index into ranks, with kWorkerFailed
   std::vector<RankResult> ranks;             // this node's ranks, in local rank order
 };
@@ -66,7 +89,8 @@ class Supervisor {
   // Runs this node's part of `plan` with `program_path` as the executable and `env` as
   // the base environment. Returns when every worker has exited. Throws std::system_error
   // only when it cannot set up (folders, pipes); workers already started are stopped first.
-  RoundResult run(const LaunchPlan& plan, const std::string& program_path, const Environment& env);
+  RoundResult run(const LaunchPlan& plan, const std::string& program_path, const Environment& env,
+                  const RoundSpec& spec = {});
 
  private:
   SignalChannel& signals_;
@@ -80,6 +104,9 @@ int exit_code_for(const RoundResult& result);
 
 // How a worker ended, e.g. "exit code 3" or "signal SIGKILL".
 std::string describe_wait_status(int wait_status);
+
+// "rank 3", "node 2" (a remote agent) or "the agents' launcher" (srun or mpirun).
+std::string child_label(const RankResult& child);
 
 // The failure report printed to stderr: which rank failed and how, the last lines of its
 // stderr, and the message from its error file if it wrote one (`error_file_text` is the

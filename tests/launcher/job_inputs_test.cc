@@ -254,6 +254,15 @@ INSTANTIATE_TEST_SUITE_P(
                {},
                {{"/h", "node1\nnode2\n"}},
                "node1",
+               [](Options& o) {
+                 o.hostfile = "/h";
+                 o.launcher = "local";  // one copy per node, started by hand
+               },
+               "give --master-port"},
+        BadJob{"NoPortNoJobIdOnSecondNode",
+               {},
+               {{"/h", "node1\nnode2\n"}},
+               "node2",
                [](Options& o) { o.hostfile = "/h"; },
                "give --master-port"},
         BadJob{"BadEnvPort", {{"MASTER_PORT", "http"}}, {}, "laptop", nullptr, "MASTER_PORT"},
@@ -264,6 +273,45 @@ INSTANTIATE_TEST_SUITE_P(
                [](Options& o) { o.master_port = 29999; },
                "already in use"}),
     [](const auto& test_info) { return test_info.param.name; });
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+TEST(HeadNode, FirstNodeOfAHostfileBecomesTheHeadAndPicksThePort) {
+  Options options = options_for();
+  options.hostfile = "/h";
+  const auto inputs = resolve_plan_inputs(options, {}, files({{"/h", "node1\nnode2\n"}}),
+                                          host_named("node1"), fake_services(kHosts), true);
+  EXPECT_EQ(inputs.launcher, LauncherKind::kSsh);
+  EXPECT_EQ(inputs.master_port, 41000);
+  EXPECT_FALSE(inputs.fixed_port);
+  EXPECT_EQ(inputs.master_addr, "node1");
+}
+
+TEST(HeadNode, AgentPlansFromTheHeadsNodeListAndCounts) {
+  Options options = options_for("auto");
+  options.agent = true;
+  options.agent_nodes = "node1:3,node2:1,node3:2";
+  options.node_rank = 2;
+  options.master_addr = "node1";
+  options.master_port = 29500;
+  options.run_id = "r1";
+  const Environment env = {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NODELIST", "other[1-9]"}};
+  const auto inputs = resolve_plan_inputs(options, env, files({}), host_named("node3"),
+                                          fake_services(kHosts), true);
+  EXPECT_EQ(inputs.launcher, LauncherKind::kLocal);
+  const LaunchPlan plan = build_plan(options, inputs, env);
+  ASSERT_EQ(plan.nodes.size(), 3u);
+  EXPECT_EQ(plan.world_size, 6);
+  EXPECT_EQ(plan.this_node, 2);
+  EXPECT_EQ(plan.nodes[2].first_rank, 4);
+  EXPECT_EQ(plan.nodes[2].nproc, 2);
+  EXPECT_EQ(plan.master_port, 29500);
+  EXPECT_EQ(plan.run_id, "r1");
+}
 
 }  // namespace
 }  // namespace ddprun
