@@ -129,6 +129,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--standalone", standalone,
                "Accepted for torchrun compatibility (one node is the default)");
   app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
+  app.add_flag("--check", options.check,
+               "Ask every node whether it can take part (reachable, same master address, "
+               "master port reachable, program found); print a table, start nothing");
   app.add_flag("--doctor", options.doctor,
                "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
                "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");

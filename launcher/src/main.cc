@@ -15,6 +15,7 @@
 #include "options.h"
 #include "plan.h"
 #include "plan_format.h"
+#include "preflight.h"
 #include "process.h"
 #include "remote.h"
 #include "signal_names.h"
@@ -133,6 +134,63 @@ RoundSpec round_spec(const Options& options, const PlanInputs& inputs, const Lau
   return spec;
 }
 
+// Reports from what the launchers printed: each line that is a node's check, by node rank.
+void collect_checks(const CapturedRun& run, std::vector<NodeReport>& reports, int node_rank) {
+  bool any = false;
+  std::size_t start = 0;
+  for (std::size_t end; (end = run.out.find('\n', start)) != std::string::npos; start = end + 1) {
+    const auto check = parse_node_check(std::string_view(run.out).substr(start, end - start));
+    if (!check || check->node_rank < 0 ||
+        static_cast<std::size_t>(check->node_rank) >= reports.size()) {
+      continue;
+    }
+    reports[static_cast<std::size_t>(check->node_rank)].check = check;
+    any = true;
+  }
+  if (any || node_rank < 0) return;
+  std::string why = run.timed_out ? "no answer in time" : describe_wait_status(run.wait_status);
+  const auto last = run.err.find_last_not_of('\n');
+  if (last != std::string::npos) {
+    const auto begin = run.err.rfind('\n', last);
+    why += ": " + run.err.substr(begin == std::string::npos ? 0 : begin + 1,
+                                 last - (begin == std::string::npos ? 0 : begin + 1) + 1);
+  }
+  reports[static_cast<std::size_t>(node_rank)].failure = why;
+}
+
+int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan& plan,
+              const Environment& env) {
+  const auto this_node = [&] {
+    return check_this_node(plan.this_node, inputs.host.hostname, plan.master_addr, plan.master_port,
+                           plan.program.front(), env);
+  };
+  if (options.agent) {
+    std::cout << node_check_line(this_node());
+    return kExitOk;
+  }
+  // The master port answers while the nodes check it (on the master node, the head).
+  const UniqueFd listener = plan.this_node == 0 ? listen_on(plan.master_port) : UniqueFd();
+  std::vector<NodeReport> reports(plan.nodes.size());
+  const RoundSpec spec = round_spec(options, inputs, plan, env);
+  if (inputs.launcher == LauncherKind::kLocal) {
+    for (auto& report : reports) report.failure = "not reached: ddprun runs once per node here";
+  }
+  if (spec.local_workers) reports[static_cast<std::size_t>(plan.this_node)].check = this_node();
+  std::vector<SpawnSpec> specs;
+  std::vector<std::string> hellos;
+  for (const AgentLaunch& agent : spec.agents) {
+    specs.push_back({agent.path, agent.argv, agent.env});
+    hellos.push_back(agent.hello);
+  }
+  SignalChannel signals;
+  const auto runs = run_all_captured(std::move(specs), hellos, 30000, signals.original_mask());
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    collect_checks(runs[i], reports, spec.agents[i].node_rank);
+  const PreflightSummary summary = format_preflight(plan, reports);
+  std::cout << summary.text;
+  return summary.ok ? kExitOk : 1;
+}
+
 int run(const Options& options) {
   Environment env = read_environment();
   if (options.agent_stdin) read_agent_hello(env);
@@ -156,6 +214,11 @@ int run(const Options& options) {
     std::cout << (options.format == PlanFormat::kJson ? format_plan_json(plan)
                                                       : format_plan_text(plan));
     return kExitOk;
+  }
+
+  if (options.check) {
+    inputs.scratch_dir = lookup(env, "TMPDIR").value_or("/tmp") + "/ddprun-" + inputs.run_id;
+    return run_check(options, inputs, build_plan(options, inputs, env), env);
   }
 
   const std::string program_path = resolve_program(options.program.front(), env);

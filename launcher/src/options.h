@@ -29,6 +29,7 @@ struct Options {
   bool tag_output = false;
   bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
+  bool check = false;   // preflight every node, print a table, start nothing
   bool doctor = false;  // print what ddprun sees on this node; PROGRAM is optional
   PlanFormat format = PlanFormat::kText;
   // Head-node mode (docs/multinode.md): how to reach the other nodes, and what they get.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -179,6 +180,76 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
   // Also set it here, so the group exists before anyone signals it.
   ::setpgid(pid, pid);
   return pid;
+}
+
+std::vector<CapturedRun> run_all_captured(std::vector<SpawnSpec> specs,
+                                          const std::vector<std::string>& inputs, int timeout_ms,
+                                          const sigset_t& child_mask) {
+  struct Running {
+    pid_t pid = -1;
+    UniqueFd out;
+    UniqueFd err;
+  };
+  std::vector<CapturedRun> results(specs.size());
+  std::vector<Running> running(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    Pipe out = make_pipe();
+    Pipe err = make_pipe();
+    specs[i].stdout_fd = out.write_end.get();
+    specs[i].stderr_fd = err.write_end.get();
+    const bool has_input = i < inputs.size() && !inputs[i].empty();
+    Pipe in = has_input ? make_pipe(/*nonblocking_read=*/false) : Pipe{};
+    specs[i].stdin_fd = has_input ? in.read_end.get() : -1;
+    running[i].pid = spawn_process(specs[i], child_mask);
+    // Small messages: they fit in the pipe, and closing it gives the reader its EOF.
+    if (has_input) write_all(in.write_end.get(), inputs[i]);
+    running[i].out = std::move(out.read_end);
+    running[i].err = std::move(err.read_end);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<UniqueFd*, std::string*>> targets;
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      for (auto [fd, text] : {std::pair{&running[i].out, &results[i].out},
+                              std::pair{&running[i].err, &results[i].err}}) {
+        if (!fd->valid()) continue;
+        fds.push_back({fd->get(), POLLIN, 0});
+        targets.emplace_back(fd, text);
+      }
+    }
+    if (fds.empty()) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      for (std::size_t i = 0; i < running.size(); ++i) {
+        if (running[i].out.valid() || running[i].err.valid()) results[i].timed_out = true;
+        signal_group(running[i].pid, SIGKILL);
+        running[i].out.reset();
+        running[i].err.reset();
+      }
+      break;
+    }
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(left));
+    if (ready < 0 && errno != EINTR) throw_errno("poll");
+    for (std::size_t k = 0; ready > 0 && k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t got = ::read(fds[k].fd, buffer, sizeof buffer);
+      if (got > 0) {
+        targets[k].second->append(buffer, static_cast<std::size_t>(got));
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        targets[k].first->reset();
+      }
+    }
+  }
+  for (std::size_t i = 0; i < running.size(); ++i) {
+    while (::waitpid(running[i].pid, &results[i].wait_status, 0) < 0 && errno == EINTR) {
+    }
+    signal_group(running[i].pid, SIGKILL);  // whatever it left behind
+  }
+  return results;
 }
 
 void signal_group(pid_t pgid, int signal_number) noexcept {

@@ -85,6 +85,22 @@ struct SpawnSpec {
 // SIGKILL as its parent-death signal. An exec failure makes the child print one line and exit 127.
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask);
 
+// What a command printed and how it ended (run_all_captured).
+struct CapturedRun {
+  std::string out;
+  std::string err;
+  int wait_status = 0;
+  bool timed_out = false;
+};
+
+// Runs every spec at once (each in its own process group; stdin from a pipe holding
+// `inputs[i]` when given, else /dev/null), collects
+// their output, and returns when all have ended; a command still running after `timeout_ms`
+// is killed with its group and marked timed_out. Blocks in poll(); no busy waiting.
+std::vector<CapturedRun> run_all_captured(std::vector<SpawnSpec> specs,
+                                          const std::vector<std::string>& inputs, int timeout_ms,
+                                          const sigset_t& child_mask);
+
 // Sends `signal_number` to the process group `pgid`; ignores groups already gone.
 void signal_group(pid_t pgid, int signal_number) noexcept;
 

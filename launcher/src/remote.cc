@@ -190,6 +190,7 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
     args.insert(args.end(), {"--log-dir", *options.log_dir, "--tee", std::to_string(options.tee)});
   }
   if (options.tag_output) args.emplace_back("--tag-output");
+  if (options.check) args.emplace_back("--check");  // answer the preflight, run nothing
   args.emplace_back("--");
   args.insert(args.end(), plan.program.begin(), plan.program.end());
   return args;

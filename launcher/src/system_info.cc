@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -115,9 +116,9 @@ std::string random_run_id() {
 
 namespace {
 
-// Binds a TCP socket on all IPv4 interfaces; returns the bound port or -errno.
-int try_bind(int port) {
-  const UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+// A TCP listener on all IPv4 interfaces, as a raw fd, or -errno.
+int open_listener(int port, int backlog) {
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) throw std::system_error(errno, std::generic_category(), "socket");
   // Like the store's own listener: a port in TIME_WAIT counts as free.
   const int one = 1;
@@ -127,8 +128,17 @@ int try_bind(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return -errno;
-  // Listening makes the check strict: a second listener on the port would fail here too.
-  if (::listen(sock.get(), 1) != 0) return -errno;
+  // Listening makes a free-port check strict: a second listener would fail here too.
+  if (::listen(sock.get(), backlog) != 0) return -errno;
+  return sock.release();
+}
+
+// Binds and listens on `port` (0: any); returns the bound port or -errno.
+int try_bind(int port) {
+  const int fd = open_listener(port, 1);
+  if (fd < 0) return fd;
+  const UniqueFd sock(fd);
+  sockaddr_in addr{};
   socklen_t len = sizeof addr;
   if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -errno;
   return ntohs(addr.sin_port);
@@ -167,6 +177,38 @@ std::vector<std::string> resolve_addresses(const std::string& host) {
 
 bool port_is_free(int port) {
   return try_bind(port) > 0;
+}
+
+bool can_connect(const std::string& host, int port, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return false;
+  bool connected = false;
+  for (const addrinfo* entry = found; entry != nullptr && !connected; entry = entry->ai_next) {
+    const UniqueFd sock(
+        ::socket(entry->ai_family, entry->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!sock.valid()) continue;
+    if (::connect(sock.get(), entry->ai_addr, entry->ai_addrlen) == 0) {
+      connected = true;
+      break;
+    }
+    if (errno != EINPROGRESS) continue;
+    pollfd wait{sock.get(), POLLOUT, 0};
+    int error = 0;
+    socklen_t len = sizeof error;
+    connected = ::poll(&wait, 1, timeout_ms) == 1 &&
+                ::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+  }
+  ::freeaddrinfo(found);
+  return connected;
+}
+
+UniqueFd listen_on(int port) {
+  const int fd = open_listener(port, 128);
+  return UniqueFd(fd < 0 ? -1 : fd);
 }
 
 int pick_free_port() {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cluster.h"
+#include "process.h"
 
 namespace ddprun {
 
@@ -33,6 +34,13 @@ std::string address_text(const sockaddr* address);
 
 // The addresses `host` resolves to (getaddrinfo), as text; empty when it does not resolve.
 std::vector<std::string> resolve_addresses(const std::string& host);
+
+// Whether a TCP connection to `host`:`port` succeeds within `timeout_ms` (any of the
+// addresses `host` resolves to).
+bool can_connect(const std::string& host, int port, int timeout_ms);
+
+// A listener on `port` on all IPv4 interfaces, or an invalid fd when it cannot bind.
+UniqueFd listen_on(int port);
 
 // A port the kernel says is free now (bind to port 0). Throws std::system_error.
 int pick_free_port();

@@ -1,0 +1,121 @@
+#include "preflight.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/errors.h"
+#include "system_info.h"
+
+namespace ddprun {
+namespace {
+
+constexpr int kConnectTimeoutMs = 3000;
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : " ") + item;
+  return text.empty() ? "-" : text;
+}
+
+std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+}  // namespace
+
+NodeCheck check_this_node(int node_rank, const std::string& hostname,
+                          const std::string& master_addr, int master_port,
+                          const std::string& program, const Environment& env) {
+  NodeCheck check;
+  check.node_rank = node_rank;
+  check.hostname = hostname;
+  check.master_addresses = resolve_addresses(master_addr);
+  check.master_reachable = can_connect(master_addr, master_port, kConnectTimeoutMs);
+  try {
+    check.program = resolve_program(program, env);
+  } catch (const Error& e) {
+    check.program_error = e.what();
+  }
+  return check;
+}
+
+std::string node_check_line(const NodeCheck& check) {
+  const nlohmann::json doc = {{"ddprun_check", 1},
+                              {"node_rank", check.node_rank},
+                              {"hostname", check.hostname},
+                              {"master_addresses", check.master_addresses},
+                              {"master_reachable", check.master_reachable},
+                              {"program", check.program},
+                              {"program_error", check.program_error}};
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::optional<NodeCheck> parse_node_check(std::string_view line) {
+  const auto doc = nlohmann::json::parse(line, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("ddprun_check")) return std::nullopt;
+  try {
+    NodeCheck check;
+    check.node_rank = doc.at("node_rank").get<int>();
+    check.hostname = doc.at("hostname").get<std::string>();
+    check.master_addresses = doc.at("master_addresses").get<std::vector<std::string>>();
+    check.master_reachable = doc.at("master_reachable").get<bool>();
+    check.program = doc.at("program").get<std::string>();
+    check.program_error = doc.at("program_error").get<std::string>();
+    return check;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports) {
+  PreflightSummary summary;
+  std::vector<std::string> problems;
+  std::string text = "ddprun: preflight of " + std::to_string(plan.nodes.size()) +
+                     " node(s), master " + plan.master_addr + ":" +
+                     std::to_string(plan.master_port) + "\n";
+  text += "  node  " + pad("host", 16) + pad("reached", 9) + pad("master resolves to", 20) +
+          pad("master port", 13) + "program\n";
+  std::optional<std::vector<std::string>> first_addresses;
+  for (const NodePlan& node : plan.nodes) {
+    const auto index = static_cast<std::size_t>(node.node_rank);
+    const NodeReport* report = index < reports.size() ? &reports[index] : nullptr;
+    text += "  " + pad(std::to_string(node.node_rank), 6) + pad(node.host, 16);
+    if (report == nullptr || !report->check) {
+      const std::string why =
+          report == nullptr || report->failure.empty() ? "no answer" : report->failure;
+      text += "NO: " + why + "\n";
+      problems.push_back("node " + std::to_string(node.node_rank) + " (" + node.host +
+                         ") did not answer: " + why);
+      continue;
+    }
+    const NodeCheck& check = *report->check;
+    auto addresses = check.master_addresses;
+    std::sort(addresses.begin(), addresses.end());
+    text += pad("yes", 9) + pad(joined(addresses), 20) +
+            pad(check.master_reachable ? "open" : "NOT open", 13) +
+            (check.program.empty() ? "NOT found" : check.program) + "\n";
+    const std::string who = "node " + std::to_string(node.node_rank) + " (" + node.host + ")";
+    if (addresses.empty()) {
+      problems.push_back(who + ": master address " + plan.master_addr + " does not resolve");
+    } else if (!first_addresses) {
+      first_addresses = addresses;
+    } else if (*first_addresses != addresses) {
+      problems.push_back(who + ": master address " + plan.master_addr + " resolves to " +
+                         joined(addresses) + ", not " + joined(*first_addresses) +
+                         " as on the first node");
+    }
+    if (!check.master_reachable) {
+      problems.push_back(who + ": cannot connect to " + plan.master_addr + ":" +
+                         std::to_string(plan.master_port));
+    }
+    if (check.program.empty()) problems.push_back(who + ": " + check.program_error);
+  }
+  for (const auto& problem : problems) text += "ddprun: error: preflight: " + problem + "\n";
+  if (problems.empty()) text += "ddprun: preflight: every node is ready\n";
+  summary.text = std::move(text);
+  summary.ok = problems.empty();
+  return summary;
+}
+
+}  // namespace ddprun

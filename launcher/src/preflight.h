@@ -1,0 +1,48 @@
+#pragma once
+// --check: before a long job, ask every node whether it can take part. Each node reports
+// what it sees (its host name, what MASTER_ADDR resolves to there, whether the master port
+// answers, where the program is); the head prints one table and says what is wrong.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster.h"
+#include "plan.h"
+
+namespace ddprun {
+
+struct NodeCheck {
+  int node_rank = 0;
+  std::string hostname;                       // as the node names itself
+  std::vector<std::string> master_addresses;  // what MASTER_ADDR resolves to there
+  bool master_reachable = false;              // a TCP connection to the master port worked
+  std::string program;                        // resolved path, or empty
+  std::string program_error;                  // why not, when empty
+};
+
+// This node's answers. Connects to the master port (the head listens on it meanwhile).
+NodeCheck check_this_node(int node_rank, const std::string& hostname,
+                          const std::string& master_addr, int master_port,
+                          const std::string& program, const Environment& env);
+
+// One JSON line, and back; nullopt for anything that is not such a line.
+std::string node_check_line(const NodeCheck& check);
+std::optional<NodeCheck> parse_node_check(std::string_view line);
+
+// What reaching a node gave: its report, or why there is none (e.g. ssh's last words).
+struct NodeReport {
+  std::optional<NodeCheck> check;
+  std::string failure;
+};
+
+// The table for `plan`'s nodes (reports indexed by node rank) and, after it, one line per
+// problem. `ok` tells whether there was none.
+struct PreflightSummary {
+  std::string text;
+  bool ok = true;
+};
+PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports);
+
+}  // namespace ddprun
