@@ -146,7 +146,18 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--env", options.env_vars,
                  "Pass NAME (its value here) or NAME=VALUE to the workers on other nodes; "
                  "repeatable (PATH, LD_LIBRARY_PATH, CUDA_*, NCCL_*, OMP_*, ... always go)")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            const std::string name = value.substr(0, value.find('='));
+            const bool valid =
+                !name.empty() && std::isdigit(static_cast<unsigned char>(name.front())) == 0 &&
+                std::all_of(name.begin(), name.end(), [](char c) {
+                  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+                });
+            return valid ? std::string() : "'" + name + "' is not a variable name";
+          },
+          "NAME[=VALUE]", "env"));
   app.add_option("--ssh-config", options.ssh_config, "ssh configuration file (ssh -F FILE)");
   app.add_flag("--agent", options.agent, "Started by a head ddprun")->group("");
   app.add_flag("--agent-stdin", options.agent_stdin, "The head talks on stdin")->group("");

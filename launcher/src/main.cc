@@ -194,6 +194,7 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
 int run(const Options& options) {
   Environment env = read_environment();
   if (options.agent_stdin) read_agent_hello(env);
+  forwarded_environment(env, options.env_vars);  // a bad --env fails here, on any node count
   // --env NAME=VALUE holds for every worker, the head's own included.
   for (const auto& item : options.env_vars) {
     const auto equals = item.find('=');
@@ -244,6 +245,7 @@ int run(const Options& options) {
     if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
     const LaunchPlan plan = build_plan(options, inputs, env);
     const RoundSpec spec = round_spec(options, inputs, plan, env);
+    if (options.log_dir) make_directories(plan.attempt_dir);  // fails before any summary
     if (summaries) {
       std::cerr << format_launch_summary(plan, options.log_dir.has_value());
       if (inputs.launcher != LauncherKind::kLocal) {
@@ -263,6 +265,11 @@ int run(const Options& options) {
         continue;
       }
       if (options.log_dir) std::cerr << "ddprun: logs are in " << plan.attempt_dir << "\n";
+    } else if (result.outcome == Outcome::kPreempted) {
+      std::cerr << "ddprun: workers stopped on a preemption notice"
+                << (result.stop_signal != 0 ? " (" + signal_name(result.stop_signal) + ")" : "")
+                << " and saved their state; exit " << kExitPreempted
+                << ": run the same command again to resume\n";
     } else if (result.lost_head) {
       std::cerr << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
                    "workers\n";

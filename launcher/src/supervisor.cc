@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <nlohmann/json.hpp>
 #include <system_error>
@@ -285,7 +286,11 @@ class Round {
       // Whatever the worker left behind in its group goes with it.
       signal_group(worker.result.pid, SIGKILL);
       guardian_.forget(worker.result.pid);
-      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      // A preempted worker is done, not failed: its peers agreed to stop at the same step
+      // and are saving the same checkpoint, so they must not be interrupted.
+      const bool preempted = WIFEXITED(status) && WEXITSTATUS(status) == kExitPreempted;
+      preempted_ = preempted_ || preempted;
+      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !preempted;
       if (failed && !first_failure_ && stop_signal_ == 0) {
         first_failure_ = i;
         begin_stop(SIGTERM);
@@ -351,9 +356,17 @@ class Round {
       worker.result.stderr_tail = worker.tail.lines();
       result.ranks.push_back(std::move(worker.result));
     }
+    const bool all_ended_cleanly = std::all_of(workers_.begin(), workers_.end(), [](auto& w) {
+      const int status = w.result.wait_status;
+      return w.result.exited && WIFEXITED(status) &&
+             (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kExitPreempted);
+    });
     if (first_failure_) {
       result.outcome = Outcome::kWorkerFailed;
       result.first_failure = first_failure_;
+    } else if (preempted_ && all_ended_cleanly) {
+      result.outcome = Outcome::kPreempted;
+      result.stop_signal = stop_signal_;
     } else if (stop_signal_ != 0) {
       result.outcome = Outcome::kStopped;
       result.stop_signal = stop_signal_;
@@ -371,6 +384,7 @@ class Round {
   int head_fd_ = -1;
   LineSplitter head_lines_;
   bool lost_head_ = false;
+  bool preempted_ = false;
   bool killed_ = false;
   int stop_signal_ = 0;
   std::optional<std::size_t> first_failure_;
@@ -392,6 +406,8 @@ int exit_code_for(const RoundResult& result) {
       return 0;
     case Outcome::kStopped:
       return 128 + result.stop_signal;
+    case Outcome::kPreempted:
+      return kExitPreempted;
     case Outcome::kWorkerFailed: {
       const int status = result.ranks.at(*result.first_failure).wait_status;
       if (WIFEXITED(status)) return WEXITSTATUS(status);

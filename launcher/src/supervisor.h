@@ -71,6 +71,7 @@ enum class Outcome {
   kSucceeded,     // every worker exited 0
   kWorkerFailed,  // a worker failed first; the others were stopped
   kStopped,       // ddprun was told to stop (a signal); not a candidate for restart
+  kPreempted,     // workers exited kExitPreempted (checkpoint saved), none failed
 };
 
 struct RoundResult {

@@ -13,6 +13,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitLauncherError = 125;  // bad input, bad config, system error
 inline constexpr int kExitProgramNotExecutable = 126;
 inline constexpr int kExitProgramNotFound = 127;
+// A worker stopped on a preemption notice (SIGTERM, SIGUSR1, SIGUSR2) after saving a
+// checkpoint: sysexits' EX_TEMPFAIL, "try again later". ddprun exits with it too and
+// does not restart (docs/fault-tolerance.md).
+inline constexpr int kExitPreempted = 75;
 
 // Base of everything ddprun reports as its own error. `what()` is the message; `hint()`
 // the next step for the user (may be empty).
