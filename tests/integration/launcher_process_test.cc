@@ -167,6 +167,25 @@ TEST(Signals, SigtermIsForwardedAndExitIs143) {
   EXPECT_EQ(got, 3u) << done.out;
 }
 
+TEST(Signals, WorkersPreemptedBySigtermMakeDdprunExit75) {
+  Launched job(with_child({"--nproc-per-node", "2"}, {"ready", "wait-signal", "exit:75"}), {},
+               true);
+  job.wait_ready(2);
+  job.signal(SIGTERM);
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 75) << done.err;
+  EXPECT_NE(done.err.find("preemption notice (SIGTERM)"), std::string::npos) << done.err;
+  EXPECT_EQ(done.err.find("ddprun: error"), std::string::npos) << done.err;
+}
+
+TEST(Signals, PreemptedRanksEndTheJobWith75WithoutARestart) {
+  const auto done = run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "3"},
+                                          {"exit:75@0", "print:2@1", "exit:75"}));
+  EXPECT_EQ(done.exit_code, 75) << done.err;
+  EXPECT_NE(done.out.find("rank 1 line 1"), std::string::npos) << done.out;
+  EXPECT_EQ(done.err.find("restarting"), std::string::npos) << done.err;
+}
+
 TEST(Signals, Sigusr1IsForwardedAndTheJobGoesOn) {
   Launched job(with_child({"--nproc-per-node", "2"}, {"ready", "wait-signal", "print:1"}), {},
                true);
