@@ -58,7 +58,11 @@ int port_for_job(const std::string& job_id) {
 }
 
 SystemServices system_services() {
-  return {pick_free_port, port_is_free, random_run_id, resolve_addresses,
+  return {pick_free_port,
+          port_is_free,
+          random_run_id,
+          resolve_addresses,
+          describe_port_user,
           [](const std::string& name) {
             try {
               resolve_program(name, read_environment());
@@ -157,10 +161,13 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   inputs.fixed_port = fixed_port;
   const bool hosts_rank0 = cluster.this_node == 0;
   if (check_port && fixed_port && hosts_rank0 && !services.port_is_free(inputs.master_port)) {
-    throw UsageError(
-        "master port " + std::to_string(inputs.master_port) + " is already in use on this host",
-        "another job may be using it: pick another port with --master-port, or "
-        "omit it on a single node to get a free one");
+    const std::string user =
+        services.describe_port_user ? services.describe_port_user(inputs.master_port) : "";
+    throw UsageError("master port " + std::to_string(inputs.master_port) +
+                         " is already in use on this host" +
+                         (user.empty() ? std::string() : " by " + user),
+                     "another job may be using it: pick another port with --master-port, or "
+                     "omit it on a single node to get a free one");
   }
 
   // Run id: every node must agree on it, so random only where there is one node.

@@ -20,6 +20,8 @@ struct SystemServices {
   std::function<std::string()> random_run_id;
   // The addresses `host` resolves to, as text ("10.1.2.3", "::1"); empty when it does not.
   std::function<std::vector<std::string>(const std::string& host)> resolve_host;
+  // Who holds a busy port, for the error message (unset or empty: unknown).
+  std::function<std::string(int port)> describe_port_user;
   // Whether `name` is an executable on PATH (unset: nothing is).
   std::function<bool(const std::string& name)> program_on_path;
 };

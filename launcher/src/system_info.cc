@@ -10,10 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <system_error>
 
 #include "ddprun/errors.h"
@@ -209,6 +214,75 @@ bool can_connect(const std::string& host, int port, int timeout_ms) {
 UniqueFd listen_on(int port) {
   const int fd = open_listener(port, 128);
   return UniqueFd(fd < 0 ? -1 : fd);
+}
+
+namespace {
+
+// Socket inodes listening on `port`, from /proc/net/tcp and tcp6.
+std::vector<std::string> listening_inodes(int port) {
+  std::vector<std::string> inodes;
+  char wanted[8];
+  std::snprintf(wanted, sizeof wanted, "%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos && local.substr(colon + 1) == wanted) {
+        inodes.push_back(inode);
+      }
+    }
+  }
+  return inodes;
+}
+
+std::string read_proc_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(64 * 1024, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
+}
+
+}  // namespace
+
+std::string describe_port_user(int port) {
+  const auto inodes = listening_inodes(port);
+  if (inodes.empty()) return {};
+  std::error_code error;
+  for (const auto& process : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string pid = process.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code fd_error;
+    for (const auto& fd : std::filesystem::directory_iterator(process.path() / "fd", fd_error)) {
+      std::error_code link_error;
+      const std::string target = std::filesystem::read_symlink(fd.path(), link_error).string();
+      const bool match = std::any_of(inodes.begin(), inodes.end(), [&](const std::string& inode) {
+        return target == "socket:[" + inode + "]";
+      });
+      if (!match) continue;
+      std::string command = read_proc_file(process.path() / "cmdline");
+      std::replace(command.begin(), command.end(), '\0', ' ');
+      while (!command.empty() && command.back() == ' ') command.pop_back();
+      if (command.size() > 80) command = command.substr(0, 77) + "...";
+      std::string text = "pid " + pid + " (" + command;
+      const std::string environ = read_proc_file(process.path() / "environ");
+      const std::string key = std::string("TORCHELASTIC_RUN_ID") + "=";
+      const auto at = environ.find(key);
+      if (at != std::string::npos && (at == 0 || environ[at - 1] == '\0')) {
+        const auto end = environ.find('\0', at);
+        text += ", run " + environ.substr(at + key.size(), end - at - key.size());
+      }
+      return text + ")";
+    }
+  }
+  return {};
 }
 
 int pick_free_port() {

@@ -17,6 +17,9 @@ SystemServices fake_services(std::map<std::string, std::string> hosts = {}) {
   services.pick_free_port = [] { return 41000; };
   services.port_is_free = [](int port) { return port != 29999; };
   services.random_run_id = [] { return std::string("random"); };
+  services.describe_port_user = [](int port) {
+    return port == 29999 ? std::string("pid 7 (train.py, run job-a)") : std::string();
+  };
   services.resolve_host = [hosts](const std::string& host) -> std::vector<std::string> {
     const auto it = hosts.find(host);
     if (it == hosts.end()) return {};
@@ -271,7 +274,7 @@ INSTANTIATE_TEST_SUITE_P(
                {},
                "laptop",
                [](Options& o) { o.master_port = 29999; },
-               "already in use"}),
+               "already in use on this host by pid 7 (train.py, run job-a)"}),
     [](const auto& test_info) { return test_info.param.name; });
 
 }  // namespace
