@@ -6,9 +6,9 @@
 
 namespace ddprun {
 
-std::vector<std::pair<std::string, std::string>> rank_environment(
-    const LaunchPlan& plan, const NodePlan& node, const RankPlan& rank, const PlanInputs& inputs,
-    const Options& options, const Environment& env) {
+std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPlan& plan,
+                                                                  const RankPlan& rank) {
+  const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(rank.node_rank));
   const auto str = [](int value) { return std::to_string(value); };
   std::vector<std::pair<std::string, std::string>> vars = {
       {env::kRank, str(rank.rank)},
@@ -28,14 +28,13 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
       {env::kErrorFile, rank.error_file},
       {env::kDdprunHost, rank.host},
       {env::kDdprunVersion, kVersion},
-      {env::kDdprunStdoutTty, inputs.stdout_is_tty ? "1" : "0"},
+      {env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0"},
   };
-  if (options.log_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
-  if (!lookup(env, env::kOmpNumThreads)) {
-    const std::string share = str(std::max(1, inputs.host.cpu_count / std::max(1, node.nproc)));
+  if (plan.logs_to_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
+  if (plan.threads.set_omp) {
+    const std::string share = str(std::max(1, plan.threads.cpu_count / std::max(1, node.nproc)));
     vars.emplace_back(env::kOmpNumThreads, share);
-    // OpenBLAS falls back to OMP_NUM_THREADS, so only fill it in when both are unset.
-    if (!lookup(env, env::kOpenblasNumThreads)) vars.emplace_back(env::kOpenblasNumThreads, share);
+    if (plan.threads.set_openblas) vars.emplace_back(env::kOpenblasNumThreads, share);
   }
   return vars;
 }

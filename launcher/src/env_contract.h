@@ -10,12 +10,12 @@
 
 namespace ddprun {
 
-// The variables ddprun sets for `rank`. Thread counts (OMP_NUM_THREADS,
-// OPENBLAS_NUM_THREADS) are included only when `env` does not already set them: then each
-// worker gets an equal share of this node's CPUs, at least one.
-std::vector<std::pair<std::string, std::string>> rank_environment(
-    const LaunchPlan& plan, const NodePlan& node, const RankPlan& rank, const PlanInputs& inputs,
-    const Options& options, const Environment& env);
+// The variables ddprun sets for `rank` of `plan`, computed when needed rather than stored,
+// so a plan of 100,000 ranks stays small. Thread counts (OMP_NUM_THREADS,
+// OPENBLAS_NUM_THREADS) are included only when the user did not set them (plan.threads):
+// then each worker gets an equal share of the node's CPUs, at least one.
+std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPlan& plan,
+                                                                  const RankPlan& rank);
 
 // "KEY=VALUE" strings for execve: `env` with `overrides` laid over it.
 std::vector<std::string> merge_environment(

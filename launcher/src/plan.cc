@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "ddprun/errors.h"
-#include "env_contract.h"
 
 namespace ddprun {
 
@@ -65,6 +64,11 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   plan.max_restarts = options.max_restarts;
   plan.this_node = cluster.this_node.value_or(0);
   plan.program = options.program;
+  plan.stdout_is_tty = inputs.stdout_is_tty;
+  plan.logs_to_dir = options.log_dir.has_value();
+  plan.threads.cpu_count = inputs.host.cpu_count;
+  plan.threads.set_omp = !lookup(env, "OMP_NUM_THREADS");
+  plan.threads.set_openblas = plan.threads.set_omp && !lookup(env, "OPENBLAS_NUM_THREADS");
   const std::string base = options.log_dir ? *options.log_dir : inputs.scratch_dir;
   plan.attempt_dir = base + "/attempt_" + std::to_string(inputs.restart_count);
 
@@ -97,7 +101,6 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
         rank.stderr_log = stem + ".stderr.log";
       }
       rank.error_file = stem + ".error.json";
-      rank.env = rank_environment(plan, node, rank, inputs, options, env);
       plan.ranks.push_back(std::move(rank));
     }
   }

@@ -24,14 +24,21 @@ struct RankPlan {
   int local_rank = 0;
   int node_rank = 0;
   std::string host;
-  // The contract variables for this rank (docs/environment.md); the worker's full
-  // environment is ddprun's own with these laid over it.
-  std::vector<std::pair<std::string, std::string>> env;
   std::string stdout_log;  // empty: no log file
   std::string stderr_log;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
 };
 
+// Thread defaults for the workers (env_contract.h).
+struct ThreadDefaults {
+  int cpu_count = 1;          // CPUs of a node, shared among its workers
+  bool set_omp = false;       // OMP_NUM_THREADS was not set by the user
+  bool set_openblas = false;  // neither was OPENBLAS_NUM_THREADS (it falls back to OMP's)
+};
+
+// The whole job. Each rank's contract variables (docs/environment.md) are computed from
+// it by rank_environment (env_contract.h); a worker's environment is ddprun's own with
+// them laid over it.
 struct LaunchPlan {
   std::string run_id;
   std::string scheduler;
@@ -45,6 +52,9 @@ struct LaunchPlan {
   std::vector<NodePlan> nodes;
   std::vector<RankPlan> ranks;       // the whole job, in rank order
   std::vector<std::string> program;  // argv of every worker
+  ThreadDefaults threads;
+  bool stdout_is_tty = false;  // ddprun's stdout, for DDPRUN_STDOUT_TTY
+  bool logs_to_dir = false;    // --log-dir given: DDPRUN_LOG_DIR is set
 };
 
 // How this ddprun reaches the job's other nodes: kLocal runs this node's workers only

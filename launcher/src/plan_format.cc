@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "env_contract.h"
+
 namespace ddprun {
 namespace {
 
@@ -55,7 +57,8 @@ std::string format_plan_text(const LaunchPlan& plan) {
   }
   for (const auto& rank : plan.ranks) {
     std::string vars;
-    for (const auto& [key, value] : rank.env) vars += " " + key + "=" + quote_command({value});
+    for (const auto& [key, value] : rank_environment(plan, rank))
+      vars += " " + key + "=" + quote_command({value});
     line("rank " + std::to_string(rank.rank), vars.substr(1));
   }
   return out;
@@ -82,7 +85,7 @@ std::string format_plan_json(const LaunchPlan& plan) {
   doc["ranks"] = nlohmann::ordered_json::array();
   for (const auto& rank : plan.ranks) {
     nlohmann::ordered_json env = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : rank.env) env[key] = value;
+    for (const auto& [key, value] : rank_environment(plan, rank)) env[key] = value;
     doc["ranks"].push_back({{"rank", rank.rank},
                             {"local_rank", rank.local_rank},
                             {"node_rank", rank.node_rank},

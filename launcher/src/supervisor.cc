@@ -93,7 +93,7 @@ class Round {
     SpawnSpec spec;
     spec.path = program_path;
     spec.argv = plan.program;
-    spec.env = merge_environment(env, rank.env);
+    spec.env = merge_environment(env, rank_environment(plan, rank));
     start_child(worker, spec, {});
   }
 

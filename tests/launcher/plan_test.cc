@@ -30,8 +30,9 @@ Options options_with(const std::string& nproc) {
   return options;
 }
 
-std::map<std::string, std::string> env_map(const RankPlan& rank) {
-  return {rank.env.begin(), rank.env.end()};
+std::map<std::string, std::string> env_map(const LaunchPlan& plan, const RankPlan& rank) {
+  const auto vars = rank_environment(plan, rank);
+  return {vars.begin(), vars.end()};
 }
 
 TEST(ResolveNproc, NumbersCpuGpuAndAuto) {
@@ -70,7 +71,7 @@ TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
     const auto& rank = plan.ranks[static_cast<std::size_t>(i)];
     EXPECT_EQ(rank.rank, i);
     EXPECT_EQ(rank.local_rank, i);
-    const auto env = env_map(rank);
+    const auto env = env_map(plan, rank);
     EXPECT_EQ(env.at("RANK"), std::to_string(i));
     EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string(i));
     EXPECT_EQ(env.at("WORLD_SIZE"), "4");
@@ -86,10 +87,10 @@ TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
 
 TEST(BuildPlan, ThreadShareIsAtLeastOneAndUserSettingsWin) {
   const auto crowded = build_plan(options_with("16"), local_inputs(2), {});
-  EXPECT_EQ(env_map(crowded.ranks[0]).at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(env_map(crowded, crowded.ranks[0]).at("OMP_NUM_THREADS"), "1");
   const auto user = build_plan(options_with("2"), local_inputs(8), {{"OPENBLAS_NUM_THREADS", "3"}});
-  EXPECT_EQ(env_map(user.ranks[0]).at("OMP_NUM_THREADS"), "4");
-  EXPECT_EQ(env_map(user.ranks[0]).count("OPENBLAS_NUM_THREADS"), 0u);
+  EXPECT_EQ(env_map(user, user.ranks[0]).at("OMP_NUM_THREADS"), "4");
+  EXPECT_EQ(env_map(user, user.ranks[0]).count("OPENBLAS_NUM_THREADS"), 0u);
 }
 
 TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
@@ -101,7 +102,7 @@ TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
   const auto plan = build_plan(options, inputs, {});
   EXPECT_EQ(plan.ranks[1].stdout_log, "/logs/attempt_2/rank_1.stdout.log");
   EXPECT_EQ(plan.ranks[1].stderr_log, "/logs/attempt_2/rank_1.stderr.log");
-  const auto env = env_map(plan.ranks[1]);
+  const auto env = env_map(plan, plan.ranks[1]);
   EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "2");
   EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
   EXPECT_EQ(env.at("DDPRUN_LOG_DIR"), "/logs/attempt_2");
@@ -116,8 +117,8 @@ TEST(BuildPlan, SeveralNodesGetContiguousRankBlocks) {
   EXPECT_EQ(plan.nodes[2].first_rank, 4);
   EXPECT_EQ(plan.ranks[3].host, "b");
   EXPECT_EQ(plan.ranks[3].local_rank, 1);
-  EXPECT_EQ(env_map(plan.ranks[3]).at("GROUP_RANK"), "1");
-  EXPECT_EQ(env_map(plan.ranks[3]).at("GROUP_WORLD_SIZE"), "3");
+  EXPECT_EQ(env_map(plan, plan.ranks[3]).at("GROUP_RANK"), "1");
+  EXPECT_EQ(env_map(plan, plan.ranks[3]).at("GROUP_WORLD_SIZE"), "3");
 }
 
 TEST(MergeEnvironment, ContractOverridesInheritedValues) {
