@@ -10,6 +10,10 @@ namespace ddprun {
 // Exit codes of ddprun itself. A failed worker's own code (or 128 + signal) is passed
 // through unchanged; these are chosen like env(1) and timeout(1) so they rarely clash.
 inline constexpr int kExitOk = 0;
+// A worker stopped cleanly on a preemption notice (SIGTERM, SIGUSR1, SIGUSR2) after
+// saving a checkpoint: resubmit and it resumes. EX_TEMPFAIL of sysexits.h. ddp-train
+// exits with it, and ddprun passes it on when every worker did after a forwarded signal.
+inline constexpr int kExitPreempted = 75;
 inline constexpr int kExitLauncherError = 125;  // bad input, bad config, system error
 inline constexpr int kExitProgramNotExecutable = 126;
 inline constexpr int kExitProgramNotFound = 127;
