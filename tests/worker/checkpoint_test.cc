@@ -48,7 +48,8 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
   auto model = make_model("toy");
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   train_step(*model, opt);
-  const CheckpointMeta meta{{7, 2, 3}, 0xfedcba9876543210ull, 2};
+  CheckpointMeta meta{{7, 2, 3}, 0xfedcba9876543210ull, 2, 8, {}, {}};
+  meta.rng_cpu = torch::arange(12, torch::kByte).reshape({2, 6});
   EXPECT_EQ(save_checkpoint(dir_, *model, opt, meta, 2), "ckpt-00000007.pt");
   EXPECT_EQ(mode_of(dir_), 0700u);
   EXPECT_EQ(mode_of(dir_ + "/ckpt-00000007.pt"), 0600u);
@@ -65,6 +66,10 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
   EXPECT_EQ(got.position.batch_in_epoch, 3);
   EXPECT_EQ(got.seed, 0xfedcba9876543210ull);
   EXPECT_EQ(got.world_size, 2);
+  EXPECT_EQ(got.batch_size_per_rank, 8);
+  ASSERT_TRUE(got.rng_cpu.defined());
+  EXPECT_TRUE(torch::equal(got.rng_cpu, meta.rng_cpu));
+  EXPECT_FALSE(got.rng_device.defined());
   const auto a = model->parameters(), b = restored->parameters();
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
 
@@ -78,8 +83,9 @@ TEST_F(CheckpointTest, LatestFollowsNewestAndOldOnesArePruned) {
   auto model = make_model("toy");
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   for (std::int64_t step : {1, 2, 3})
-    save_checkpoint(dir_, *model, opt, {{step, 0, step}, 1, 1}, 2);
-  EXPECT_EQ(find_latest_checkpoint(dir_), dir_ + "/ckpt-00000003.pt");
+    save_checkpoint(dir_, *model, opt, {{step, 0, step}, 1, 1, 8, {}, {}}, 2);
+  EXPECT_EQ(find_latest_checkpoint(dir_)->path(), dir_ + "/ckpt-00000003.pt");
+  EXPECT_EQ(find_latest_checkpoint(dir_)->step, 3);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000001.pt"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-00000002.pt"));
   for (const auto& e : std::filesystem::directory_iterator(dir_)) {
@@ -98,19 +104,121 @@ TEST_F(CheckpointTest, BadLatestOrBadFileIsACheckpointError) {
   write_file_atomically(dir_, "latest", "ckpt-00000009.pt\n");
   EXPECT_THROW(find_latest_checkpoint(dir_), CheckpointError);
 
+  write_file_atomically(dir_, "latest", "ckpt-00000009.pt 16 00000000\n");
+  EXPECT_THROW(find_latest_checkpoint(dir_), CheckpointError);  // names a missing file
+
   write_file_atomically(dir_, "ckpt-00000009.pt", "not a checkpoint");
   auto model = make_model("toy");
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  EXPECT_THROW(load_checkpoint(dir_ + "/ckpt-00000009.pt", *model, opt), CheckpointError);
+  const CheckpointRecord wrong_crc{dir_, "ckpt-00000009.pt", 9, 16, 0};
+  EXPECT_THROW(load_checkpoint(wrong_crc, *model, opt), CheckpointError);
+}
+
+TEST_F(CheckpointTest, TruncatedOrAlteredCheckpointIsNeverLoaded) {
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}}, 2);
+  const auto record = find_latest_checkpoint(dir_);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_NO_THROW(load_checkpoint(*record, *model, opt));
+  auto bytes = read_file(record->path());
+  write_file_atomically(dir_, record->name, bytes.substr(0, bytes.size() - 1));
+  try {
+    load_checkpoint(*record, *model, opt);
+    ADD_FAILURE() << "a truncated checkpoint was loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("incomplete or damaged"), std::string::npos) << e.what();
+  }
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 1);
+  write_file_atomically(dir_, record->name, bytes);
+  EXPECT_THROW(load_checkpoint(*record, *model, opt), CheckpointError);
+}
+
+TEST_F(CheckpointTest, CheckpointWithoutItsRecordIsIgnored) {
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}}, 2);
+  std::filesystem::remove(dir_ + "/latest");
+  EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());
+}
+
+TEST_F(CheckpointTest, SymbolicLinksAreRefused) {
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}}, 2);
+  const std::string link_dir = (base_ / "link").string();
+  std::filesystem::create_directory_symlink(dir_, link_dir);
+  const auto expect_refused = [](auto&& f, const char* what) {
+    try {
+      f();
+      ADD_FAILURE() << what << ": followed a symbolic link";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("is a symbolic link, which is never followed"),
+                std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  expect_refused(
+      [&] {
+        save_checkpoint(link_dir, *model, opt, {{5, 0, 5}, 1, 1, 8, {}, {}}, 2);
+      },
+      "save into a linked folder");
+  expect_refused([&] { find_latest_checkpoint(link_dir); }, "find in a linked folder");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000005.pt"));
+
+  // A linked "latest", and a linked checkpoint file, in a real folder.
+  const std::string other = (base_ / "other").string();
+  make_directories(other);
+  std::filesystem::create_symlink(dir_ + "/latest", other + "/latest");
+  expect_refused([&] { find_latest_checkpoint(other); }, "linked latest");
+  std::filesystem::remove(other + "/latest");
+  const auto record = find_latest_checkpoint(dir_);
+  ASSERT_TRUE(record.has_value());
+  std::filesystem::create_symlink(record->path(), other + "/" + record->name);
+  write_file_atomically(other, "latest", read_file(dir_ + "/latest"));
+  expect_refused([&] { load_checkpoint(*find_latest_checkpoint(other), *model, opt); },
+                 "linked file");
+}
+
+TEST_F(CheckpointTest, FoldersAre0700AndFiles0600WhateverTheUmask) {
+  const mode_t old = ::umask(0);
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_ + "/nested", *model, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 2);
+  ::umask(old);
+  EXPECT_EQ(mode_of(dir_), 0700u);
+  EXPECT_EQ(mode_of(dir_ + "/nested"), 0700u);
+  EXPECT_EQ(mode_of(dir_ + "/nested/ckpt-00000001.pt"), 0600u);
+  EXPECT_EQ(mode_of(dir_ + "/nested/latest"), 0600u);
+}
+
+TEST_F(CheckpointTest, LeftoversOfACrashedWriterAreRemovedByTheNextSave) {
+  auto model = make_model("toy");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  std::string held;
+  EXPECT_THROW(save_checkpoint(dir_, *model, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 2,
+                               [&](const std::string& tmp) {
+                                 held = tmp;
+                                 throw std::runtime_error("crash");
+                               }),
+               std::runtime_error);
+  EXPECT_FALSE(held.empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + held));  // removed on the way out
+  EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());
+  // A writer killed at that point leaves the file: the next save removes it.
+  write_file_atomically(dir_, held, "partial");
+  save_checkpoint(dir_, *model, opt, {{2, 0, 2}, 1, 1, 8, {}, {}}, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + held));
+  EXPECT_EQ(find_latest_checkpoint(dir_)->step, 2);
 }
 
 TEST_F(CheckpointTest, CheckpointOfAnotherModelIsRefused) {
   auto mlp = make_model("mlp");
   torch::optim::SGD opt(mlp->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *mlp, opt, {{1, 0, 1}, 1, 1}, 1);
+  save_checkpoint(dir_, *mlp, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 1);
   auto toy = make_model("toy");
   torch::optim::SGD opt2(toy->parameters(), torch::optim::SGDOptions(0.1));
-  EXPECT_THROW(load_checkpoint(dir_ + "/ckpt-00000001.pt", *toy, opt2), CheckpointError);
+  EXPECT_THROW(load_checkpoint(*find_latest_checkpoint(dir_), *toy, opt2), CheckpointError);
 }
 
 TEST_F(CheckpointTest, AtomicWriteReplacesWholeFiles) {

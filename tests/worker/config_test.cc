@@ -48,6 +48,9 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_EQ(c.runtime.backend, "gloo");
   EXPECT_TRUE(c.checkpoint.dir.empty());
   EXPECT_FALSE(c.diagnostics.check_replicas);
+  EXPECT_EQ(c.preemption.signals, (std::vector<std::string>{"SIGTERM", "SIGUSR1", "SIGUSR2"}));
+  EXPECT_EQ(c.preemption.check_every_steps, 0);
+  EXPECT_DOUBLE_EQ(c.runtime.unresponsive_wait_s, 5);
 }
 
 TEST(ConfigTest, EveryOptionalSectionIsRead) {
@@ -60,7 +63,9 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
     "checkpoint": {"dir": "/tmp/c", "interval_steps": 2, "keep_last": 3},
     "runtime": {"threads": 1, "backend": "nccl", "timeout_s": 30, "bucket_cap_mb": 1},
     "metrics": {"file": "m.jsonl"},
-    "diagnostics": {"check_replicas": true, "final_params_file": "p.json"}
+    "diagnostics": {"check_replicas": true, "final_params_file": "p.json",
+                    "hold_after_step": 4, "hold_checkpoint_write_at_step": 6},
+    "preemption": {"signals": ["SIGUSR1"], "check_every_steps": 3}
   })",
                                 "y.json");
   EXPECT_EQ(c.data.synthetic_train, 64);
@@ -74,6 +79,10 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
   EXPECT_EQ(c.metrics.file, "m.jsonl");
   EXPECT_TRUE(c.diagnostics.check_replicas);
   EXPECT_EQ(c.diagnostics.final_params_file, "p.json");
+  EXPECT_EQ(c.diagnostics.hold_after_step, 4);
+  EXPECT_EQ(c.diagnostics.hold_checkpoint_write_at_step, 6);
+  EXPECT_EQ(c.preemption.signals, std::vector<std::string>{"SIGUSR1"});
+  EXPECT_EQ(c.preemption.check_every_steps, 3);
 }
 
 struct BadCase {
@@ -99,13 +108,20 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
       {"\"model\": {\"name\": \"mlp\"}", "\"model\": \"mlp\"", "x.json: /model: must be an object"},
       {"\"model\": {", "\"extra\": 1, \"model\": {",
        "x.json: /extra: unknown key (known here: checkpoint, data, diagnostics, metrics, model, "
-       "optimizer, progress, runtime, train)"},
+       "optimizer, preemption, progress, runtime, train)"},
       {"\"seed\": 1", "\"seed\": 1, \"max_steps\": -2",
        "x.json: /train/max_steps: must be >= 0 (0: no limit)"},
       {"\"seed\": 1}", "\"seed\": 1}, \"checkpoint\": {\"interval_steps\": 5}",
        "x.json: /checkpoint/interval_steps: needs /checkpoint/dir"},
       {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"backend\": \"mpi\"}",
        "x.json: /runtime/backend: must be one of gloo, nccl (got 'mpi')"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"preemption\": {\"signals\": [\"SIGTERM\", \"SIGKILL\"]}",
+       "x.json: /preemption/signals/1: must be one of SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 "
+       "(got 'SIGKILL')"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"preemption\": {\"signals\": \"SIGTERM\"}",
+       "x.json: /preemption/signals: must be a list of strings"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"preemption\": {\"check_every_steps\": -1}",
+       "x.json: /preemption/check_every_steps: must be >= 0 (0: auto)"},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(error_of(edit(c.from, c.to)), c.error) << c.from << " -> " << c.to;

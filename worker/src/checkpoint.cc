@@ -1,12 +1,17 @@
 #include "ddprun/worker/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
 #include <sstream>
+#include <system_error>
 
 #include "ddprun/worker/atomic_file.h"
 #include "ddprun/worker/errors.h"
@@ -14,13 +19,22 @@
 namespace ddprun::worker {
 namespace {
 
-constexpr std::int64_t kFormatVersion = 1;
-const std::regex kCheckpointName(R"(ckpt-[0-9]{8,}\.pt)");
+constexpr std::int64_t kFormatVersion = 2;
+const std::regex kCheckpointName(R"(ckpt-([0-9]{8,})\.pt)");
+// What crashed writers leave: ".ckpt-<step>.pt.tmp.<pid>.<random>" and ".latest.tmp...".
+const std::regex kTemporaryName(R"(\.(ckpt-[0-9]{8,}\.pt|latest)\.tmp\.[0-9]+\.[0-9]+)");
+// "latest": "<name> <bytes> <crc32, 8 hex digits>\n".
+const std::regex kRecord(R"((ckpt-[0-9]{8,}\.pt) ([0-9]+) ([0-9a-f]{8})\n?)");
 
 std::string checkpoint_name(std::int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "ckpt-%08lld.pt", static_cast<long long>(step));
   return buf;
+}
+
+std::uint32_t crc32_of(std::string_view bytes) {
+  return static_cast<std::uint32_t>(
+      ::crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 }
 
 void write_int(torch::serialize::OutputArchive& a, const std::string& key, std::int64_t v) {
@@ -36,26 +50,35 @@ std::int64_t read_int(torch::serialize::InputArchive& a, const std::string& key,
   return t.item<std::int64_t>();
 }
 
-// Removes all but the newest `keep` checkpoints (names sort by step).
-void prune(const std::string& dir, int keep) {
+// A symbolic link or another system error while touching the folder, as a CheckpointError.
+[[noreturn]] void rethrow_system(const std::system_error& e) {
+  if (e.code() == std::errc::too_many_symbolic_link_levels) {
+    throw CheckpointError(e.what(),
+                          "checkpoints never go through symbolic links: give checkpoint.dir as "
+                          "the real folder");
+  }
+  throw CheckpointError(std::string("checkpoint: ") + e.what());
+}
+
+// Removes all but the newest `keep` checkpoints (names sort by step) and leftovers of
+// writers that died mid-write (only one job writes a folder at a time).
+void prune(const SecureDir& dir, int keep) {
   std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const auto name = entry.path().filename().string();
+  for (const auto& name : dir.list()) {
     if (std::regex_match(name, kCheckpointName)) names.push_back(name);
+    if (std::regex_match(name, kTemporaryName)) dir.remove(name);
   }
   std::sort(names.begin(), names.end());
   const auto excess = static_cast<std::ptrdiff_t>(names.size()) - keep;
-  for (std::ptrdiff_t i = 0; i < excess; ++i) {
-    std::error_code ignored;  // a checkpoint that is already gone needs no removal
-    std::filesystem::remove(dir + "/" + names[static_cast<std::size_t>(i)], ignored);
-  }
+  for (std::ptrdiff_t i = 0; i < excess; ++i) dir.remove(names[static_cast<std::size_t>(i)]);
 }
 
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, const torch::nn::Module& model,
                             const torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
-                            int keep_last) {
+                            int keep_last,
+                            const std::function<void(const std::string&)>& before_commit) {
   torch::serialize::OutputArchive archive;
   write_int(archive, "format_version", kFormatVersion);
   write_int(archive, "step", meta.position.step);
@@ -63,6 +86,9 @@ std::string save_checkpoint(const std::string& dir, const torch::nn::Module& mod
   write_int(archive, "batch_in_epoch", meta.position.batch_in_epoch);
   write_int(archive, "seed", static_cast<std::int64_t>(meta.seed));  // bits kept
   write_int(archive, "world_size", meta.world_size);
+  write_int(archive, "batch_size_per_rank", meta.batch_size_per_rank);
+  if (meta.rng_cpu.defined()) archive.write("rng_cpu", meta.rng_cpu);
+  if (meta.rng_device.defined()) archive.write("rng_device", meta.rng_device);
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);
@@ -70,35 +96,72 @@ std::string save_checkpoint(const std::string& dir, const torch::nn::Module& mod
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
 
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  make_directories(dir, 0700);
+  std::ostringstream out;
+  archive.save_to(out);
+  const std::string bytes = out.str();
   const std::string name = checkpoint_name(meta.position.step);
-  write_file_atomically(dir, name, bytes.str(), 0600);
-  write_file_atomically(dir, kLatestName, name + "\n", 0600);
-  prune(dir, std::max(keep_last, 1));
+  try {
+    const SecureDir folder = SecureDir::open(dir, /*create=*/true);
+    folder.write_atomically(name, bytes, 0600, before_commit);
+    char record[96];
+    std::snprintf(record, sizeof record, "%s %zu %08" PRIx32 "\n", name.c_str(), bytes.size(),
+                  crc32_of(bytes));
+    // Only now, with the checkpoint durable, does "latest" name it.
+    folder.write_atomically(kLatestName, record, 0600);
+    prune(folder, std::max(keep_last, 1));
+  } catch (const std::system_error& e) {
+    rethrow_system(e);
+  }
   return name;
 }
 
-std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
-  const std::string latest = dir + "/" + kLatestName;
-  if (!std::filesystem::exists(latest)) return std::nullopt;
-  std::string name = read_file(latest);
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
-  if (!std::regex_match(name, kCheckpointName)) {
-    throw CheckpointError(latest + ": does not name a checkpoint file",
-                          "remove it to start from scratch");
+std::optional<CheckpointRecord> find_latest_checkpoint(const std::string& dir) {
+  std::optional<std::string> text;
+  try {
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(dir, ec))) return std::nullopt;
+    const SecureDir folder = SecureDir::open(dir, /*create=*/false);
+    text = folder.read(kLatestName);
+    if (!text) return std::nullopt;
+    std::smatch m;
+    if (!std::regex_match(*text, m, kRecord)) {
+      throw CheckpointError(dir + "/" + kLatestName + ": not a checkpoint record",
+                            "remove it to start from scratch");
+    }
+    CheckpointRecord record;
+    record.dir = dir;
+    record.name = m[1];
+    record.step = std::stoll(record.name.substr(5, record.name.size() - 8));
+    record.bytes = std::stoull(m[2]);
+    record.crc32 = static_cast<std::uint32_t>(std::stoul(m[3], nullptr, 16));
+    struct stat st {};
+    if (::fstatat(AT_FDCWD, record.path().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      throw CheckpointError(
+          dir + "/" + kLatestName + ": names " + record.name + ", which does not exist",
+          "remove it to start from scratch");
+    }
+    return record;
+  } catch (const std::system_error& e) {
+    rethrow_system(e);
   }
-  const std::string path = dir + "/" + name;
-  if (!std::filesystem::exists(path)) {
-    throw CheckpointError(latest + ": names " + name + ", which does not exist",
-                          "remove it to start from scratch");
-  }
-  return path;
 }
 
-CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
+CheckpointMeta load_checkpoint(const CheckpointRecord& record, torch::nn::Module& model,
                                torch::optim::Optimizer& optimizer) {
+  const std::string path = record.path();
+  std::optional<std::string> bytes;
+  try {
+    bytes = SecureDir::open(record.dir, /*create=*/false).read(record.name);
+  } catch (const std::system_error& e) {
+    rethrow_system(e);
+  }
+  if (!bytes) throw CheckpointError(path + ": does not exist");
+  if (bytes->size() != record.bytes || crc32_of(*bytes) != record.crc32) {
+    throw CheckpointError(path + ": incomplete or damaged (" + std::to_string(bytes->size()) +
+                              " bytes; " + kLatestName + " records " +
+                              std::to_string(record.bytes) + " and another CRC-32)",
+                          "remove " + record.dir + "/" + kLatestName + " to start from scratch");
+  }
   // Shapes before loading: InputArchive would silently resize a mismatched tensor.
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
   for (const auto& p : model.named_parameters(true)) {
@@ -107,7 +170,7 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
   CheckpointMeta meta;
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(bytes->data(), bytes->size());
     const auto version = read_int(archive, "format_version", path);
     if (version != kFormatVersion) {
       throw CheckpointError(path + ": format version " + std::to_string(version) +
@@ -118,6 +181,9 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
     meta.position.batch_in_epoch = read_int(archive, "batch_in_epoch", path);
     meta.seed = static_cast<std::uint64_t>(read_int(archive, "seed", path));
     meta.world_size = static_cast<int>(read_int(archive, "world_size", path));
+    meta.batch_size_per_rank = read_int(archive, "batch_size_per_rank", path);
+    archive.try_read("rng_cpu", meta.rng_cpu);
+    archive.try_read("rng_device", meta.rng_device);
     torch::serialize::InputArchive model_archive;
     if (!archive.try_read("model", model_archive)) {
       throw CheckpointError(path + ": has no model state");

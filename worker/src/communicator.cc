@@ -1,13 +1,43 @@
 #include "ddprun/worker/communicator.h"
 
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <thread>
+
 #include "ddprun/worker/errors.h"
 #include "net.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
 
+struct Communicator::Impl {
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds unresponsive_wait{5'000};
+  bool failed = false;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;
+
+  [[noreturn]] void fail(const std::string& op, const std::exception& error);
+  // Runs `body`; a failure becomes fail(op, ...).
+  template <typename F>
+  void guard(const char* op, F&& body) {
+    try {
+      body();
+    } catch (const CollectiveError&) {
+      throw;
+    } catch (const c10::Error& e) {
+      fail(op, e);
+    } catch (const std::runtime_error& e) {
+      fail(op, e);
+    }
+  }
+};
+
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
+  Communicator::Impl* owner = nullptr;  // outlives the work (documented in the header)
 };
 
 PendingWork::PendingWork() = default;
@@ -16,17 +46,36 @@ PendingWork::PendingWork(PendingWork&&) noexcept = default;
 PendingWork& PendingWork::operator=(PendingWork&&) noexcept = default;
 
 void PendingWork::wait() {
-  if (impl_ && impl_->work) impl_->work->wait();
+  if (!impl_ || !impl_->work) return;
+  impl_->owner->guard("all-reduce", [&] { impl_->work->wait(); });
 }
 
-struct Communicator::Impl {
-  int rank = 0;
-  int size = 1;
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<compat::CollectiveBackend> backend;
-};
-
 namespace {
+
+constexpr const char* kResponsiveKey = "responsive/";
+
+// Marks `rank` in the store and returns the ranks whose marks are missing after `wait`.
+// Blocks for as long as the store does not answer: run it where it can be abandoned.
+std::vector<int> find_unresponsive(c10d::Store& store, int rank, int size,
+                                   std::chrono::milliseconds wait) {
+  store.set(kResponsiveKey + std::to_string(rank), std::vector<std::uint8_t>{1});
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<int> missing;
+  for (;;) {
+    missing.clear();
+    for (int r = 0; r < size; ++r) {
+      if (r != rank && !store.check({kResponsiveKey + std::to_string(r)})) missing.push_back(r);
+    }
+    if (missing.empty() || std::chrono::steady_clock::now() >= deadline) return missing;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string text;
+  for (const int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
@@ -42,11 +91,53 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 
 }  // namespace
 
+void Communicator::Impl::fail(const std::string& op, const std::exception& error) {
+  std::string what = error.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {
+    what = c10_error->what_without_backtrace();
+  }
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  const std::string head = op + " failed on rank " + std::to_string(rank) + ": ";
+  if (failed || size == 1) throw CollectiveError(head + what);
+  failed = true;
+  // The store may be hosted by a stopped rank 0, and a TCPStore client then blocks in recv
+  // for as long as it likes: ask from a thread that can be abandoned.
+  auto result = std::make_shared<std::promise<std::vector<int>>>();
+  auto future = result->get_future();
+  std::thread([result, store = store, r = rank, n = size, wait = unresponsive_wait] {
+    try {
+      result->set_value(find_unresponsive(*store, r, n, wait));
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  char wait_text[32];
+  std::snprintf(wait_text, sizeof wait_text, "%.1f s",
+                std::chrono::duration<double>(unresponsive_wait).count());
+  std::string who;
+  if (future.wait_for(unresponsive_wait + std::chrono::seconds(2)) != std::future_status::ready) {
+    who = "rank 0 did not respond (its store did not answer within " + std::string(wait_text) + ")";
+  } else {
+    try {
+      const auto missing = future.get();
+      who = missing.empty()
+                ? "every rank responded afterwards"
+                : std::string(missing.size() == 1 ? "rank " : "ranks ") + list_ranks(missing) +
+                      " did not respond within " + std::string(wait_text);
+    } catch (const std::exception& e) {
+      who = "rank 0 did not respond (its store: " + std::string(e.what()) + ")";
+    }
+  }
+  throw CollectiveError(head + who + " (stopped, hung or dead?); " + what,
+                        "look at the ranks named: their logs, whether they still run");
+}
+
 std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
                                                     const CommOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->rank = env.rank;
   impl->size = env.world_size;
+  impl->unresponsive_wait = options.unresponsive_wait;
   const bool server = env.rank == 0;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   if (!server && !wait_for_listener(env.master_addr, env.master_port, options.timeout)) {
@@ -92,7 +183,9 @@ PendingWork Communicator::allreduce_async(at::Tensor& tensor, ReduceOp op) {
   opts.reduceOp = to_c10d(op);
   PendingWork pending;
   pending.impl_ = std::make_unique<PendingWork::Impl>();
-  pending.impl_->work = impl_->backend->allreduce(tensors, opts);
+  pending.impl_->owner = impl_.get();
+  impl_->guard("all-reduce",
+               [&] { pending.impl_->work = impl_->backend->allreduce(tensors, opts); });
   return pending;
 }
 
@@ -102,18 +195,20 @@ void Communicator::allreduce(at::Tensor& tensor, ReduceOp op) {
 
 void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   // Gloo broadcasts several tensors in one call only if they have one shape: one call each.
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  c10d::BroadcastOptions opts;
-  opts.rootRank = root;
-  for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    works.push_back(impl_->backend->broadcast(one, opts));
-  }
-  for (auto& w : works) w->wait();
+  impl_->guard("broadcast", [&] {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      works.push_back(impl_->backend->broadcast(one, opts));
+    }
+    for (auto& w : works) w->wait();
+  });
 }
 
 void Communicator::barrier() {
-  impl_->backend->barrier(c10d::BarrierOptions())->wait();
+  impl_->guard("barrier", [&] { impl_->backend->barrier(c10d::BarrierOptions())->wait(); });
 }
 
 }  // namespace ddprun::worker

@@ -89,6 +89,20 @@ class ObjectReader {
     out = static_cast<int>(wide);
   }
 
+  void read(const char* key, std::vector<std::string>& out, bool required = false) {
+    if (const json* v = get(key, required)) {
+      if (!v->is_array()) fail(source_, pointer(key), "must be a list of strings");
+      std::vector<std::string> items;
+      for (std::size_t i = 0; i < v->size(); ++i) {
+        if (!(*v)[i].is_string()) {
+          fail(source_, pointer(key) + "/" + std::to_string(i), "must be a string");
+        }
+        items.push_back((*v)[i].get<std::string>());
+      }
+      out = std::move(items);
+    }
+  }
+
   void read(const char* key, std::uint64_t& out, bool required = false) {
     if (const json* v = get(key, required)) {
       if (!v->is_number_unsigned()) fail(source_, pointer(key), "must be an integer >= 0");
@@ -157,6 +171,17 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
   check(c.runtime.bucket_cap_mb > 0 && c.runtime.bucket_cap_mb <= 4096, src,
         "/runtime/bucket_cap_mb", "must be in (0, 4096]");
+  check(c.runtime.unresponsive_wait_s > 0, src, "/runtime/unresponsive_wait_s", "must be > 0");
+
+  for (std::size_t i = 0; i < c.preemption.signals.size(); ++i) {
+    check_one_of(c.preemption.signals[i], {"SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"},
+                 src, "/preemption/signals/" + std::to_string(i));
+  }
+  check(c.preemption.check_every_steps >= 0, src, "/preemption/check_every_steps",
+        "must be >= 0 (0: auto)");
+  check(c.diagnostics.hold_after_step >= 0, src, "/diagnostics/hold_after_step", "must be >= 0");
+  check(c.diagnostics.hold_checkpoint_write_at_step >= 0, src,
+        "/diagnostics/hold_checkpoint_write_at_step", "must be >= 0");
 }
 
 Config parse_config(const std::string& text, const std::string& source) {
@@ -173,7 +198,7 @@ Config parse_config(const std::string& text, const std::string& source) {
   Config c;
   ObjectReader top(root, "", source,
                    {"model", "data", "optimizer", "train", "checkpoint", "runtime", "metrics",
-                    "progress", "diagnostics"});
+                    "progress", "diagnostics", "preemption"});
   const auto section = [&](const char* key, bool required, std::set<std::string> keys,
                            auto&& fill) {
     if (const json* v = top.get(key, required)) {
@@ -213,21 +238,32 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("interval_steps", c.checkpoint.interval_steps);
     r.read("keep_last", c.checkpoint.keep_last);
   });
-  section("runtime", false, {"threads", "backend", "timeout_s", "bucket_cap_mb"},
+  section("runtime", false,
+          {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
             r.read("timeout_s", c.runtime.timeout_s);
             r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
+            r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
           });
   section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
   section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {
     r.read("quiet", c.progress.quiet);
     r.read("log_every", c.progress.log_every);
   });
-  section("diagnostics", false, {"check_replicas", "final_params_file"}, [&](ObjectReader& r) {
-    r.read("check_replicas", c.diagnostics.check_replicas);
-    r.read("final_params_file", c.diagnostics.final_params_file);
+  section(
+      "diagnostics", false,
+      {"check_replicas", "final_params_file", "hold_after_step", "hold_checkpoint_write_at_step"},
+      [&](ObjectReader& r) {
+        r.read("check_replicas", c.diagnostics.check_replicas);
+        r.read("final_params_file", c.diagnostics.final_params_file);
+        r.read("hold_after_step", c.diagnostics.hold_after_step);
+        r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
+      });
+  section("preemption", false, {"signals", "check_every_steps"}, [&](ObjectReader& r) {
+    r.read("signals", c.preemption.signals);
+    r.read("check_every_steps", c.preemption.check_every_steps);
   });
   validate_config(c, source);
   return c;

@@ -1,5 +1,6 @@
 // ddp-train: wires the command line, the environment contract and the config to the
-// training loop; every error ends here as one line, an error file and exit status 1.
+// training loop; every error ends here as one line, an error file and exit status 1. A
+// clean stop on a preemption notice exits 75 (docs/exit-codes.md).
 
 #include <c10/util/Exception.h>
 
@@ -46,8 +47,8 @@ int main(int argc, char** argv) {
     const auto config = ddprun::worker::load_config(*command_line);
     auto worker_env = ddprun::worker::read_worker_env(env);
     if (worker_env.standalone) worker_env.stdout_is_terminal = ::isatty(STDOUT_FILENO) == 1;
-    ddprun::worker::run_training(config, worker_env, std::cout);
-    return 0;
+    const auto result = ddprun::worker::run_training(config, worker_env, std::cout);
+    return result.preempted ? ddprun::kExitPreempted : ddprun::kExitOk;
   } catch (const ddprun::Error& e) {
     return fail(error_file, {e.what(), ""}, e.hint());
   } catch (const c10::Error& e) {

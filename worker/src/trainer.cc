@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +24,7 @@
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/models.h"
 #include "ddprun/worker/sampler.h"
+#include "ddprun/worker/stop_signals.h"
 
 namespace ddprun::worker {
 namespace {
@@ -169,6 +174,90 @@ class ProgressReporter {
   Clock::time_point last_draw_{};
 };
 
+// Decides, identically on every rank, after which steps the ranks agree whether to stop:
+// one all-reduce (MAX) of {stop flag, -next interval}. With a fixed interval the second
+// element is that interval everywhere; in auto mode each rank proposes the number of steps
+// that takes it about kAutoCheckSeconds and the smallest proposal wins.
+class StopCheck {
+ public:
+  static constexpr double kAutoCheckSeconds = 0.1;
+  static constexpr std::int64_t kAutoMaxSteps = 1000;
+
+  // `enabled` false (no preemption signals, the same on every rank): never checks.
+  StopCheck(Communicator& comm, std::int64_t fixed_every, bool enabled)
+      : comm_(comm),
+        fixed_(fixed_every),
+        every_(fixed_every > 0 ? fixed_every : 1),
+        enabled_(enabled) {}
+
+  // Call after every step. True once all ranks have agreed to stop after this step.
+  bool after_step() {
+    if (!enabled_ || ++since_ < every_) return false;
+    const auto now = Clock::now();
+    std::int64_t proposal = fixed_;
+    if (fixed_ <= 0) {
+      const double per_step =
+          std::chrono::duration<double>(now - last_).count() / static_cast<double>(since_);
+      proposal = per_step > 0 ? static_cast<std::int64_t>(kAutoCheckSeconds / per_step) : 1;
+      proposal = std::clamp<std::int64_t>(proposal, 1, kAutoMaxSteps);
+    }
+    auto t =
+        torch::tensor({StopSignals::received() != 0 ? std::int64_t{1} : std::int64_t{0}, -proposal},
+                      torch::kLong);
+    comm_.allreduce(t, ReduceOp::kMax);
+    since_ = 0;
+    last_ = now;
+    every_ = -t[1].item<std::int64_t>();
+    return t[0].item<std::int64_t>() != 0;
+  }
+
+ private:
+  Communicator& comm_;
+  std::int64_t fixed_;
+  std::int64_t every_;
+  bool enabled_;
+  std::int64_t since_ = 0;
+  Clock::time_point last_ = Clock::now();
+};
+
+// Generator state of `device`'s default generator (uint8, 1-D).
+at::Tensor rng_state(const torch::Device& device) {
+  auto gen = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
+                             : at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_rng_state(const torch::Device& device, const at::Tensor& state) {
+  auto gen = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
+                             : at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state.contiguous());
+}
+
+// Every rank's `mine` (uint8, 1-D, same length everywhere) as rows of a world x N tensor
+// on every rank: an all-reduce of a zero matrix that holds this rank's row.
+at::Tensor gather_rows(Communicator& comm, const at::Tensor& mine) {
+  auto all = torch::zeros({comm.world_size(), mine.numel()}, torch::kLong);
+  all[comm.rank()].copy_(mine.to(torch::kLong));
+  comm.allreduce(all, ReduceOp::kSum);
+  return all.to(torch::kByte);
+}
+
+// Waits with short polls: a test hook, where a blocking wait could miss the signal that
+// arrives between the check and the wait.
+void hold_until_stop_signal() {
+  while (StopSignals::received() == 0) ::poll(nullptr, 0, 10);
+}
+
+std::vector<int> stop_signal_numbers(const PreemptionConfig& config) {
+  std::vector<int> numbers;
+  for (const auto& name : config.signals) {
+    if (const auto sig = stop_signal_number(name)) numbers.push_back(*sig);
+  }
+  return numbers;
+}
+
 struct EpochStats {
   double loss_sum = 0;
   double samples = 0;
@@ -179,11 +268,11 @@ class Trainer {
   Trainer(const Config& config, const WorkerEnv& env, std::ostream& out)
       : config_(config), env_(env), out_(out) {}
 
-  void run();
+  TrainingResult run();
 
  private:
   void maybe_resume();
-  void checkpoint(const TrainingPosition& position);
+  std::string checkpoint(const TrainingPosition& position);
   void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds);
 
   const Config& config_;
@@ -198,7 +287,9 @@ class Trainer {
   std::int64_t last_checkpoint_step_ = -1;
 };
 
-void Trainer::run() {
+TrainingResult Trainer::run() {
+  // Installed first: a notice during start-up stops the job after its first step.
+  const StopSignals stop_signals(stop_signal_numbers(config_.preemption));
   const int threads =
       config_.runtime.threads > 0 ? config_.runtime.threads : env_.omp_num_threads.value_or(0);
   if (threads > 0) at::set_num_threads(threads);
@@ -207,6 +298,8 @@ void Trainer::run() {
   comm_options.backend = config_.runtime.backend;
   comm_options.timeout = std::chrono::milliseconds(
       static_cast<std::int64_t>(std::llround(config_.runtime.timeout_s * 1000)));
+  comm_options.unresponsive_wait = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::llround(config_.runtime.unresponsive_wait_s * 1000)));
   comm_ = Communicator::connect(env_, comm_options);
   const int rank = comm_->rank();
   const int world = comm_->world_size();
@@ -245,7 +338,10 @@ void Trainer::run() {
 
   ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
                             config_.progress.log_every);
+  StopCheck stop_check(*comm_, config_.preemption.check_every_steps,
+                       !config_.preemption.signals.empty());
   bool done = false;
+  bool preempted = false;
   for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
     const auto idx = sampler.indices();
@@ -282,10 +378,40 @@ void Trainer::run() {
                     std::chrono::duration<double>(Clock::now() - start).count(), world);
       const auto interval = config_.checkpoint.interval_steps;
       if (interval > 0 && position_.step % interval == 0) checkpoint(position_);
+      if (stop_check.after_step()) {
+        done = preempted = true;
+        break;
+      }
+      if (position_.step == config_.diagnostics.hold_after_step) {
+        out_ << "ddp-train: rank " << rank << " (pid " << ::getpid() << ") holding after step "
+             << position_.step << " until a preemption signal" << std::endl;
+        hold_until_stop_signal();
+      }
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     progress.end_epoch();
-    if (stats.samples > 0 || !done) report_epoch(epoch, stats, seconds);
+    // A preempted epoch is reported when it is finished, after the resume.
+    if (!preempted && (stats.samples > 0 || !done)) report_epoch(epoch, stats, seconds);
+  }
+
+  if (preempted) {
+    const int sig = StopSignals::received();
+    if (rank == 0) {
+      out_ << "ddp-train: stopping after step " << position_.step << " (epoch "
+           << position_.epoch + 1 << ", batch " << position_.batch_in_epoch
+           << ") on a preemption notice ("
+           << (sig != 0 ? stop_signal_name(sig) : "received by another rank") << ")" << std::endl;
+    }
+    if (!config_.checkpoint.dir.empty() && last_checkpoint_step_ != position_.step) {
+      checkpoint(position_);
+    }
+    if (rank == 0) {
+      out_ << "ddp-train: preempted after step " << position_.step
+           << (config_.checkpoint.dir.empty() ? ", no checkpoint.dir: nothing saved"
+                                              : ", checkpoint in " + config_.checkpoint.dir)
+           << "; exit " << ddprun::kExitPreempted << std::endl;
+    }
+    return {true, position_.step};
   }
 
   if (!config_.checkpoint.dir.empty() && last_checkpoint_step_ != position_.step) {
@@ -295,43 +421,122 @@ void Trainer::run() {
     write_final_params(config_.diagnostics.final_params_file, *model_, position_.step, world);
   }
   if (rank == 0) out_ << "ddp-train: done after " << position_.step << " steps" << std::endl;
+  return {false, position_.step};
 }
 
 void Trainer::maybe_resume() {
   if (config_.checkpoint.dir.empty()) return;
-  const auto latest = find_latest_checkpoint(config_.checkpoint.dir);
-  if (!latest) return;
-  const CheckpointMeta meta = load_checkpoint(*latest, *model_, *optimizer_);
-  if (meta.world_size != comm_->world_size()) {
-    throw CheckpointError(*latest + " was written by a job of " + std::to_string(meta.world_size) +
-                              " ranks; this one has " + std::to_string(comm_->world_size()),
-                          "resume with the same number of ranks, or use a new checkpoint dir");
+  const int rank = comm_->rank(), world = comm_->world_size();
+  // Every rank reads the checkpoint itself; a failure on any rank is agreed on below, so
+  // that no rank goes on into a collective the others never join.
+  std::optional<CheckpointRecord> latest;
+  CheckpointMeta meta;
+  std::string error, hint;
+  try {
+    latest = find_latest_checkpoint(config_.checkpoint.dir);
+    if (latest) {
+      meta = load_checkpoint(*latest, *model_, *optimizer_);
+      const std::string path = latest->path();
+      if (meta.world_size != world) {
+        throw CheckpointError(path + " was written by a job of " + std::to_string(meta.world_size) +
+                                  " ranks; this one has " + std::to_string(world),
+                              "resume with the same number of ranks, or use a new checkpoint dir");
+      }
+      if (meta.seed != config_.train.seed ||
+          meta.batch_size_per_rank != config_.train.batch_size_per_rank) {
+        throw CheckpointError(
+            path + " was written with seed " + std::to_string(meta.seed) + " and " +
+                std::to_string(meta.batch_size_per_rank) + " samples per rank; the config says " +
+                std::to_string(config_.train.seed) + " and " +
+                std::to_string(config_.train.batch_size_per_rank),
+            "the data order depends on both: use the same config, or a new checkpoint dir");
+      }
+    }
+  } catch (const ddprun::Error& e) {
+    error = e.what();
+    hint = e.hint();
+  } catch (const std::exception& e) {
+    error = config_.checkpoint.dir + ": " + e.what();
   }
-  if (meta.seed != config_.train.seed) {
-    throw CheckpointError(*latest + " was written with seed " + std::to_string(meta.seed) +
-                              "; the config says " + std::to_string(config_.train.seed),
-                          "the data order depends on the seed: use the same config, or a new "
-                          "checkpoint dir");
+  auto failed = torch::zeros({world}, torch::kLong);
+  failed[rank] = error.empty() ? 0 : 1;
+  comm_->allreduce(failed, ReduceOp::kSum);
+  const std::int64_t step = latest && error.empty() ? latest->step : -1;
+  auto steps = torch::tensor({step, -step}, torch::kLong);
+  comm_->allreduce(steps, ReduceOp::kMax);
+  if (!error.empty()) throw CheckpointError(error, hint);
+  std::string failed_ranks;
+  for (int r = 0; r < world; ++r) {
+    if (failed[r].item<std::int64_t>() != 0) {
+      failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  if (!failed_ranks.empty()) {
+    throw CheckpointError("cannot resume: loading the checkpoint failed on rank(s) " +
+                              failed_ranks + " (their errors say why)",
+                          "fix or remove " + config_.checkpoint.dir + " and start again");
+  }
+  const std::int64_t newest = steps[0].item<std::int64_t>(),
+                     oldest = -steps[1].item<std::int64_t>();
+  if (newest != oldest) {
+    throw CheckpointError("cannot resume: the ranks see different checkpoints in " +
+                              config_.checkpoint.dir + " (steps " + std::to_string(oldest) +
+                              " to " + std::to_string(newest) + ", -1: none)",
+                          "checkpoint.dir must be one folder shared by every node");
+  }
+  if (!latest) return;
+  if (meta.rng_cpu.defined() && meta.rng_cpu.dim() == 2 && meta.rng_cpu.size(0) == world) {
+    set_rng_state(torch::kCPU, meta.rng_cpu[rank]);
+  }
+  if (!device_.is_cpu() && meta.rng_device.defined() && meta.rng_device.dim() == 2 &&
+      meta.rng_device.size(0) == world) {
+    set_rng_state(device_, meta.rng_device[rank]);
   }
   position_ = meta.position;
   last_checkpoint_step_ = meta.position.step;
-  if (comm_->rank() == 0) {
-    out_ << "ddp-train: resuming from " << *latest << " at step " << position_.step << " (epoch "
-         << position_.epoch + 1 << ", batch " << position_.batch_in_epoch << ")" << std::endl;
+  if (rank == 0) {
+    out_ << "ddp-train: resuming from " << latest->path() << " at step " << position_.step
+         << " (epoch " << position_.epoch + 1 << ", batch " << position_.batch_in_epoch << ")"
+         << std::endl;
   }
 }
 
-void Trainer::checkpoint(const TrainingPosition& position) {
-  // Every rank has finished the step before rank 0 reads the (identical) state; the second
-  // barrier means that once any rank goes on, the checkpoint is on disk.
-  comm_->barrier();
+std::string Trainer::checkpoint(const TrainingPosition& position) {
+  // Gathering the generator states is also the barrier: every rank has finished the step
+  // before rank 0 reads the (identical) state.
+  CheckpointMeta meta{
+      position, config_.train.seed, comm_->world_size(), config_.train.batch_size_per_rank, {}, {}};
+  meta.rng_cpu = gather_rows(*comm_, rng_state(torch::kCPU));
+  if (!device_.is_cpu()) meta.rng_device = gather_rows(*comm_, rng_state(device_));
+  std::string name, error;
   if (comm_->rank() == 0) {
-    CheckpointMeta meta{position, config_.train.seed, comm_->world_size()};
-    save_checkpoint(config_.checkpoint.dir, *model_, *optimizer_, meta,
-                    config_.checkpoint.keep_last);
+    std::function<void(const std::string&)> hold;
+    if (position.step == config_.diagnostics.hold_checkpoint_write_at_step) {
+      hold = [this](const std::string& tmp) {
+        out_ << "ddp-train: rank 0 (pid " << ::getpid() << ") holding checkpoint write "
+             << config_.checkpoint.dir << "/" << tmp << " before its rename" << std::endl;
+        for (;;) ::pause();  // until SIGKILL
+      };
+    }
+    try {
+      name = save_checkpoint(config_.checkpoint.dir, *model_, *optimizer_, meta,
+                             config_.checkpoint.keep_last, hold);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   }
-  comm_->barrier();
+  // Once any rank goes on, the checkpoint is on disk, or every rank fails together.
+  auto failed = torch::tensor({error.empty() ? std::int64_t{0} : std::int64_t{1}}, torch::kLong);
+  comm_->allreduce(failed, ReduceOp::kMax);
+  if (failed.item<std::int64_t>() != 0) {
+    throw CheckpointError(
+        error.empty() ? "rank 0 could not write the checkpoint of step " +
+                            std::to_string(position.step) + " (its error says why)"
+                      : error,
+        "check " + config_.checkpoint.dir + ": space, permissions, no symbolic links");
+  }
   last_checkpoint_step_ = position.step;
+  return name;
 }
 
 void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double seconds) {
@@ -365,8 +570,8 @@ void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double s
 
 }  // namespace
 
-void run_training(const Config& config, const WorkerEnv& env, std::ostream& out) {
-  Trainer(config, env, out).run();
+TrainingResult run_training(const Config& config, const WorkerEnv& env, std::ostream& out) {
+  return Trainer(config, env, out).run();
 }
 
 }  // namespace ddprun::worker

@@ -18,10 +18,12 @@ enum class ReduceOp { kSum, kMin, kMax };
 struct CommOptions {
   std::string backend = "gloo";  // "gloo" or "nccl"
   std::chrono::milliseconds timeout{300'000};
+  // After a collective fails: how long to wait for the other ranks' marks in the store.
+  std::chrono::milliseconds unresponsive_wait{5'000};
 };
 
-// A collective in flight. wait() blocks until it is done and throws (c10::Error) if it
-// failed or timed out. Destroying it without wait() is allowed.
+// A collective in flight. wait() blocks until it is done and throws CollectiveError (see
+// Communicator) if it failed or timed out. Destroying it without wait() is allowed.
 class PendingWork {
  public:
   PendingWork();
@@ -37,6 +39,13 @@ class PendingWork {
 };
 
 // One rank's membership in a job. Not thread-safe: call from one thread.
+//
+// When a collective fails (gloo throws: a peer timed out, closed its connection, ...),
+// this rank sets the key "responsive/<rank>" in the job's store, waits up to
+// `unresponsive_wait` for the other ranks' keys (they do the same when their collective
+// fails) and throws CollectiveError naming the ranks whose key never appeared, or rank 0
+// when the store it hosts does not answer within that time. Only the first failure does
+// this; the communicator is not usable afterwards.
 class Communicator {
  public:
   // Joins the job described by `env`: rank 0 hosts the TCPStore on MASTER_PORT (standalone:
@@ -63,6 +72,7 @@ class Communicator {
   void barrier();
 
  private:
+  friend class PendingWork;
   struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddprun::worker {
 
@@ -51,6 +52,18 @@ struct RuntimeConfig {
   std::string backend = "gloo";  // "gloo" or "nccl"
   double timeout_s = 300;        // store and collective timeout
   double bucket_cap_mb = 25;     // gradient bucket size cap
+  // After a collective fails: how long survivors wait for each other's mark in the store
+  // before naming the ranks that did not respond (docs/fault-tolerance.md).
+  double unresponsive_wait_s = 5;
+};
+
+// Preemption notices: signals that stop training cleanly at a step all ranks agree on,
+// after a checkpoint, with exit code 75 (docs/fault-tolerance.md).
+struct PreemptionConfig {
+  // Names from SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2; empty: default dispositions.
+  std::vector<std::string> signals = {"SIGTERM", "SIGUSR1", "SIGUSR2"};
+  // > 0: ranks agree every N steps; 0: every ~0.1 s of training, measured (auto).
+  std::int64_t check_every_steps = 0;
 };
 
 struct MetricsConfig {
@@ -65,6 +78,12 @@ struct ProgressConfig {
 struct DiagnosticsConfig {
   bool check_replicas = false;    // after every step, fail unless all ranks' parameters agree
   std::string final_params_file;  // rank 0 writes the final parameters here as JSON
+  // Test hooks (0: off). After step N, every rank prints "holding after step N" and
+  // waits for a preemption signal before going on.
+  std::int64_t hold_after_step = 0;
+  // Rank 0 prints "holding checkpoint write" once checkpoint N is durable under its
+  // temporary name, and waits there for SIGKILL (never renames it).
+  std::int64_t hold_checkpoint_write_at_step = 0;
 };
 
 struct Config {
@@ -77,6 +96,7 @@ struct Config {
   MetricsConfig metrics;
   ProgressConfig progress;
   DiagnosticsConfig diagnostics;
+  PreemptionConfig preemption;
 };
 
 // Parses `text` (the contents of `source`, which only names it in errors). Throws

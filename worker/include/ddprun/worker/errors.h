@@ -2,7 +2,8 @@
 // The worker's error types and its torchelastic error report. No LibTorch.
 //
 // Library code throws; ddp-train's main() catches once, writes the error file, prints one
-// "ddp-train: error: ..." line and exits 1.
+// "ddp-train: error: ..." line and exits 1 (75 after a clean stop on a preemption notice:
+// ddprun::kExitPreempted).
 
 #include <ddprun/errors.h>
 
@@ -30,6 +31,13 @@ class CheckpointError : public ddprun::Error {
 
 // Ranks disagree where they must agree (replica check, collective results).
 class ConsistencyError : public ddprun::Error {
+ public:
+  using Error::Error;
+};
+
+// A collective failed or timed out. The message names the ranks that did not respond,
+// when the survivors could tell (docs/fault-tolerance.md).
+class CollectiveError : public ddprun::Error {
  public:
   using Error::Error;
 };
