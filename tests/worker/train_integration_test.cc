@@ -148,3 +148,39 @@ TEST_F(TrainTest, ErrorsGoToStderrAndTheTorchelasticErrorFile) {
 }
 
 }  // namespace
+
+namespace {
+
+// The whole path a scheduler's notice takes: SIGTERM to ddprun, forwarded to every worker,
+// an agreed stop step, a checkpoint, exit 75 from the workers and from ddprun; the same
+// command again resumes and ends exactly like a run that was never stopped.
+TEST_F(TrainTest, SigtermToDdprunStopsWith75AndTheRerunEndsBitIdentical) {
+  ASSERT_EQ(train(2, "--final-params '" + path("straight.json") + "'", "straight.log"), 0) << log();
+
+  json held = read_json(kToyConfig);
+  held["diagnostics"]["hold_after_step"] = 7;  // mid-epoch: 10 steps an epoch
+  std::ofstream(path("held.json")) << held.dump();
+  const std::string ckpt = path("ckpt");
+  const std::string log = path("stopped.log");
+  // Start, wait until both ranks hold after step 7, then do what Slurm does at the time limit.
+  const std::string script =
+      std::string("'") + DDPRUN_BIN + "' --nproc-per-node 2 -q -- '" + DDP_TRAIN_BIN +
+      "' --config '" + path("held.json") + "' --checkpoint-dir '" + ckpt + "' >'" + log +
+      "' 2>&1 & pid=$!; until [ \"$(grep -c 'holding after step 7' '" + log +
+      "')\" -ge 2 ]; do kill -0 $pid || exit 99; sleep 0.02; done; kill -TERM $pid; wait $pid";
+  std::ofstream(path("stop.sh")) << script << "\n";
+  const int status = std::system(("bash '" + path("stop.sh") + "'").c_str());
+  log_ = log;
+  ASSERT_TRUE(WIFEXITED(status)) << this->log();
+  ASSERT_EQ(WEXITSTATUS(status), 75) << this->log();
+  EXPECT_NE(this->log().find("preemption notice (SIGTERM)"), std::string::npos) << this->log();
+
+  ASSERT_EQ(
+      train(2, "--checkpoint-dir '" + ckpt + "' --final-params '" + path("resumed.json") + "'",
+            "resumed.log"),
+      0)
+      << this->log();
+  EXPECT_EQ(max_abs_diff(read_json(path("straight.json")), read_json(path("resumed.json"))), 0.0);
+}
+
+}  // namespace
