@@ -18,8 +18,17 @@ packages=(
   gnuplot-nox                        # scripts/plot-metrics.sh
 )
 
+# Multi-node tests (tests/multinode, root only): namespaces, sshd, mpirun, Slurm.
+daemon_packages=(
+  iproute2 util-linux                # ip (bridge, veth), unshare, nsenter
+  openssh-server openssh-client      # sshd per simulated node
+  munge slurmctld slurmd             # a private Slurm cluster (slurm-client is above)
+  gridengine-master gridengine-exec gridengine-client   # a private Grid Engine cell
+)
+
 source scripts/packages.sh
 ensure_packages "${packages[@]}"
+ensure_packages_without_starting "${daemon_packages[@]}"
 
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"

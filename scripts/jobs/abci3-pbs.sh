@@ -1,0 +1,28 @@
+#!/bin/bash
+# ABCI 3.0 (Altair PBS Professional): one ddprun per node started by mpirun.
+# Copy, edit the project and resources, then: qsub -P YOUR_GROUP abci3-pbs.sh
+#PBS -q rt_HF
+#PBS -l select=2
+#PBS -l walltime=1:00:00
+#PBS -j oe
+#PBS -N ddp-train
+set -euo pipefail
+cd "${PBS_O_WORKDIR:-.}"
+source /etc/profile.d/modules.sh 2>/dev/null && module load hpcx 2>/dev/null || true
+
+DDPRUN=${DDPRUN:-ddprun}
+WORKER=${WORKER:-ddp-train}
+CONFIG=${CONFIG:-configs/fashion_cnn.json}
+NPROC_PER_NODE=${NPROC_PER_NODE:-gpu}
+read -r -a ddprun_args <<< "${DDPRUN_ARGS:-}"
+read -r -a worker_args <<< "${WORKER_ARGS:-}"
+# PBS_NODEFILE lists a node once per MPI slot: one line per node for ddprun.
+hosts=${TMPDIR:-/tmp}/hosts.${PBS_JOBID%%.*}
+awk '!seen[$1]++ {print $1}' "$PBS_NODEFILE" > "$hosts"
+port=$((20000 + ${PBS_JOBID%%.*} % 10000))
+rc=0
+mpirun ${MPIRUN_ARGS:-} -hostfile "$hosts" -npernode 1 -x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} \
+  "$DDPRUN" --hostfile "$hosts" --master-port "$port" --nproc-per-node "$NPROC_PER_NODE" \
+  "${ddprun_args[@]}" -- "$WORKER" --config "$CONFIG" "${worker_args[@]}" || rc=$?
+echo "job: mpirun exited with status $rc" >&2
+exit "$rc"

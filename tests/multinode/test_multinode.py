@@ -1,0 +1,334 @@
+#!/usr/bin/python3
+"""Real multi-node DDP runs of ddp-train under ddprun (per-node mode) on simulated nodes.
+
+  test_multinode.py --case CASE -n N --ddprun BIN --ddp-train BIN --config JSON --source DIR
+
+CASE: mpirun | ssh | slurm | sge | pbs (emulated by Slurm). Each case runs twice on one cluster: (1) training succeeds on
+all ranks; (2) one rank's worker exits 3 mid-training, and the job must end on every node
+with a non-zero exit and no process of the run left anywhere (scanned in /proc by a
+marker). Prints one `RESULT` JSON line with the measured times. Exit 77: skipped.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import Cluster, SkipTest, kill_and_wait  # noqa: E402
+
+SKIP = 77
+
+# The worker every rank runs. The rank named by DDPC_FAIL_RANK trains too, then exits 3
+# after DDPC_FAIL_AFTER seconds (ddprun kills its ddp-train with the process group) and
+# records when it failed.
+WORKER_SH = r"""#!/bin/sh
+if [ -n "$DDPC_FAIL_RANK" ] && [ "$RANK" = "$DDPC_FAIL_RANK" ]; then
+  "$DDPC_TRAIN" "$@" &
+  sleep "$DDPC_FAIL_AFTER"
+  date +%s.%N > "$DDPC_DIR/failed_at"
+  echo "injected failure: rank $RANK on $(hostname) exits 3" >&2
+  exit 3
+fi
+exec "$DDPC_TRAIN" "$@"
+"""
+
+
+class Case:
+    def __init__(self, args, cluster):
+        self.a = args
+        self.c = cluster
+        self.dir = os.path.join(cluster.dir, "job")
+        os.makedirs(self.dir, exist_ok=True)
+        self.worker = os.path.join(self.dir, "worker.sh")
+        with open(self.worker, "w") as f:
+            f.write(WORKER_SH)
+        os.chmod(self.worker, 0o755)
+        with open(args.config) as f:
+            cfg = json.load(f)
+        cfg.setdefault("runtime", {})["timeout_s"] = 30
+        cfg["runtime"]["threads"] = 1
+        self.config = os.path.join(self.dir, "config.json")
+        with open(self.config, "w") as f:
+            json.dump(cfg, f)
+        self.port = 29400 + os.getpid() % 500
+
+    def env(self, marker, fail):
+        e = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "DDPC_MARK": marker, "DDPC_TRAIN": self.a.ddp_train, "DDPC_DIR": self.dir,
+            "DDPC_FAIL_RANK": "1" if fail else "", "DDPC_FAIL_AFTER": "3",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        }
+        return e
+
+    def train_args(self, fail):
+        # Success: a short run. Failure: long enough that only propagation can end it.
+        steps = ["--epochs", "1", "--max-steps", "30"] if not fail else ["--epochs", "1000"]
+        return [self.worker, "--config", self.config] + steps
+
+    def ddprun_args(self, marker, fail, hostfile=True):
+        args = [self.a.ddprun, "--nproc-per-node", str(self.a.nproc), "--tag-output",
+                "--shutdown-timeout", "3", "--run-id", marker]
+        if hostfile:
+            args += ["--hostfile", self.c.hostfile, "--master-port", str(self.port)]
+        return args + ["--"] + self.train_args(fail)
+
+    # Each launcher returns (list of exit codes, combined output).
+    def launch_mpirun(self, marker, fail):
+        subnet = f"{self.c.subnet}.0/24"
+        argv = ["mpirun", "--allow-run-as-root", "--hostfile", self.c.hostfile,
+                "-npernode", "1", "--mca", "plm_rsh_args", f"-F {self.c.ssh_config}",
+                "--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet,
+                "--mca", "btl", "self,tcp"]
+        for k in ("DDPC_MARK", "DDPC_TRAIN", "DDPC_DIR", "DDPC_FAIL_RANK", "DDPC_FAIL_AFTER",
+                  "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            argv += ["-x", k]
+        argv += self.ddprun_args(marker, fail)
+        r = self.c.run(self.c.nodes[0], argv, env=self.env(marker, fail), cwd=self.a.source,
+                       timeout=150, stderr=subprocess.STDOUT)
+        return [r.returncode], r.stdout
+
+    def launch_ssh(self, marker, fail):
+        # scripts/jobs/hostfile-ssh.sh from node1: one ddprun per node over ssh, same
+        # hostfile and port; the script stops the other nodes when one fails.
+        env = dict(self.env(marker, fail), SSH_CONFIG=self.c.ssh_config,
+                   DDPRUN=self.a.ddprun, MASTER_PORT=str(self.port),
+                   FORWARD_ENV="DDPC_MARK DDPC_TRAIN DDPC_DIR DDPC_FAIL_RANK DDPC_FAIL_AFTER "
+                               "OMP_NUM_THREADS OPENBLAS_NUM_THREADS")
+        argv = [os.path.join(self.a.source, "scripts", "jobs", "hostfile-ssh.sh"),
+                self.c.hostfile] + self.ddprun_args(marker, fail, hostfile=False)[1:]
+        r = self.c.run(self.c.nodes[0], argv, env=env, cwd=self.a.source, timeout=150,
+                       stderr=subprocess.STDOUT)
+        return [r.returncode], r.stdout.replace("\r\n", "\n")
+
+    def launch_slurm(self, marker, fail):
+        # The user's job script with its resource lines adapted to this cluster.
+        with open(os.path.join(self.a.source, "scripts", "jobs", "slurm.sbatch")) as f:
+            text = f.read()
+        text = re.sub(r"(?m)^#SBATCH --nodes=.*$", f"#SBATCH --nodes={self.c.n}", text)
+        text = re.sub(r"(?m)^#SBATCH --gpus-per-node=.*\n", "", text)
+        text = re.sub(r"(?m)^#SBATCH --time=.*$", "#SBATCH --time=00:05:00", text)
+        script = os.path.join(self.dir, f"job-{marker}.sbatch")
+        with open(script, "w") as f:
+            f.write(text)
+        env = dict(self.c.slurm_env, **self.env(marker, fail), DDPRUN=self.a.ddprun,
+                   WORKER=self.worker, CONFIG=self.config, NPROC_PER_NODE=str(self.a.nproc),
+                   DDPRUN_ARGS=f"--tag-output --shutdown-timeout 3 --run-id {marker}",
+                   WORKER_ARGS=" ".join(self.train_args(fail)[3:]))
+        out = os.path.join(self.dir, f"slurm-{marker}.out")
+        r = subprocess.run(["sbatch", "--parsable", "-D", self.a.source, "-o", out, script],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {r.stderr}")
+        job = r.stdout.strip().split(";")[0]
+        state, code = self.c.slurm_wait(job, timeout=150)
+        try:
+            with open(out) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        rc = int(code.split(":")[0]) if code else -1
+        return [0 if state == "COMPLETED" and rc == 0 else (rc or 1)], \
+            f"job {job}: {state} ExitCode={code}\n{text}"
+
+
+    def launch_sge(self, marker, fail):
+        # ABCI's job script; rt_F and h_rt do not exist here: the test asks for the
+        # parallel environment instead (qsub -pe mpi N), and the job derives its hostfile
+        # from PE_HOSTFILE; mpirun inside the job starts ddprun with qrsh -inherit.
+        with open(os.path.join(self.a.source, "scripts", "jobs", "abci-sge.sh")) as f:
+            text = f.read()
+        text = re.sub(r"(?m)^#\$ -l .*\n", "", text)
+        script = os.path.join(self.dir, f"job-{marker}.sh")
+        with open(script, "w") as f:
+            f.write(text)
+        subnet = f"{self.c.subnet}.0/24"
+        env = dict(self.c.sge_env, **self.env(marker, fail), DDPRUN=self.a.ddprun,
+                   WORKER=self.worker, CONFIG=self.config, NPROC_PER_NODE=str(self.a.nproc),
+                   DDPRUN_ARGS=f"--tag-output --shutdown-timeout 3 --run-id {marker}",
+                   WORKER_ARGS=" ".join(self.train_args(fail)[3:]),
+                   MPIRUN_ARGS=(f"--allow-run-as-root --mca oob_tcp_if_include {subnet} "
+                                f"--mca btl_tcp_if_include {subnet} --mca btl self,tcp "
+                                "-x DDPC_MARK -x DDPC_TRAIN -x DDPC_DIR -x DDPC_FAIL_RANK "
+                                "-x DDPC_FAIL_AFTER -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"))
+        out = os.path.join(self.dir, f"sge-{marker}.out")
+        r = self.c.sge_run(["qsub", "-terse", "-V", "-S", "/bin/bash", "-pe", "mpi",
+                            str(self.c.n), "-o", out, "-j", "y", script], env=env,
+                           cwd=self.a.source)
+        if r.returncode != 0:
+            raise RuntimeError(f"qsub failed: {r.stdout}{r.stderr}")
+        job = r.stdout.strip().split(".")[0]
+        status = self.c.sge_wait(job, timeout=150, records=self.c.n)
+        if os.environ.get("DDPC_DEBUG"):
+            print(self.c.sge_run(["qacct", "-j", job]).stdout)
+        try:
+            with open(out) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        return [1 if status is None else status], f"job {job}: exit_status {status}\n{text}"
+
+
+    def launch_pbs(self, marker, fail):
+        # ABCI 3.0's PBS script inside a Slurm job whose TaskProlog emulates PBS
+        # (PBS_NODEFILE, PBS_JOBID, PBS_O_WORKDIR); its mpirun starts ddprun over ssh.
+        with open(os.path.join(self.a.source, "scripts", "jobs", "abci3-pbs.sh")) as f:
+            text = f.read()
+        script = os.path.join(self.dir, f"job-{marker}.sh")
+        with open(script, "w") as f:
+            f.write(text)
+        subnet = f"{self.c.subnet}.0/24"
+        env = dict(self.c.slurm_env, **self.env(marker, fail), DDPRUN=self.a.ddprun,
+                   WORKER=self.worker, CONFIG=self.config, NPROC_PER_NODE=str(self.a.nproc),
+                   DDPRUN_ARGS=f"--tag-output --shutdown-timeout 3 --run-id {marker}",
+                   WORKER_ARGS=" ".join(self.train_args(fail)[3:]),
+                   MPIRUN_ARGS=(f"--allow-run-as-root --mca plm rsh --mca ras ^slurm "
+                                f"--mca plm_rsh_agent ssh:rsh "
+                                f"--mca plm_rsh_args -F{self.c.ssh_config} "
+                                f"--mca oob_tcp_if_include {subnet} "
+                                f"--mca btl_tcp_if_include {subnet} --mca btl self,tcp "
+                                "-x DDPC_MARK -x DDPC_TRAIN -x DDPC_DIR -x DDPC_FAIL_RANK "
+                                "-x DDPC_FAIL_AFTER -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"))
+        out = os.path.join(self.dir, f"pbs-{marker}.out")
+        # The batch step runs the script through srun so that the TaskProlog applies.
+        r = subprocess.run(["sbatch", "--parsable", "-N", str(self.c.n), "-D", self.a.source,
+                            "-o", out, "--wrap",
+                            f"srun -N1 -n1 --overlap bash {script}"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {r.stderr}")
+        job = r.stdout.strip().split(";")[0]
+        state, code = self.c.slurm_wait(job, timeout=150)
+        try:
+            with open(out) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        rc = int(code.split(":")[0]) if code else -1
+        return [0 if state == "COMPLETED" and rc == 0 else (rc or 1)], \
+            f"job {job}: {state} ExitCode={code}\n{text}"
+
+
+class Watcher(threading.Thread):
+    """From the injected failure on, polls /proc for the run's processes and records when
+    the last one is gone (so the time does not include the scheduler's own bookkeeping)."""
+
+    def __init__(self, cluster, marker, failed_at_file):
+        super().__init__(daemon=True)
+        self.c, self.marker, self.file = cluster, marker, failed_at_file
+        self.gone_at = None
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set() and not os.path.exists(self.file):
+            time.sleep(0.05)
+        while not self.stop.is_set():
+            if not self.c.leftovers(self.marker):
+                self.gone_at = time.time()
+                return
+            time.sleep(0.05)
+
+
+def scan_until_gone(cluster, marker, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        left = cluster.leftovers(marker)
+        if not left or time.monotonic() > deadline:
+            return left, time.time()
+        time.sleep(0.05)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True, choices=["mpirun", "ssh", "slurm", "sge", "pbs"])
+    ap.add_argument("-n", type=int, default=2)
+    ap.add_argument("--nproc", type=int, default=1)
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--ddp-train", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--source", required=True, help="repository root (job scripts)")
+    ap.add_argument("--keep", action="store_true", help="keep the run folder")
+    a = ap.parse_args()
+    for p in ("ddprun", "ddp_train", "config", "source"):
+        setattr(a, p, os.path.abspath(getattr(a, p)))
+    try:
+        Cluster.check_possible()
+    except SkipTest as e:
+        print(f"SKIP: {e}")
+        return SKIP
+    result = {"case": a.case, "nodes": a.n, "nproc_per_node": a.nproc}
+    failures = []
+    cluster = Cluster(a.n, keep=a.keep)
+    try:
+        cluster.start()
+        if a.case in ("mpirun", "ssh", "pbs"):
+            cluster.start_sshd()
+        if a.case in ("slurm", "pbs"):
+            cluster.start_slurm()
+        if a.case == "sge":
+            cluster.start_sge()
+        case = Case(a, cluster)
+        launch = getattr(case, f"launch_{a.case}")
+        for fail in (False, True):
+            marker = f"ddpc{uuid.uuid4().hex[:12]}"
+            watcher = Watcher(cluster, marker, os.path.join(case.dir, "failed_at"))
+            watcher.start()
+            t0 = time.time()
+            codes, out = launch(marker, fail)
+            t_end = time.time()
+            left, t_gone = scan_until_gone(cluster, marker, timeout=10)
+            watcher.stop.set()
+            watcher.join()
+            if watcher.gone_at:
+                t_gone = min(t_gone, watcher.gone_at)
+            tail = "\n".join(out.splitlines()[-40:])
+            what = "failure" if fail else "success"
+            print(f"--- {a.case} {what}: exit codes {codes}, {t_end - t0:.1f} s\n{tail}\n")
+            if left:
+                failures.append(f"{what}: processes left: {left}")
+                kill_and_wait([pid for pid, _ in left])
+            if not fail:
+                result["success_run_s"] = round(t_end - t0, 2)
+                if any(codes):
+                    failures.append(f"success run: exit codes {codes}")
+                # ddprun's end table: one row per rank with its exit status.
+                ranks = set(re.findall(r"(?m)^ddprun:\s+(\d+)\s+\d+\s+\d+\s+exit code 0\b", out))
+                want = {str(r) for r in range(a.n * a.nproc)}
+                if want != ranks:
+                    failures.append(f"success run: ranks that ended with 0: {sorted(ranks)}")
+            else:
+                result["failure_run_s"] = round(t_end - t0, 2)
+                if not all(codes):
+                    failures.append(f"failure run: some launcher exited 0: {codes}")
+                try:
+                    with open(os.path.join(case.dir, "failed_at")) as f:
+                        t_fail = float(f.read())
+                    result["failure_to_exit_s"] = round(t_end - t_fail, 2)
+                    result["failure_to_last_process_gone_s"] = round(t_gone - t_fail, 2)
+                    os.unlink(os.path.join(case.dir, "failed_at"))
+                except OSError:
+                    failures.append("failure run: the injected failure never happened")
+    except SkipTest as e:
+        print(f"SKIP: {e}")
+        cluster.stop()
+        return SKIP
+    finally:
+        cluster.stop()
+    result.update({k: round(v, 2) for k, v in cluster.timings.items()})
+    result["ok"] = not failures
+    print("RESULT " + json.dumps(result))
+    for f in failures:
+        print(f"FAIL: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
