@@ -239,7 +239,9 @@ int run(const Options& options) {
   Guardian guardian(inputs.scratch_dir);
   Supervisor supervisor(signals, guardian, config);
   // An agent runs one round of the head's; the head decides about restarts.
+  // Agents print their node's table (the head relays it) but no start line of their own.
   const bool summaries = !options.quiet && !options.agent;
+  const bool tables = !options.quiet;
   for (int round = 0;; ++round) {
     inputs.restart_count = options.agent ? options.restart_count.value_or(0) : round;
     if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
@@ -254,7 +256,7 @@ int run(const Options& options) {
       }
     }
     const RoundResult result = supervisor.run(plan, program_path, env, spec);
-    if (summaries) std::cerr << format_rank_table(result);
+    if (tables) std::cerr << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed) {
       const RankResult& failed = result.ranks.at(*result.first_failure);
       std::cerr << format_failure_report(failed, read_small_file(failed.error_file),

@@ -40,6 +40,14 @@ exec "$DDPC_TRAIN" "$@"
 """
 
 
+def _parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Case:
     def __init__(self, args, cluster):
         self.a = args
@@ -63,7 +71,7 @@ class Case:
         e = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "DDPC_MARK": marker, "DDPC_TRAIN": self.a.ddp_train, "DDPC_DIR": self.dir,
-            "DDPC_FAIL_RANK": "1" if fail else "", "DDPC_FAIL_AFTER": "3",
+            "DDPC_FAIL_RANK": "1" if fail is True else "", "DDPC_FAIL_AFTER": "3",
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
             "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         }
@@ -96,6 +104,21 @@ class Case:
                        timeout=150, stderr=subprocess.STDOUT)
         return [r.returncode], r.stdout
 
+    def launch_mpirun_head(self, marker, fail):
+        # One ddprun on node1 that starts the agents with mpirun (--launcher mpirun); Open
+        # MPI's own settings come from its OMPI_MCA_* variables.
+        subnet = f"{self.c.subnet}.0/24"
+        names = ["DDPC_MARK", "DDPC_TRAIN", "DDPC_DIR", "DDPC_FAIL_RANK", "DDPC_FAIL_AFTER"]
+        env = dict(self.env(marker, fail), OMPI_MCA_plm_rsh_args=f"-F {self.c.ssh_config}",
+                   OMPI_MCA_oob_tcp_if_include=subnet, OMPI_MCA_btl_tcp_if_include=subnet,
+                   OMPI_MCA_btl="self,tcp")
+        args = self.ddprun_args(marker, fail)
+        extra = ["--launcher", "mpirun"] + [x for name in names for x in ("--env", name)]
+        argv = args[:1] + extra + args[1:]
+        r = self.c.run(self.c.nodes[0], argv, env=env, cwd=self.a.source, timeout=150,
+                       stderr=subprocess.STDOUT)
+        return [r.returncode], r.stdout
+
     def launch_ssh(self, marker, fail):
         # scripts/jobs/hostfile-ssh.sh from node1: one ddprun per node over ssh, same
         # hostfile and port; the script stops the other nodes when one fails.
@@ -105,14 +128,51 @@ class Case:
                                "OMP_NUM_THREADS OPENBLAS_NUM_THREADS")
         argv = [os.path.join(self.a.source, "scripts", "jobs", "hostfile-ssh.sh"),
                 self.c.hostfile] + self.ddprun_args(marker, fail, hostfile=False)[1:]
+        if fail == "kill-agent":
+            return self.kill_remote_agent(argv, env, marker)
         r = self.c.run(self.c.nodes[0], argv, env=env, cwd=self.a.source, timeout=150,
                        stderr=subprocess.STDOUT)
         return [r.returncode], r.stdout.replace("\r\n", "\n")
 
-    def launch_slurm(self, marker, fail):
+    def kill_remote_agent(self, argv, env, marker):
+        """The head's ssh launch with the last node's agent killed by SIGKILL once all its
+        workers run: the head must notice and stop every node."""
+        proc = self.c.popen(self.c.nodes[0], argv, env=env, cwd=self.a.source,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        last = str(self.c.n - 1)
+        agent = None
+        deadline = time.monotonic() + 60
+        while agent is None and time.monotonic() < deadline and proc.poll() is None:
+            procs = self.c.leftovers(marker)
+            # The agent itself: not the ssh client on node1 (whose remote command names it
+            # too) and not the agent's guardian (a fork of it, with the same command line).
+            named = {pid for pid, cmd in procs if cmd.startswith(self.a.ddprun) and
+                     "--agent" in cmd and f"--node-rank {last} " in cmd + " "}
+            agents = [pid for pid in named if _parent(pid) not in named]
+            trainers = [pid for pid, cmd in procs if "ddp-train" in cmd or "worker.sh" in cmd]
+            if agents and len(trainers) >= self.c.n * self.a.nproc:
+                agent = agents[0]
+            else:
+                time.sleep(0.05)
+        if agent is None:
+            proc.kill()
+            return [-1], "the remote agent never started\n" + proc.communicate()[0]
+        with open(os.path.join(self.dir, "failed_at"), "w") as f:
+            f.write(f"{time.time():.6f}\n")
+        os.kill(agent, 9)
+        out = proc.communicate(timeout=150)[0]
+        return [proc.returncode], out.replace("\r\n", "\n")
+
+    def launch_slurm_head(self, marker, fail):
+        return self.launch_slurm(marker, fail, head=True)
+
+    def launch_slurm(self, marker, fail, head=False):
         # The user's job script with its resource lines adapted to this cluster.
         with open(os.path.join(self.a.source, "scripts", "jobs", "slurm.sbatch")) as f:
             text = f.read()
+        if head:
+            # ddprun called directly in the batch script: it starts the agents with srun.
+            text = text.replace("srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n  ", "")
         text = re.sub(r"(?m)^#SBATCH --nodes=.*$", f"#SBATCH --nodes={self.c.n}", text)
         text = re.sub(r"(?m)^#SBATCH --gpus-per-node=.*\n", "", text)
         text = re.sub(r"(?m)^#SBATCH --time=.*$", "#SBATCH --time=00:05:00", text)
@@ -248,7 +308,8 @@ def scan_until_gone(cluster, marker, timeout):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True, choices=["mpirun", "ssh", "slurm", "sge", "pbs"])
+    ap.add_argument("--case", required=True,
+                    choices=["mpirun", "ssh", "slurm", "sge", "pbs", "mpirun_head", "slurm_head"])
     ap.add_argument("-n", type=int, default=2)
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--ddprun", required=True)
@@ -269,15 +330,16 @@ def main():
     cluster = Cluster(a.n, keep=a.keep)
     try:
         cluster.start()
-        if a.case in ("mpirun", "ssh", "pbs"):
+        if a.case in ("mpirun", "ssh", "pbs", "mpirun_head"):
             cluster.start_sshd()
-        if a.case in ("slurm", "pbs"):
+        if a.case in ("slurm", "pbs", "slurm_head"):
             cluster.start_slurm()
         if a.case == "sge":
             cluster.start_sge()
         case = Case(a, cluster)
         launch = getattr(case, f"launch_{a.case}")
-        for fail in (False, True):
+        # The head's ssh launch also loses a node's agent to SIGKILL.
+        for fail in (False, True) + (("kill-agent",) if a.case == "ssh" else ()):
             marker = f"ddpc{uuid.uuid4().hex[:12]}"
             watcher = Watcher(cluster, marker, os.path.join(case.dir, "failed_at"))
             watcher.start()
@@ -290,7 +352,7 @@ def main():
             if watcher.gone_at:
                 t_gone = min(t_gone, watcher.gone_at)
             tail = "\n".join(out.splitlines()[-40:])
-            what = "failure" if fail else "success"
+            what = {False: "success", True: "failure", "kill-agent": "agent_killed"}[fail]
             print(f"--- {a.case} {what}: exit codes {codes}, {t_end - t0:.1f} s\n{tail}\n")
             if left:
                 failures.append(f"{what}: processes left: {left}")
@@ -305,14 +367,15 @@ def main():
                 if want != ranks:
                     failures.append(f"success run: ranks that ended with 0: {sorted(ranks)}")
             else:
-                result["failure_run_s"] = round(t_end - t0, 2)
+                key = "" if fail is True else what + "_"
+                result[key + "failure_run_s"] = round(t_end - t0, 2)
                 if not all(codes):
                     failures.append(f"failure run: some launcher exited 0: {codes}")
                 try:
                     with open(os.path.join(case.dir, "failed_at")) as f:
                         t_fail = float(f.read())
-                    result["failure_to_exit_s"] = round(t_end - t_fail, 2)
-                    result["failure_to_last_process_gone_s"] = round(t_gone - t_fail, 2)
+                    result[key + "failure_to_exit_s"] = round(t_end - t_fail, 2)
+                    result[key + "failure_to_last_process_gone_s"] = round(t_gone - t_fail, 2)
                     os.unlink(os.path.join(case.dir, "failed_at"))
                 except OSError:
                     failures.append("failure run: the injected failure never happened")

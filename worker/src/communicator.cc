@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/stop_signals.h"
 #include "net.h"
 #include "torch_compat.h"
 
@@ -99,6 +100,9 @@ void Communicator::Impl::fail(const std::string& op, const std::exception& error
   while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
   const std::string head = op + " failed on rank " + std::to_string(rank) + ": ";
   if (failed || size == 1) throw CollectiveError(head + what);
+  // Stopping on a signal (ddprun tearing the job down after another rank failed): a peer
+  // gone is expected, and waiting to name it would only delay the teardown.
+  if (StopSignals::received() != 0) throw CollectiveError(head + what + " (while stopping)");
   failed = true;
   // The store may be hosted by a stopped rank 0, and a TCPStore client then blocks in recv
   // for as long as it likes: ask from a thread that can be abandoned.
@@ -115,7 +119,14 @@ void Communicator::Impl::fail(const std::string& op, const std::exception& error
   std::snprintf(wait_text, sizeof wait_text, "%.1f s",
                 std::chrono::duration<double>(unresponsive_wait).count());
   std::string who;
-  if (future.wait_for(unresponsive_wait + std::chrono::seconds(2)) != std::future_status::ready) {
+  // A stop signal (ddprun tearing the job down) ends the wait: nobody needs the names then.
+  const auto deadline =
+      std::chrono::steady_clock::now() + unresponsive_wait + std::chrono::seconds(2);
+  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (StopSignals::received() != 0) throw CollectiveError(head + what + " (while stopping)");
+  }
+  if (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     who = "rank 0 did not respond (its store did not answer within " + std::string(wait_text) + ")";
   } else {
     try {
