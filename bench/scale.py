@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""Scale: the head ddprun starting agents on N simulated nodes (tests/multinode/cluster.py:
+network namespaces with sshd, and Slurm), and --dry-run plans for 1,024 and 16,384 nodes.
+
+For each N and launcher: wall time from the head's start until every worker has started
+(each worker records its start time in the shared /tmp), the whole run (workers exit at
+once), and the head's peak RSS. A parallel start shows as a time that grows much less than
+N times the one-node cost. Root only (namespaces).
+
+Usage: bench/scale.py [--nodes 2 4 8 16] [--reps 3] [--out bench/results/scale.json]
+"""
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(ROOT, "tests", "multinode"))
+from cluster import Cluster, SkipTest  # noqa: E402
+
+DDPRUN = os.path.join(ROOT, "build", "bin", "ddprun")
+
+
+def start_times(cluster, argv, env, stamp_dir):
+    for old in glob.glob(os.path.join(stamp_dir, "started.*")):
+        os.unlink(old)
+    worker = ["/bin/sh", "-c", f'date +%s.%N > {stamp_dir}/started.$RANK']
+    t0 = time.time()
+    r = cluster.run(cluster.nodes[0], ["/usr/bin/time", "-f", "RSS %M"] + argv + ["--"] + worker,
+                    env=env, cwd=ROOT, timeout=300)
+    total = time.time() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+    stamps = [float(open(f).read()) for f in glob.glob(os.path.join(stamp_dir, "started.*"))]
+    rss = int(r.stderr.strip().splitlines()[-1].split()[-1])
+    return {"all_started_s": max(stamps) - t0, "total_s": total, "head_rss_mb": rss / 1024.0,
+            "workers": len(stamps)}
+
+
+def summary(runs, key):
+    values = [r[key] for r in runs]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def dry_run(nodes):
+    with tempfile.NamedTemporaryFile("w", suffix=".hosts") as hosts:
+        hosts.write("".join(f"node{i:05d} slots=8\n" for i in range(nodes)))
+        hosts.flush()
+        r = subprocess.run(["/usr/bin/time", "-f", "%e %M", DDPRUN, "--dry-run", "--hostfile",
+                            hosts.name, "--node-rank", "0", "--master-addr", "10.0.0.1",
+                            "--master-port", "29500", "--nproc-per-node", "8", "true"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           check=True)
+        seconds, rss = r.stderr.strip().splitlines()[-1].split()
+        return {"nodes": nodes, "ranks": nodes * 8, "seconds": float(seconds),
+                "rss_mb": int(rss) / 1024.0}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8, 16])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", default="bench/results/scale.json")
+    args = parser.parse_args()
+    result = {"benchmark": "scale", "date": time.strftime("%Y-%m-%d"),
+              "machine": platform.node(), "cpus": os.cpu_count(), "reps": args.reps,
+              "dry_run": [dry_run(n) for n in (1024, 16384)], "launch": []}
+    for row in result["dry_run"]:
+        print(f"dry run {row['nodes']:6d} nodes: {row['seconds']:.2f} s {row['rss_mb']:.0f} MB")
+    for n in args.nodes:
+        try:
+            with Cluster(n) as cluster:
+                cluster.start_sshd()
+                cluster.start_slurm()
+                stamps = os.path.join(cluster.dir, "stamps")
+                os.makedirs(stamps)
+                env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+                launchers = {
+                    "ssh": (["--launcher", "ssh", "--ssh-config", cluster.ssh_config], env),
+                    "srun": (["--launcher", "srun"], None),
+                }
+                for name, (extra, run_env) in launchers.items():
+                    argv = [DDPRUN, "-q", "--hostfile", cluster.hostfile, "--nproc-per-node",
+                            "1"] + extra
+                    if name == "srun":
+                        # Inside an allocation of all nodes, as an sbatch script would be.
+                        argv = ["salloc", "-N", str(n), "--quiet"] + argv[:1] + ["-q"] + \
+                            extra + ["--nproc-per-node", "1"]
+                        run_env = dict(cluster.slurm_env, **env)
+                    runs = [start_times(cluster, argv, run_env, stamps) for _ in range(args.reps)]
+                    row = {"nodes": n, "launcher": name,
+                           "all_started_s": summary(runs, "all_started_s"),
+                           "total_s": summary(runs, "total_s"),
+                           "head_rss_mb": summary(runs, "head_rss_mb")}
+                    result["launch"].append(row)
+                    print(f"{name:5s} {n:3d} nodes: all workers started after "
+                          f"{row['all_started_s']['median']:.2f} s, run "
+                          f"{row['total_s']['median']:.2f} s, head "
+                          f"{row['head_rss_mb']['median']:.1f} MB", flush=True)
+        except SkipTest as e:
+            print(f"skipped {n} nodes: {e}")
+            break
+    os.makedirs(os.path.dirname(os.path.join(ROOT, args.out)), exist_ok=True)
+    with open(os.path.join(ROOT, args.out), "w") as out:
+        json.dump(result, out, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
