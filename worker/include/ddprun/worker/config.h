@@ -51,6 +51,8 @@ struct RuntimeConfig {
   std::string backend = "gloo";  // "gloo" or "nccl"
   double timeout_s = 300;        // store and collective timeout
   double bucket_cap_mb = 25;     // gradient bucket size cap
+  bool overlap = true;           // all-reduce buckets during backward (false: after it)
+  bool find_unused_parameters = false;  // parameters without a gradient count as zero
 };
 
 struct MetricsConfig {
@@ -65,6 +67,7 @@ struct ProgressConfig {
 struct DiagnosticsConfig {
   bool check_replicas = false;    // after every step, fail unless all ranks' parameters agree
   std::string final_params_file;  // rank 0 writes the final parameters here as JSON
+  bool no_gradient_sync = false;  // benchmarks only: never average gradients (ranks diverge)
 };
 
 struct Config {
