@@ -3,6 +3,7 @@ and threads, torch.nn.parallel.DistributedDataParallel over gloo. Started by ddp
 only needs torchrun's environment). Prints one line per epoch:
 "epoch N samples/s X" counting all ranks' training samples over rank 0's training time."""
 import argparse
+import contextlib
 import gzip
 import os
 import time
@@ -44,6 +45,9 @@ def main():
     parser.add_argument("--optimizer", default="adam")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--synthetic", type=int, default=4096)
+    parser.add_argument("--no-sync", action="store_true",
+                        help="every step under model.no_sync(): no gradient communication "
+                             "(benchmarks the compute alone; ranks diverge)")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo")
@@ -71,8 +75,9 @@ def main():
         for b in range(0, len(order), args.batch):
             batch = order[b:b + args.batch]
             opt.zero_grad()
-            loss = loss_fn(model(x[batch]), y[batch])
-            loss.backward()
+            with model.no_sync() if args.no_sync else contextlib.nullcontext():
+                loss = loss_fn(model(x[batch]), y[batch])
+                loss.backward()
             opt.step()
             samples += len(batch)
         seconds = time.perf_counter() - start

@@ -51,6 +51,9 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_EQ(c.preemption.signals, (std::vector<std::string>{"SIGTERM", "SIGUSR1", "SIGUSR2"}));
   EXPECT_EQ(c.preemption.check_every_steps, 0);
   EXPECT_DOUBLE_EQ(c.runtime.unresponsive_wait_s, 5);
+  EXPECT_TRUE(c.runtime.overlap);
+  EXPECT_FALSE(c.runtime.find_unused_parameters);
+  EXPECT_FALSE(c.diagnostics.no_gradient_sync);
 }
 
 TEST(ConfigTest, EveryOptionalSectionIsRead) {
@@ -61,7 +64,8 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
     "optimizer": {"name": "adam", "lr": 0.001, "weight_decay": 0.01},
     "train": {"epochs": 1, "batch_size_per_rank": 8, "seed": 3, "max_steps": 5, "loss": "mse"},
     "checkpoint": {"dir": "/tmp/c", "interval_steps": 2, "keep_last": 3},
-    "runtime": {"threads": 1, "backend": "nccl", "timeout_s": 30, "bucket_cap_mb": 1},
+    "runtime": {"threads": 1, "backend": "nccl", "timeout_s": 30, "bucket_cap_mb": 1,
+                "overlap": false, "find_unused_parameters": true},
     "metrics": {"file": "m.jsonl"},
     "diagnostics": {"check_replicas": true, "final_params_file": "p.json",
                     "hold_after_step": 4, "hold_checkpoint_write_at_step": 6},
@@ -76,6 +80,8 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
   EXPECT_EQ(c.checkpoint.keep_last, 3);
   EXPECT_EQ(c.runtime.backend, "nccl");
   EXPECT_DOUBLE_EQ(c.runtime.bucket_cap_mb, 1);
+  EXPECT_FALSE(c.runtime.overlap);
+  EXPECT_TRUE(c.runtime.find_unused_parameters);
   EXPECT_EQ(c.metrics.file, "m.jsonl");
   EXPECT_TRUE(c.diagnostics.check_replicas);
   EXPECT_EQ(c.diagnostics.final_params_file, "p.json");

@@ -169,6 +169,8 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
   check_one_of(c.runtime.backend, {"gloo", "nccl"}, src, "/runtime/backend");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
+  check(!(c.diagnostics.no_gradient_sync && c.diagnostics.check_replicas), src,
+        "/diagnostics/no_gradient_sync", "contradicts /diagnostics/check_replicas");
   check(c.runtime.bucket_cap_mb > 0 && c.runtime.bucket_cap_mb <= 4096, src,
         "/runtime/bucket_cap_mb", "must be in (0, 4096]");
   check(c.runtime.unresponsive_wait_s > 0, src, "/runtime/unresponsive_wait_s", "must be > 0");
@@ -239,28 +241,32 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("keep_last", c.checkpoint.keep_last);
   });
   section("runtime", false,
-          {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s"},
+          {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
+           "find_unused_parameters"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
             r.read("timeout_s", c.runtime.timeout_s);
             r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
             r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
+            r.read("overlap", c.runtime.overlap);
+            r.read("find_unused_parameters", c.runtime.find_unused_parameters);
           });
   section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
   section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {
     r.read("quiet", c.progress.quiet);
     r.read("log_every", c.progress.log_every);
   });
-  section(
-      "diagnostics", false,
-      {"check_replicas", "final_params_file", "hold_after_step", "hold_checkpoint_write_at_step"},
-      [&](ObjectReader& r) {
-        r.read("check_replicas", c.diagnostics.check_replicas);
-        r.read("final_params_file", c.diagnostics.final_params_file);
-        r.read("hold_after_step", c.diagnostics.hold_after_step);
-        r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
-      });
+  section("diagnostics", false,
+          {"check_replicas", "final_params_file", "hold_after_step",
+           "hold_checkpoint_write_at_step", "no_gradient_sync"},
+          [&](ObjectReader& r) {
+            r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
+            r.read("check_replicas", c.diagnostics.check_replicas);
+            r.read("final_params_file", c.diagnostics.final_params_file);
+            r.read("hold_after_step", c.diagnostics.hold_after_step);
+            r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
+          });
   section("preemption", false, {"signals", "check_every_steps"}, [&](ObjectReader& r) {
     r.read("signals", c.preemption.signals);
     r.read("check_every_steps", c.preemption.check_every_steps);

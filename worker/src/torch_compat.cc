@@ -1,5 +1,9 @@
 #include "torch_compat.h"
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -60,6 +64,35 @@ c10::intrusive_ptr<CollectiveBackend> make_nccl(
 #else
   return {};
 #endif
+}
+
+namespace {
+
+struct GradHook {
+  std::shared_ptr<torch::autograd::Node> accumulator;
+  std::uintptr_t key = 0;
+  ~GradHook() { accumulator->del_post_hook(key); }
+};
+
+}  // namespace
+
+std::shared_ptr<void> add_gradient_ready_hook(const at::Tensor& param,
+                                              std::function<void()> on_ready) {
+  auto hook = std::make_shared<GradHook>();
+  hook->accumulator = torch::autograd::impl::grad_accumulator(param);
+  TORCH_CHECK(hook->accumulator, "add_gradient_ready_hook: not a leaf that requires grad");
+  hook->key =
+      hook->accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [fn = std::move(on_ready)](const torch::autograd::variable_list& outputs,
+                                     const torch::autograd::variable_list& /*inputs*/) {
+            fn();
+            return outputs;
+          }));
+  return hook;
+}
+
+void queue_end_of_backward(std::function<void()> callback) {
+  torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
 }
 
 }  // namespace ddprun::worker::compat

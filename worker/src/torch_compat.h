@@ -7,14 +7,20 @@
 //       the backend itself keeps the same allreduce/broadcast/barrier signatures, so we
 //       use it directly.
 // 2.4+: TCPStoreOptions::useLibUV defaults to true (we keep the default).
+// Autograd hooks (grad accumulator post hooks, the engine's end-of-backward callback) have
+// the same shape in 1.13 and 2.x; they live here because they are internal API.
 
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <ATen/core/Tensor.h>
+
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -55,5 +61,17 @@ c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::S
 c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
                                                 int rank, int size,
                                                 std::chrono::milliseconds timeout);
+
+// Calls `on_ready` each time backward has accumulated `param`'s gradient into
+// `param.grad()` (a post hook on its gradient accumulator, as c10d::Reducer does), on the
+// thread running backward. `param` must be a leaf that requires grad. The handle keeps the
+// accumulator alive (else autograd makes a new one per forward); destroying it removes the
+// hook.
+std::shared_ptr<void> add_gradient_ready_hook(const at::Tensor& param,
+                                              std::function<void()> on_ready);
+
+// Runs `callback` once the backward pass now running ends. Call only from inside an
+// autograd hook; throws c10::Error otherwise.
+void queue_end_of_backward(std::function<void()> callback);
 
 }  // namespace ddprun::worker::compat

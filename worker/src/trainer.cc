@@ -316,7 +316,12 @@ TrainingResult Trainer::run() {
   DdpOptions ddp_options;
   ddp_options.bucket_cap_bytes =
       static_cast<std::size_t>(config_.runtime.bucket_cap_mb * 1024 * 1024);
+  ddp_options.first_bucket_cap_bytes =
+      std::min(ddp_options.first_bucket_cap_bytes, ddp_options.bucket_cap_bytes);
+  ddp_options.overlap = config_.runtime.overlap;
+  ddp_options.find_unused_parameters = config_.runtime.find_unused_parameters;
   DistributedDataParallel ddp(model_, *comm_, ddp_options);
+  ddp.set_gradient_sync(!config_.diagnostics.no_gradient_sync);
 
   SamplerOptions so;
   so.dataset_size = data_.train.size();

@@ -55,6 +55,8 @@ struct RuntimeConfig {
   // After a collective fails: how long survivors wait for each other's mark in the store
   // before naming the ranks that did not respond (docs/fault-tolerance.md).
   double unresponsive_wait_s = 5;
+  bool overlap = true;                  // all-reduce buckets during backward (false: after it)
+  bool find_unused_parameters = false;  // parameters without a gradient count as zero
 };
 
 // Preemption notices: signals that stop training cleanly at a step all ranks agree on,
@@ -84,6 +86,7 @@ struct DiagnosticsConfig {
   // Rank 0 prints "holding checkpoint write" once checkpoint N is durable under its
   // temporary name, and waits there for SIGKILL (never renames it).
   std::int64_t hold_checkpoint_write_at_step = 0;
+  bool no_gradient_sync = false;  // benchmarks only: never average gradients (ranks diverge)
 };
 
 struct Config {

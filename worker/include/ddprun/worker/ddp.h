@@ -1,10 +1,13 @@
 #pragma once
-// Data-parallel training over a Communicator: identical start, averaged gradients.
+// Data-parallel training over a Communicator: identical start, averaged gradients, with
+// the all-reduces overlapped with backward (docs/worker-library.md).
 
 #include <torch/nn/module.h>
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "ddprun/worker/communicator.h"
@@ -12,50 +15,106 @@
 namespace ddprun::worker {
 
 struct DdpOptions {
-  std::size_t bucket_cap_bytes = 25u << 20;  // like PyTorch's bucket_cap_mb = 25
+  std::size_t bucket_cap_bytes = 25u << 20;       // like PyTorch's bucket_cap_mb = 25
+  std::size_t first_bucket_cap_bytes = 1u << 20;  // PyTorch's small first bucket: starts early
+  // true: a bucket's all-reduce starts during backward as soon as all its gradients are
+  // ready; false: all start after backward (for comparison; same numbers).
+  bool overlap = true;
+  // A trainable parameter that got no gradient in a synced backward is an error (false) or
+  // counts as ready with its current gradient, zero if it has none (true).
+  bool find_unused_parameters = false;
+};
+
+// What the last synced step did (for tests and benchmarks).
+struct SyncStats {
+  std::vector<std::size_t> launch_order;       // bucket indices in the order launched
+  std::size_t launched_during_backward = 0;    // launched before backward ended
+  std::vector<std::string> unused_parameters;  // treated as ready with find_unused_parameters
 };
 
 // Wraps a module replicated on every rank. Construction broadcasts rank 0's parameters and
-// buffers to all ranks (collective: every rank must construct it). Each step:
+// buffers to all ranks (collective: every rank must construct it) and hooks every trainable
+// parameter's gradient accumulator. Each step:
 //   ddp.prepare_for_backward(); loss.backward(); ddp.finish_gradient_sync(); opt.step();
-// prepare_for_backward is where a backward-overlapping reducer (c10d::Reducer or grad
-// hooks) will start its work; today all communication happens in finish_gradient_sync.
-// Not thread-safe. Keeps references to `module` and `comm`, which must outlive it.
+// While gradient sync is on, each gradient is copied into its bucket as autograd produces
+// it; a full bucket is all-reduced asynchronously, buckets always launched in index order
+// on every rank (a bucket that fills early waits for its predecessors). At the end of
+// backward, parameters without a gradient are handled per find_unused_parameters.
+// finish_gradient_sync() waits, divides by the world size and writes the averages into
+// the parameters' gradients. Call finish_gradient_sync() after every synced backward: a
+// second backward before it is an error. Not thread-safe (autograd's hooks are serialised
+// internally). Keeps references to `module` and `comm`, which must outlive it.
 class DistributedDataParallel {
  public:
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, Communicator& comm,
                           DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
+  // Forgets a step left unfinished (e.g. by an exception). Optional otherwise: every
+  // finish_gradient_sync() leaves the next step ready.
   void prepare_for_backward();
 
-  // Replaces every parameter's gradient with the average over all ranks: gradients are
-  // copied into flat buckets (at most bucket_cap_bytes, one dtype each, in reverse
-  // registration order like PyTorch), all-reduced asynchronously bucket by bucket, waited
-  // for, divided by the world size and copied back. A parameter without a gradient counts
-  // as zero and gets one. Collective. Does nothing while gradient sync is off (no_sync),
-  // so gradients accumulate locally until the next synced step averages the sum.
+  // Replaces every trainable parameter's gradient with the average over all ranks
+  // (collective). Throws ddprun::ConfigError naming the parameters that got no gradient
+  // (find_unused_parameters false), or ddprun::UsageError when backward ran twice in one
+  // step. Does nothing while gradient sync is off (no_sync): gradients accumulate locally
+  // and the next synced step averages the sum. With one rank, only checks for unused
+  // parameters.
   void finish_gradient_sync();
 
-  // Off: finish_gradient_sync() does nothing (PyTorch's no_sync()).
-  void set_gradient_sync(bool enabled) { sync_enabled_ = enabled; }
+  // Off: hooks do nothing and finish_gradient_sync() returns at once (PyTorch's
+  // no_sync()). Switch only between steps.
+  void set_gradient_sync(bool enabled);
   bool gradient_sync() const { return sync_enabled_; }
 
   // Broadcasts rank 0's parameters and buffers again (collective).
   void broadcast_state();
 
   std::size_t bucket_count() const { return buckets_.size(); }
+  const SyncStats& last_sync_stats() const { return last_stats_; }
   torch::nn::Module& module() { return *module_; }
 
  private:
-  struct Bucket {
-    std::vector<at::Tensor> params;
-    at::Tensor flat;  // one contiguous buffer, reused every step
+  struct Param {
+    at::Tensor tensor;
+    std::string name;
+    std::size_t bucket = 0;
+    std::int64_t offset = 0;  // in the bucket's flat buffer
+    bool ready = false;
   };
+  struct Bucket {
+    std::vector<std::size_t> params;  // indices into params_
+    at::Tensor flat;                  // one contiguous buffer, reused every step
+    std::size_t pending = 0;          // gradients not ready yet this step
+    PendingWork work;
+  };
+
+  void on_gradient_ready(std::size_t param);  // autograd hook
+  void on_backward_end();                     // end-of-backward callback
+  void mark_ready_locked(Param& p);
+  void launch_ready_buckets_locked();
+  void reset_step_locked();
 
   std::shared_ptr<torch::nn::Module> module_;
   Communicator& comm_;
+  DdpOptions options_;
+  std::vector<Param> params_;
   std::vector<Bucket> buckets_;
+  std::vector<std::shared_ptr<void>> hooks_;  // removed when destroyed
   bool sync_enabled_ = true;
+
+  // Per-step state, shared with autograd's hooks.
+  std::mutex mutex_;
+  std::size_t ready_count_ = 0;
+  std::size_t next_bucket_ = 0;
+  bool callback_queued_ = false;
+  bool backward_ended_ = false;
+  std::string error_;  // set by a hook or the callback, thrown by finish
+  bool error_is_unused_ = false;
+  SyncStats stats_;  // of the step in progress
+  SyncStats last_stats_;
 };
 
 // RAII no_sync(): gradient sync off for the guard's lifetime, then back to what it was.
