@@ -1,5 +1,6 @@
 #include "ddprun/worker/communicator.h"
 
+#include <csignal>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -90,6 +91,11 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+bool told_to_stop_now() {
+  const int sig = StopSignals::received();
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
+}
+
 }  // namespace
 
 void Communicator::Impl::fail(const std::string& op, const std::exception& error) {
@@ -100,9 +106,10 @@ void Communicator::Impl::fail(const std::string& op, const std::exception& error
   while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
   const std::string head = op + " failed on rank " + std::to_string(rank) + ": ";
   if (failed || size == 1) throw CollectiveError(head + what);
-  // Stopping on a signal (ddprun tearing the job down after another rank failed): a peer
-  // gone is expected, and waiting to name it would only delay the teardown.
-  if (StopSignals::received() != 0) throw CollectiveError(head + what + " (while stopping)");
+  // Told to stop now (ddprun tearing the job down after another rank failed): a peer gone
+  // is expected, and waiting to name it would only delay the teardown. SIGUSR1/SIGUSR2
+  // notices leave time, so the names are still worth having then.
+  if (told_to_stop_now()) throw CollectiveError(head + what + " (while stopping)");
   failed = true;
   // The store may be hosted by a stopped rank 0, and a TCPStore client then blocks in recv
   // for as long as it likes: ask from a thread that can be abandoned.
@@ -124,7 +131,7 @@ void Communicator::Impl::fail(const std::string& op, const std::exception& error
       std::chrono::steady_clock::now() + unresponsive_wait + std::chrono::seconds(2);
   while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready &&
          std::chrono::steady_clock::now() < deadline) {
-    if (StopSignals::received() != 0) throw CollectiveError(head + what + " (while stopping)");
+    if (told_to_stop_now()) throw CollectiveError(head + what + " (while stopping)");
   }
   if (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     who = "rank 0 did not respond (its store did not answer within " + std::string(wait_text) + ")";
