@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Head mode across simulated nodes, beyond success and failure (test_multinode.py):
+
+  preempt: SIGTERM to the head mid-training reaches every worker on every node (over ssh,
+    as a message); all stop at an agreed step after a checkpoint and exit 75, and so does
+    the head. A value given with --env never shows on any command line (ps) meanwhile.
+  restart: with --max-restarts 1, a worker failing in round 0 makes the head restart the
+    whole job on every node; round 1 (TORCHELASTIC_RESTART_COUNT=1) succeeds.
+
+  test_head.py -n N --ddprun BIN --ddp-train BIN --config JSON --source DIR
+Exit 77: skipped (not root, no namespaces).
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import Cluster, SkipTest, kill_and_wait  # noqa: E402
+
+SKIP = 77
+
+# Rank 1 fails in round 0 only when DDPC_FAIL_ROUND0 is set; otherwise the worker trains.
+WORKER_SH = r"""#!/bin/sh
+if [ -n "$DDPC_FAIL_ROUND0" ] && [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  echo "injected failure in round 0" >&2
+  exit 3
+fi
+echo "round $TORCHELASTIC_RESTART_COUNT rank $RANK on $(hostname)"
+exec "$DDPC_TRAIN" "$@"
+"""
+
+
+def all_cmdlines():
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    out.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                pass
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=2)
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--ddp-train", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--source", required=True)
+    a = ap.parse_args()
+    try:
+        Cluster.check_possible()
+    except SkipTest as e:
+        print(f"SKIP: {e}")
+        return SKIP
+    failures, result = [], {"nodes": a.n}
+    cluster = Cluster(a.n)
+    try:
+        cluster.start()
+        cluster.start_sshd()
+        job = os.path.join(cluster.dir, "job")
+        os.makedirs(job)
+        worker = os.path.join(job, "worker.sh")
+        with open(worker, "w") as f:
+            f.write(WORKER_SH)
+        os.chmod(worker, 0o755)
+        with open(a.config) as f:
+            cfg = json.load(f)
+        cfg.setdefault("runtime", {}).update({"timeout_s": 30, "threads": 1})
+        config = os.path.join(job, "config.json")
+        with open(config, "w") as f:
+            json.dump(cfg, f)
+        marker = f"ddpc{uuid.uuid4().hex[:12]}"
+        secret = f"s3cret-{uuid.uuid4().hex}"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DDPC_MARK": marker,
+               "DDPC_TRAIN": os.path.abspath(a.ddp_train), "DDPC_SECRET": secret,
+               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        head = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--launcher", "ssh",
+                "--ssh-config", cluster.ssh_config, "--run-id", marker, "--tag-output",
+                "--shutdown-timeout", "10", "--env", "DDPC_MARK", "--env", "DDPC_TRAIN",
+                "--env", "DDPC_SECRET"]
+
+        # Preemption across nodes.
+        ckpt = os.path.join(job, "ckpt")
+        argv = head + ["--", worker, "--config", config, "--epochs", "1000", "--log-every", "5",
+                       "--checkpoint-dir", ckpt]
+        proc = cluster.popen(cluster.nodes[0], argv, env=env, cwd=a.source,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Training has begun on every rank once rank 0 finished a DDP step (lockstep).
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "step 5/" in line:
+                break
+        leaked = [cmd for cmd in all_cmdlines() if secret in cmd]
+        if leaked:
+            failures.append(f"preempt: the --env value shows on command lines: {leaked}")
+        t0 = time.time()
+        os.kill(proc.pid, signal.SIGTERM)
+        out = "".join(lines) + proc.communicate(timeout=120)[0]
+        result["preempt_sigterm_to_exit_s"] = round(time.time() - t0, 2)
+        print(f"--- preempt: exit {proc.returncode}\n" + "\n".join(out.splitlines()[-25:]))
+        if proc.returncode != 75:
+            failures.append(f"preempt: the head exited {proc.returncode}, not 75")
+        if out.count("exit code 75") < a.n:
+            failures.append("preempt: not every rank exited 75")
+        if not os.path.exists(os.path.join(ckpt, "latest")):
+            failures.append("preempt: no checkpoint was written")
+        left = cluster.leftovers(marker)
+        if left:
+            failures.append(f"preempt: processes left: {left}")
+            kill_and_wait([p for p, _ in left])
+
+        # A restart round on every node.
+        argv = head + ["--env", "DDPC_FAIL_ROUND0", "--max-restarts", "1", "--", worker, "--config", config, "--epochs", "1",
+                       "--max-steps", "20"]
+        r = cluster.run(cluster.nodes[0], argv, env=dict(env, DDPC_FAIL_ROUND0="1"),
+                        cwd=a.source, timeout=150, stderr=subprocess.STDOUT)
+        print(f"--- restart: exit {r.returncode}\n" + "\n".join(r.stdout.splitlines()[-25:]))
+        if r.returncode != 0:
+            failures.append(f"restart: the head exited {r.returncode}, not 0")
+        if "restarting all workers (restart 1 of 1)" not in r.stdout:
+            failures.append("restart: no restart round")
+        for rank in range(a.n):
+            if f"round 1 rank {rank} on" not in r.stdout:
+                failures.append(f"restart: rank {rank} did not run in round 1")
+        left = cluster.leftovers(marker)
+        if left:
+            failures.append(f"restart: processes left: {left}")
+            kill_and_wait([p for p, _ in left])
+    except SkipTest as e:
+        print(f"SKIP: {e}")
+        return SKIP
+    finally:
+        cluster.stop()
+    print("RESULT " + json.dumps(result))
+    for f in failures:
+        print(f"FAIL: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
