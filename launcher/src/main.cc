@@ -270,8 +270,8 @@ int run(const Options& options) {
     } else if (result.outcome == Outcome::kPreempted) {
       std::cerr << "ddprun: workers stopped on a preemption notice"
                 << (result.stop_signal != 0 ? " (" + signal_name(result.stop_signal) + ")" : "")
-                << " and saved their state; exit " << kExitPreempted
-                << ": run the same command again to resume\n";
+                << "; exit " << kExitPreempted
+                << ": run the same command again to resume from their last checkpoint\n";
     } else if (result.lost_head) {
       std::cerr << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
                    "workers\n";

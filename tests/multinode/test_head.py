@@ -119,6 +119,26 @@ def main():
             failures.append(f"preempt: processes left: {left}")
             kill_and_wait([p for p, _ in left])
 
+        # The head killed with SIGKILL: its guardian ends the ssh clients, each agent sees its
+        # connection close and stops its node's workers. Nothing may survive anywhere.
+        argv = head + ["--", worker, "--config", config, "--epochs", "1000", "--log-every", "5"]
+        proc = cluster.popen(cluster.nodes[0], argv, env=env, cwd=a.source,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            if "step 5/" in line:
+                break
+        t0 = time.time()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while cluster.leftovers(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result["head_sigkill_to_all_gone_s"] = round(time.time() - t0, 2)
+        left = cluster.leftovers(marker)
+        if left:
+            failures.append(f"head killed: processes left: {left}")
+            kill_and_wait([p for p, _ in left])
+
         # A restart round on every node.
         argv = head + ["--env", "DDPC_FAIL_ROUND0", "--max-restarts", "1", "--", worker, "--config", config, "--epochs", "1",
                        "--max-steps", "20"]

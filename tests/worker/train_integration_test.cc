@@ -184,3 +184,46 @@ TEST_F(TrainTest, SigtermToDdprunStopsWith75AndTheRerunEndsBitIdentical) {
 }
 
 }  // namespace
+
+namespace {
+
+// Random bytes sent to the store's port while the job runs (another program, a port
+// scanner) must neither crash nor wedge it: afterwards the ranks still agree on a stop.
+TEST_F(TrainTest, RandomBytesToTheStorePortNeitherCrashNorWedgeTheJob) {
+  json held = read_json(kToyConfig);
+  held["diagnostics"]["hold_after_step"] = 5;
+  std::ofstream(path("held.json")) << held.dump();
+  const std::string log = path("garbage.log");
+  // Bash's /dev/tcp sends the bytes; the store may reset a connection midway, which is fine.
+  const std::string script =
+      std::string(
+          "port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind((\"\", 0)); "
+          "print(s.getsockname()[1])')\n'") +
+      DDPRUN_BIN + "' --nproc-per-node 2 -q --master-port $port -- '" + DDP_TRAIN_BIN +
+      "' --config '" + path("held.json") + "' >'" + log + "' 2>&1 & pid=$!\n" +
+      "until [ \"$(grep -c 'holding after step 5' '" + log +
+      "')\" -ge 2 ]; do kill -0 $pid || exit 99; sleep 0.02; done\n"
+      "connected=0\n"
+      "for size in 1 7 64 4096 65536 1048576; do\n"
+      "  exec 3<>/dev/tcp/127.0.0.1/$port || exit 97\n"
+      "  connected=$((connected + 1))\n"
+      "  head -c $size /dev/urandom >&3 2>/dev/null\n"
+      "  exec 3>&-\n"
+      "done\n"
+      "echo \"sent garbage on $connected connections\" > '" +
+      path("sent.txt") +
+      "'\n"
+      "kill -USR1 $pid; wait $pid\n";
+  std::ofstream(path("garbage.sh")) << script;
+  const int status = std::system(("bash '" + path("garbage.sh") + "'").c_str());
+  log_ = log;
+  ASSERT_TRUE(WIFEXITED(status)) << this->log();
+  EXPECT_EQ(WEXITSTATUS(status), 75) << this->log();
+  EXPECT_EQ(this->log().find("error"), std::string::npos) << this->log();
+  std::ifstream sent(path("sent.txt"));
+  std::string line;
+  std::getline(sent, line);
+  EXPECT_EQ(line, "sent garbage on 6 connections");
+}
+
+}  // namespace
