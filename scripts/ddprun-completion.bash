@@ -7,7 +7,7 @@ _ddprun() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${COMP_WORDS[i]} in
       --) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-      --nproc-per-node|--nproc_per_node|--scheduler|--hostfile|--nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout|--log-dir|--tee|--format) ((i++)) ;;
+      --nproc-per-node|--nproc_per_node|--scheduler|--hostfile|--nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout|--log-dir|--tee|--format|--launcher|--env|--ssh-config) ((i++)) ;;
       -*) ;;
       *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
@@ -17,11 +17,13 @@ _ddprun() {
     --scheduler) COMPREPLY=($(compgen -W "slurm lsf pbs sge mpi kubeflow hostfile local" -- "$cur")); return ;;
     --tee) COMPREPLY=($(compgen -W "0 1 2 3" -- "$cur")); return ;;
     --format) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
-    --hostfile|--log-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --launcher) COMPREPLY=($(compgen -W "auto ssh mpirun srun local" -- "$cur")); return ;;
+    --env) COMPREPLY=($(compgen -v -- "$cur")); return ;;
+    --hostfile|--log-dir|--ssh-config) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout) return ;;
   esac
   if [[ $cur == -* ]]; then
-    COMPREPLY=($(compgen -W "--nproc-per-node --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --dry-run --format --doctor --quiet --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "--nproc-per-node --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --dry-run --format --launcher --env --ssh-config --check --doctor --quiet --help --version" -- "$cur"))
   else
     COMPREPLY=($(compgen -c -- "$cur"))
   fi
