@@ -158,7 +158,8 @@ TEST_F(TrainTest, SigtermToDdprunStopsWith75AndTheRerunEndsBitIdentical) {
   ASSERT_EQ(train(2, "--final-params '" + path("straight.json") + "'", "straight.log"), 0) << log();
 
   json held = read_json(kToyConfig);
-  held["diagnostics"]["hold_after_step"] = 7;  // mid-epoch: 10 steps an epoch
+  held["diagnostics"]["hold_after_step"] = 7;   // mid-epoch: 10 steps an epoch
+  held["preemption"]["check_every_steps"] = 1;  // a run this short could end before auto's check
   std::ofstream(path("held.json")) << held.dump();
   const std::string ckpt = path("ckpt");
   const std::string log = path("stopped.log");
@@ -192,6 +193,8 @@ namespace {
 TEST_F(TrainTest, RandomBytesToTheStorePortNeitherCrashNorWedgeTheJob) {
   json held = read_json(kToyConfig);
   held["diagnostics"]["hold_after_step"] = 5;
+  // Agree on stopping after every step: with auto, a run this short can end first.
+  held["preemption"]["check_every_steps"] = 1;
   std::ofstream(path("held.json")) << held.dump();
   const std::string log = path("garbage.log");
   // Bash's /dev/tcp sends the bytes; the store may reset a connection midway, which is fine.
