@@ -184,20 +184,7 @@ class Case:
                    DDPRUN_ARGS=f"--tag-output --shutdown-timeout 3 --run-id {marker}",
                    WORKER_ARGS=" ".join(self.train_args(fail)[3:]))
         out = os.path.join(self.dir, f"slurm-{marker}.out")
-        r = subprocess.run(["sbatch", "--parsable", "-D", self.a.source, "-o", out, script],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"sbatch failed: {r.stderr}")
-        job = r.stdout.strip().split(";")[0]
-        state, code = self.c.slurm_wait(job, timeout=150)
-        try:
-            with open(out) as f:
-                text = f.read()
-        except OSError:
-            text = ""
-        rc = int(code.split(":")[0]) if code else -1
-        return [0 if state == "COMPLETED" and rc == 0 else (rc or 1)], \
-            f"job {job}: {state} ExitCode={code}\n{text}"
+        return self.sbatch(["-D", self.a.source, "-o", out, script], env, out)
 
 
     def launch_sge(self, marker, fail):
@@ -259,9 +246,12 @@ class Case:
                                 "-x DDPC_FAIL_AFTER -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"))
         out = os.path.join(self.dir, f"pbs-{marker}.out")
         # The batch step runs the script through srun so that the TaskProlog applies.
-        r = subprocess.run(["sbatch", "--parsable", "-N", str(self.c.n), "-D", self.a.source,
-                            "-o", out, "--wrap",
-                            f"srun -N1 -n1 --overlap bash {script}"],
+        return self.sbatch(["-N", str(self.c.n), "-D", self.a.source, "-o", out, "--wrap",
+                            f"srun -N1 -n1 --overlap bash {script}"], env, out)
+
+    def sbatch(self, args, env, out):
+        """Submits with sbatch, waits for the job, returns ([exit code], its output)."""
+        r = subprocess.run(["sbatch", "--parsable"] + args,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"sbatch failed: {r.stderr}")
