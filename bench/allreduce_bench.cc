@@ -1,5 +1,6 @@
-// Gloo all-reduce bandwidth between the ranks of a job (start it with ddprun) against
-// memcpy bandwidth in one process, 4 KiB to 100 MiB. Rank 0 writes JSON:
+// All-reduce bandwidth between the ranks of a job (start it with ddprun) against memcpy
+// bandwidth in one process, 4 KiB to 100 MiB, over Communicator as ddp-train uses it: gloo,
+// or shared memory when all ranks share a node (--shared-memory 0: gloo only). Rank 0 writes:
 //   ddprun --nproc-per-node 2 -- build/bin/allreduce-bench --out bench/results/allreduce.json
 // Bandwidth is bytes / time per operation (nccl-tests' "algbw"); medians, minima and maxima
 // over --reps repetitions, each the mean of enough operations to last a while.
@@ -45,15 +46,19 @@ double bandwidth(std::size_t bytes, int iters, Op op) {
 int main(int argc, char** argv) {
   std::string out_path;
   int reps = 5;
+  bool shared_memory = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i];
     if (arg == "--out") out_path = argv[i + 1];
     if (arg == "--reps") reps = std::max(1, std::stoi(argv[i + 1]));
+    if (arg == "--shared-memory") shared_memory = std::string(argv[i + 1]) != "0";
   }
   try {
     at::set_num_threads(1);
     const auto env = ddprun::worker::read_worker_env(ddprun::worker::snapshot_environment(environ));
-    auto comm = ddprun::worker::Communicator::connect(env, {});
+    ddprun::worker::CommOptions options;
+    options.shared_memory = shared_memory;
+    auto comm = ddprun::worker::Communicator::connect(env, options);
     const int rank = comm->rank();
     nlohmann::json rows = nlohmann::json::array();
     const std::vector<std::size_t> sizes = {4u << 10, 16u << 10, 64u << 10, 256u << 10, 1u << 20,
@@ -90,6 +95,7 @@ int main(int argc, char** argv) {
     if (rank == 0 && !out_path.empty()) {
       const nlohmann::json j = {{"benchmark", "allreduce"},
                                 {"backend", "gloo"},
+                                {"transport", comm->transport()},
                                 {"world", comm->world_size()},
                                 {"reps", reps},
                                 {"bandwidth", "bytes / seconds per operation, 1e9 bytes/s"},

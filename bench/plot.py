@@ -45,6 +45,14 @@ def ratios():
     if train:
         for row in train["rows"]:
             rows.append((f"train {row['case'].split()[0]} w{row['world']}: Python DDP", row["ratio"]))
+    shm, gloo = load("allreduce"), load("allreduce_gloo")
+    if shm and gloo:
+        speed = {r["bytes"]: r["allreduce_gb_per_s"]["median"] for r in shm["rows"]}
+        for row in gloo["rows"]:
+            if row["bytes"] in (4 << 10, 1 << 20, 100 << 20) and row["bytes"] in speed:
+                size = f"{row['bytes'] >> 20} MiB" if row["bytes"] >= 1 << 20 else "4 KiB"
+                rows.append((f"all-reduce {size}: gloo", speed[row["bytes"]] /
+                             row["allreduce_gb_per_s"]["median"]))
     return rows
 
 

@@ -16,6 +16,8 @@ python3 bench/train.py --reps "$reps"
 python3 bench/sync_overhead.py --reps "$reps"
 build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$reps" \
   --out bench/results/allreduce.json
+build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$reps" \
+  --shared-memory 0 --out bench/results/allreduce_gloo.json
 if [[ $(id -u) == 0 ]]; then
   /usr/bin/python3 bench/scale.py --reps "$reps"
 fi

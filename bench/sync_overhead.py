@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Gradient sync overhead with 2 ranks: DDP step time / no-communication step time
 (= no-comm samples/s over DDP samples/s) for ddp-train with overlap, ddp-train averaging
-after backward (runtime.overlap false), and Python DDP (its no-comm time: every step under
+after backward (runtime.overlap false), ddp-train over gloo only (runtime.shared_memory
+false), and Python DDP (its no-comm time: every step under
 model.no_sync()). ddp-train's no-comm time comes from diagnostics.no_gradient_sync. Same
 cases, threads and launcher as bench/train.py; all variants interleaved in every rep.
 Usage: bench/sync_overhead.py [--reps 3] [--out bench/results/sync_overhead.json]
@@ -10,28 +11,12 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train import CASES, rate  # noqa: E402
-
-
-def variant_config(base, tmp, name, runtime=None, diagnostics=None):
-    with open(base) as f:
-        config = json.load(f)
-    config.setdefault("runtime", {}).update(runtime or {})
-    config.setdefault("diagnostics", {}).update(diagnostics or {})
-    path = os.path.join(tmp, name + ".json")
-    with open(path, "w") as f:
-        json.dump(config, f)
-    return path
-
-
-def stats(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+from train import CASES, rate, stats, variant_config  # noqa: E402
 
 
 def main():
@@ -48,6 +33,8 @@ def main():
             configs = {
                 "overlap": variant_config(config, tmp, key + "-overlap", {"overlap": True}),
                 "after_backward": variant_config(config, tmp, key + "-after", {"overlap": False}),
+                "overlap_gloo": variant_config(config, tmp, key + "-overlap-gloo",
+                                               {"overlap": True, "shared_memory": False}),
                 "no_comm": variant_config(config, tmp, key + "-nocomm",
                                           diagnostics={"no_gradient_sync": True}),
             }
@@ -71,12 +58,15 @@ def main():
                        "ddp_train_overlap": ratios("ddp_train_overlap", "ddp_train_no_comm"),
                        "ddp_train_after_backward": ratios("ddp_train_after_backward",
                                                           "ddp_train_no_comm"),
+                       "ddp_train_overlap_gloo": ratios("ddp_train_overlap_gloo",
+                                                        "ddp_train_no_comm"),
                        "python_ddp": ratios("python_ddp", "python_no_comm")}}
             rows.append(row)
             o = row["overhead"]
             print(f"{name:14s} world {args.world}: step time / no-comm step time: ddp-train "
                   f"overlap {o['ddp_train_overlap']['median']:.2f}x, after backward "
-                  f"{o['ddp_train_after_backward']['median']:.2f}x, Python DDP "
+                  f"{o['ddp_train_after_backward']['median']:.2f}x, gloo only "
+                  f"{o['ddp_train_overlap_gloo']['median']:.2f}x, Python DDP "
                   f"{o['python_ddp']['median']:.2f}x", flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:

@@ -2,6 +2,8 @@
 """Training throughput: ddp-train against Python DDP (bench/python_ddp.py) on the same
 model, data, optimizer, batch and threads, both started by ddprun, world sizes 1 and 2,
 in the same run. Reports each side's median epoch samples/s over --reps runs and the ratio.
+With more than one rank ddp-train also runs with runtime.shared_memory false (gloo only,
+like Python DDP), to show what the shared-memory all-reduce is worth.
 Usage: bench/train.py [--reps 3] [--out bench/results/train.json]
 """
 import argparse
@@ -11,6 +13,7 @@ import platform
 import re
 import statistics
 import subprocess
+import tempfile
 import time
 
 CASES = [  # name, ddp-train config and overrides, python_ddp.py arguments
@@ -19,6 +22,22 @@ CASES = [  # name, ddp-train config and overrides, python_ddp.py arguments
     ("mlp batch 64", "configs/fashion_mlp.json", [], ["--model", "mlp", "--batch", "64"]),
     ("cnn batch 64", "configs/fashion_cnn.json", [], ["--model", "cnn", "--batch", "64"]),
 ]
+
+
+def variant_config(base, tmp, name, runtime=None, diagnostics=None):
+    """A copy of config `base` in `tmp` with `runtime` and `diagnostics` entries replaced."""
+    with open(base) as f:
+        config = json.load(f)
+    config.setdefault("runtime", {}).update(runtime or {})
+    config.setdefault("diagnostics", {}).update(diagnostics or {})
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def stats(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def rate(command):
@@ -38,26 +57,36 @@ def main():
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
     print(f"BLAS behind libblas.so.3: {blas}")
     rows = []
+    tmp = tempfile.mkdtemp()
     for name, config, overrides, py_args in CASES:
         for world in args.worlds:
             launch = ["build/bin/ddprun", "-q", "--nproc-per-node", str(world), "--"]
-            cpp = launch + ["build/bin/ddp-train", "--config", config, "--epochs", "1", "--quiet",
-                            "--threads", "1"] + overrides
-            py = launch + ["/usr/bin/python3", "bench/python_ddp.py", "--epochs", "1"] + py_args
-            cpp_rates, py_rates = [], []
-            for _ in range(args.reps):  # interleaved, so drift hits both alike
-                cpp_rates.append(rate(cpp))
-                py_rates.append(rate(py))
-            row = {"case": name, "world": world,
-                   "ddp_train": {"median": statistics.median(cpp_rates), "min": min(cpp_rates),
-                                 "max": max(cpp_rates)},
-                   "python_ddp": {"median": statistics.median(py_rates), "min": min(py_rates),
-                                  "max": max(py_rates)}}
+            train_args = ["--epochs", "1", "--quiet", "--threads", "1"] + overrides
+            commands = {
+                "ddp_train": launch + ["build/bin/ddp-train", "--config", config] + train_args,
+                "python_ddp": launch + ["/usr/bin/python3", "bench/python_ddp.py", "--epochs",
+                                        "1"] + py_args}
+            if world > 1:
+                gloo = variant_config(config, tmp, name.split()[0] + "-gloo",
+                                      {"shared_memory": False})
+                commands["ddp_train_gloo"] = launch + ["build/bin/ddp-train", "--config",
+                                                       gloo] + train_args
+            rates = {k: [] for k in commands}
+            for _ in range(args.reps):  # interleaved, so drift hits all alike
+                for k, command in commands.items():
+                    rates[k].append(rate(command))
+            row = {"case": name, "world": world}
+            row.update({k: stats(v) for k, v in rates.items()})
             row["ratio"] = row["ddp_train"]["median"] / row["python_ddp"]["median"]
+            line = (f"{name:14s} world {world}: ddp-train {row['ddp_train']['median']:8.0f}  "
+                    f"python DDP {row['python_ddp']['median']:8.0f} samples/s  "
+                    f"ratio {row['ratio']:.2f}x")
+            if "ddp_train_gloo" in row:
+                row["ratio_gloo"] = row["ddp_train_gloo"]["median"] / row["python_ddp"]["median"]
+                line += (f"  (ddp-train over gloo only {row['ddp_train_gloo']['median']:8.0f}, "
+                         f"{row['ratio_gloo']:.2f}x)")
             rows.append(row)
-            print(f"{name:14s} world {world}: ddp-train {row['ddp_train']['median']:8.0f}  "
-                  f"python DDP {row['python_ddp']['median']:8.0f} samples/s  "
-                  f"ratio {row['ratio']:.2f}x", flush=True)
+            print(line, flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump({"benchmark": "train", "date": time.strftime("%Y-%m-%d"),

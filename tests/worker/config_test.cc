@@ -53,6 +53,7 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_DOUBLE_EQ(c.runtime.unresponsive_wait_s, 5);
   EXPECT_TRUE(c.runtime.overlap);
   EXPECT_FALSE(c.runtime.find_unused_parameters);
+  EXPECT_TRUE(c.runtime.shared_memory);
   EXPECT_FALSE(c.diagnostics.no_gradient_sync);
 }
 
@@ -65,7 +66,8 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
     "train": {"epochs": 1, "batch_size_per_rank": 8, "seed": 3, "max_steps": 5, "loss": "mse"},
     "checkpoint": {"dir": "/tmp/c", "interval_steps": 2, "keep_last": 3},
     "runtime": {"threads": 1, "backend": "nccl", "timeout_s": 30, "bucket_cap_mb": 1,
-                "overlap": false, "find_unused_parameters": true},
+                "overlap": false, "find_unused_parameters": true,
+                "shared_memory": false},
     "metrics": {"file": "m.jsonl"},
     "diagnostics": {"check_replicas": true, "final_params_file": "p.json",
                     "hold_after_step": 4, "hold_checkpoint_write_at_step": 6},
@@ -82,6 +84,7 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
   EXPECT_DOUBLE_EQ(c.runtime.bucket_cap_mb, 1);
   EXPECT_FALSE(c.runtime.overlap);
   EXPECT_TRUE(c.runtime.find_unused_parameters);
+  EXPECT_FALSE(c.runtime.shared_memory);
   EXPECT_EQ(c.metrics.file, "m.jsonl");
   EXPECT_TRUE(c.diagnostics.check_replicas);
   EXPECT_EQ(c.diagnostics.final_params_file, "p.json");

@@ -1,5 +1,6 @@
-// DistributedDataParallel with two ranks as two threads of this process (gloo over
-// loopback): overlapped all-reduce, launch order, unused parameters, no_sync.
+// DistributedDataParallel with two ranks as two threads of this process, over gloo
+// (loopback) and over shared memory: overlapped all-reduce, launch order, unused
+// parameters, no_sync.
 
 #include "ddprun/worker/ddp.h"
 
@@ -36,7 +37,8 @@ int free_port() {
 
 // Runs `body` on ranks 0..world-1, one thread each; an exception escaping a rank fails the
 // test. A rank that waits for a collective its peer never starts fails after the timeout.
-void run_ranks(int world, const std::function<void(Communicator&)>& body) {
+// `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE, so all-reduces go through shared memory.
+void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node) {
   const int port = free_port();
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
@@ -48,9 +50,11 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body) {
         env.world_size = world;
         env.master_port = port;
         env.run_id = "ddp-test";
+        if (same_node) env.local_world_size = world;
         CommOptions options;
         options.timeout = std::chrono::seconds(30);
         auto comm = Communicator::connect(env, options);
+        EXPECT_EQ(comm->transport(), same_node && world > 1 ? "gloo + shared memory" : "gloo");
         body(*comm);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
@@ -83,6 +87,19 @@ struct Net : torch::nn::Module {
   }
   torch::nn::Linear a{nullptr}, b{nullptr}, spare{nullptr};
 };
+
+// Every test runs over gloo (false) and over shared memory (true).
+class DdpTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void run(int world, const std::function<void(Communicator&)>& body) {
+    run_ranks(world, body, GetParam());
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, DdpTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "SharedMemory" : "Gloo";
+                         });
 
 DdpOptions one_layer_buckets() {
   DdpOptions o;
@@ -125,8 +142,8 @@ void expect_bit_identical(const std::vector<at::Tensor>& x, const std::vector<at
     EXPECT_TRUE(torch::equal(x[i], y[i])) << what << " #" << i;
 }
 
-TEST(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath) {
-  run_ranks(2, [](Communicator& comm) {
+TEST_P(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath) {
+  run(2, [](Communicator& comm) {
     std::vector<at::Tensor> result[2];
     for (const bool overlap : {true, false}) {
       auto net = std::make_shared<Net>(false);
@@ -153,10 +170,10 @@ TEST(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath) 
   });
 }
 
-TEST(DdpTest, BucketsLaunchInIndexOrderOnEveryRankWhateverOrderTheyFill) {
+TEST_P(DdpTest, BucketsLaunchInIndexOrderOnEveryRankWhateverOrderTheyFill) {
   // Rank 1 computes a(b(x)): its bucket 1 (layer a) fills first. Launched first, it would
   // be summed with rank 0's bucket 0 (same size), and the averages would be wrong.
-  run_ranks(2, [](Communicator& comm) {
+  run(2, [](Communicator& comm) {
     auto net = std::make_shared<Net>(false);
     DistributedDataParallel ddp(net, comm, one_layer_buckets());
     const bool a_first = comm.rank() == 0;
@@ -173,8 +190,8 @@ TEST(DdpTest, BucketsLaunchInIndexOrderOnEveryRankWhateverOrderTheyFill) {
   });
 }
 
-TEST(DdpTest, UnusedParametersFailNamingThemAndSuggestingTheOption) {
-  run_ranks(2, [](Communicator& comm) {
+TEST_P(DdpTest, UnusedParametersFailNamingThemAndSuggestingTheOption) {
+  run(2, [](Communicator& comm) {
     auto net = std::make_shared<Net>(true);
     DistributedDataParallel ddp(net, comm, one_layer_buckets());
     ddp.prepare_for_backward();
@@ -195,10 +212,10 @@ TEST(DdpTest, UnusedParametersFailNamingThemAndSuggestingTheOption) {
   });
 }
 
-TEST(DdpTest, WithFindUnusedParametersMissingGradientsCountAsZeroAndRanksStillAgree) {
+TEST_P(DdpTest, WithFindUnusedParametersMissingGradientsCountAsZeroAndRanksStillAgree) {
   // Only rank 0 uses the spare layer (bucket 0): rank 1 must still take part in its
   // all-reduce, with zeros, or rank 0 would wait forever.
-  run_ranks(2, [](Communicator& comm) {
+  run(2, [](Communicator& comm) {
     auto net = std::make_shared<Net>(true);
     auto options = one_layer_buckets();
     options.find_unused_parameters = true;
@@ -222,8 +239,8 @@ TEST(DdpTest, WithFindUnusedParametersMissingGradientsCountAsZeroAndRanksStillAg
   });
 }
 
-TEST(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
-  run_ranks(2, [](Communicator& comm) {
+TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
+  run(2, [](Communicator& comm) {
     auto net = std::make_shared<Net>(false);
     DistributedDataParallel ddp(net, comm, one_layer_buckets());
     {
@@ -248,8 +265,8 @@ TEST(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
   });
 }
 
-TEST(DdpTest, TwoBackwardPassesInOneSyncedStepAreAnError) {
-  run_ranks(1, [](Communicator& comm) {
+TEST_P(DdpTest, TwoBackwardPassesInOneSyncedStepAreAnError) {
+  run(1, [](Communicator& comm) {
     auto net = std::make_shared<Net>(false);
     DistributedDataParallel ddp(net, comm);
     net->forward(batch(0)).backward();

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/shm_allreduce.h"
 #include "ddprun/worker/stop_signals.h"
 #include "net.h"
 #include "torch_compat.h"
@@ -20,6 +22,9 @@ struct Communicator::Impl {
   bool failed = false;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
+  std::string backend_name;
+  std::chrono::milliseconds timeout{300'000};
+  std::unique_ptr<SharedMemoryAllreduce> shm;  // null: every all-reduce goes to `backend`
 
   [[noreturn]] void fail(const std::string& op, const std::exception& error);
   // Runs `body`; a failure becomes fail(op, ...).
@@ -91,6 +96,74 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+std::optional<ShmOp> to_shm(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ShmOp::kSum;
+    case ReduceOp::kMin:
+      return ShmOp::kMin;
+    case ReduceOp::kMax:
+      return ShmOp::kMax;
+  }
+  return std::nullopt;
+}
+
+std::optional<ShmType> to_shm(const at::Tensor& tensor) {
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) return std::nullopt;
+  switch (tensor.scalar_type()) {
+    case at::kFloat:
+      return ShmType::kFloat32;
+    case at::kDouble:
+      return ShmType::kFloat64;
+    case at::kInt:
+      return ShmType::kInt32;
+    case at::kLong:
+      return ShmType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::vector<std::uint8_t> as_bytes(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+
+// Rank 0 creates the segment and publishes its name; every rank says whether it could
+// open it; all use it only if all could (a rank on another node, or in a container with
+// its own /dev/shm, cannot). Rank 0 removes the name once every rank has answered, so
+// nothing is left in /dev/shm however the job ends.
+std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store, int rank, int size) {
+  std::unique_ptr<SharedMemoryAllreduce> shm;
+  std::string why_not;
+  if (rank == 0) {
+    try {
+      shm = SharedMemoryAllreduce::create(size);
+    } catch (const SharedMemoryError& e) {
+      why_not = e.what();
+    }
+    store.set("shm/name", as_bytes(shm ? shm->name() : ""));
+  } else {
+    const auto name = store.get("shm/name");
+    if (!name.empty()) {
+      try {
+        shm = SharedMemoryAllreduce::open(std::string(name.begin(), name.end()), rank, size);
+      } catch (const SharedMemoryError& e) {
+        why_not = e.what();
+      }
+    }
+  }
+  store.set("shm/ok/" + std::to_string(rank), as_bytes(shm ? "1" : "0"));
+  bool everyone = true;
+  for (int r = 0; r < size; ++r)
+    everyone = store.get("shm/ok/" + std::to_string(r)) == as_bytes("1") && everyone;
+  if (rank == 0 && shm) shm->unlink();
+  if (!why_not.empty()) {
+    std::fprintf(stderr, "ddprun worker: rank %d: all-reduce over gloo, not shared memory: %s\n",
+                 rank, why_not.c_str());
+  }
+  return everyone ? std::move(shm) : nullptr;
+}
+
 bool told_to_stop_now() {
   const int sig = StopSignals::received();
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
@@ -156,6 +229,8 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   impl->rank = env.rank;
   impl->size = env.world_size;
   impl->unresponsive_wait = options.unresponsive_wait;
+  impl->timeout = options.timeout;
+  impl->backend_name = options.backend;
   const bool server = env.rank == 0;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   if (!server && !wait_for_listener(env.master_addr, env.master_port, options.timeout)) {
@@ -182,6 +257,10 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   } else {
     throw ddprun::ConfigError("unknown backend '" + options.backend + "'");
   }
+  if (options.backend == "gloo" && options.shared_memory && env.world_size > 1 &&
+      env.local_world_size == env.world_size) {
+    impl->shm = join_shared_memory(*impl->store, env.rank, env.world_size);
+  }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
@@ -195,7 +274,20 @@ int Communicator::world_size() const {
   return impl_->size;
 }
 
+std::string Communicator::transport() const {
+  return impl_->shm ? impl_->backend_name + " + shared memory" : impl_->backend_name;
+}
+
 PendingWork Communicator::allreduce_async(at::Tensor& tensor, ReduceOp op) {
+  if (impl_->shm) {
+    if (const auto type = to_shm(tensor)) {
+      impl_->guard("all-reduce", [&] {
+        impl_->shm->allreduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *type,
+                              *to_shm(op), impl_->timeout);
+      });
+      return PendingWork();
+    }
+  }
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);

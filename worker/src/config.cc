@@ -242,7 +242,7 @@ Config parse_config(const std::string& text, const std::string& source) {
   });
   section("runtime", false,
           {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
-           "find_unused_parameters"},
+           "find_unused_parameters", "shared_memory"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
@@ -251,6 +251,7 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
             r.read("overlap", c.runtime.overlap);
             r.read("find_unused_parameters", c.runtime.find_unused_parameters);
+            r.read("shared_memory", c.runtime.shared_memory);
           });
   section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
   section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {

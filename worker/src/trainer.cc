@@ -300,6 +300,7 @@ TrainingResult Trainer::run() {
       static_cast<std::int64_t>(std::llround(config_.runtime.timeout_s * 1000)));
   comm_options.unresponsive_wait = std::chrono::milliseconds(
       static_cast<std::int64_t>(std::llround(config_.runtime.unresponsive_wait_s * 1000)));
+  comm_options.shared_memory = config_.runtime.shared_memory;
   comm_ = Communicator::connect(env_, comm_options);
   const int rank = comm_->rank();
   const int world = comm_->world_size();
@@ -338,7 +339,8 @@ TrainingResult Trainer::run() {
   if (rank == 0) {
     out_ << "ddp-train: " << config_.model.name << " on " << config_.data.name << ", world "
          << world << ", " << batch << " samples per rank per step, " << batches
-         << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank" << std::endl;
+         << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank, "
+         << comm_->transport() << std::endl;
   }
 
   ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,

@@ -20,6 +20,10 @@ struct CommOptions {
   std::chrono::milliseconds timeout{300'000};
   // After a collective fails: how long to wait for the other ranks' marks in the store.
   std::chrono::milliseconds unresponsive_wait{5'000};
+  // Gloo only: when every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE), all-reduce
+  // CPU tensors through shared memory (shm_allreduce.h) instead of loopback TCP. Every rank
+  // must join it, or all use gloo.
+  bool shared_memory = true;
 };
 
 // A collective in flight. wait() blocks until it is done and throws CollectiveError (see
@@ -61,8 +65,11 @@ class Communicator {
 
   int rank() const;
   int world_size() const;
+  // "gloo", "gloo + shared memory" or "nccl": what all-reduces travel over.
+  std::string transport() const;
 
-  // Starts an in-place all-reduce of `tensor` (contiguous) over all ranks.
+  // Starts an in-place all-reduce of `tensor` (contiguous) over all ranks. Through shared
+  // memory (float, double, int32, int64 on the CPU) it is done when this returns.
   PendingWork allreduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // All-reduce in place and wait.
   void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);

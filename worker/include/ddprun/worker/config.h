@@ -57,6 +57,7 @@ struct RuntimeConfig {
   double unresponsive_wait_s = 5;
   bool overlap = true;                  // all-reduce buckets during backward (false: after it)
   bool find_unused_parameters = false;  // parameters without a gradient count as zero
+  bool shared_memory = true;            // gloo on one node: all-reduce through shared memory
 };
 
 // Preemption notices: signals that stop training cleanly at a step all ranks agree on,
