@@ -2,7 +2,7 @@
 // All-reduce through one shared-memory segment, for jobs whose ranks all run on one node.
 // Gloo over loopback TCP costs about half a millisecond per small all-reduce on these
 // machines (thread hand-offs on both sides); here it is two barriers on shared counters and
-// a few memcpys. No LibTorch: Communicator chooses it (docs/performance.md).
+// a few memcpys. No LibTorch: Communicator chooses it (docs/worker-library.md).
 //
 // Algorithm, per chunk of at most chunk_bytes(): every rank copies its chunk into its own
 // slot and arrives; each rank then reduces its 1/size share over all slots in rank order
