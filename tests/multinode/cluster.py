@@ -427,7 +427,11 @@ class Cluster:
                         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                         "UsePAM no\nStrictModes no\nPrintMotd no\nUseDNS no\n"
                         f"PidFile {d}/sshd.{name}.pid\nMaxStartups 100\nMaxSessions 100\n"
-                        "AcceptEnv DDP* OMPI_* MASTER_*\n")
+                        "AcceptEnv DDP* OMPI_* MASTER_*\n"
+                        # bash sources ~/.bashrc under sshd only as a top-level shell: the
+                        # nodes must not wait on the host user's shell setup (a slow
+                        # ~/.bashrc made every ssh session here take a minute)
+                        "SetEnv SHLVL=1\n")
             self._daemon(f"sshd {name}", name, [sshd, "-D", "-e", "-f", cfg],
                          log=os.path.join(d, f"sshd.{name}.log"))
         deadline = time.monotonic() + 10
