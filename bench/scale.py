@@ -66,7 +66,7 @@ def dry_run(nodes):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8, 16])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8, 16, 32])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--launchers", nargs="+", default=["ssh", "srun"])
     parser.add_argument("--out", default="bench/results/scale.json")
