@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Gradient sync overhead with 2 ranks: DDP step time / no-communication step time
 (= no-comm samples/s over DDP samples/s) for ddp-train with overlap, ddp-train averaging
-after backward (runtime.overlap false), ddp-train over gloo only (runtime.shared_memory
-false), and Python DDP (its no-comm time: every step under
-model.no_sync()). ddp-train's no-comm time comes from diagnostics.no_gradient_sync. Same
+after backward (runtime.overlap false), the same two over gloo only (runtime.shared_memory
+false), the same two over gloo with small buckets (runtime.bucket_cap_mb 0.05: the MLP's and
+CNN's gradients then fill 4 and 3 buckets instead of one, so overlap has something to
+overlap), and Python DDP (its no-comm time: every step under model.no_sync()). ddp-train's no-comm time comes from diagnostics.no_gradient_sync. Same
 cases, threads and launcher as bench/train.py; all variants interleaved in every rep.
 Usage: bench/sync_overhead.py [--reps 3] [--out bench/results/sync_overhead.json]
 """
@@ -17,6 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train import CASES, rate, stats, variant_config  # noqa: E402
+
+SMALL_BUCKET_MB = 0.05
 
 
 def main():
@@ -35,6 +38,14 @@ def main():
                 "after_backward": variant_config(config, tmp, key + "-after", {"overlap": False}),
                 "overlap_gloo": variant_config(config, tmp, key + "-overlap-gloo",
                                                {"overlap": True, "shared_memory": False}),
+                "after_backward_gloo": variant_config(config, tmp, key + "-after-gloo",
+                                                      {"overlap": False, "shared_memory": False}),
+                "overlap_gloo_small_buckets": variant_config(
+                    config, tmp, key + "-overlap-gloo-small",
+                    {"overlap": True, "shared_memory": False, "bucket_cap_mb": SMALL_BUCKET_MB}),
+                "after_backward_gloo_small_buckets": variant_config(
+                    config, tmp, key + "-after-gloo-small",
+                    {"overlap": False, "shared_memory": False, "bucket_cap_mb": SMALL_BUCKET_MB}),
                 "no_comm": variant_config(config, tmp, key + "-nocomm",
                                           diagnostics={"no_gradient_sync": True}),
             }
@@ -49,25 +60,33 @@ def main():
             for _ in range(args.reps):  # interleaved, so drift hits all alike
                 for k, command in commands.items():
                     rates[k].append(rate(command))
-            # Per rep, so each ratio compares runs made moments apart.
-            def ratios(ddp, no_comm):
-                return stats([n / d for n, d in zip(rates[no_comm], rates[ddp])])
-            row = {"case": name, "world": args.world,
+            # Per rep, so each figure compares runs made moments apart. The ratio hides how
+            # fast the step is without communication, so the time sync adds to each step
+            # (all ranks' samples per step over the rate, DDP minus no-comm) comes with it.
+            samples_per_step = int(name.split()[-1]) * args.world
+
+            def overhead(ddp, no_comm):
+                pairs = list(zip(rates[ddp], rates[no_comm]))
+                return {"ratio": stats([n / d for d, n in pairs]),
+                        "added_ms_per_step": stats([1e3 * samples_per_step * (1 / d - 1 / n)
+                                                    for d, n in pairs])}
+            row = {"case": name, "world": args.world, "samples_per_step": samples_per_step,
                    "samples_per_s": {k: stats(v) for k, v in rates.items()},
-                   "overhead": {
-                       "ddp_train_overlap": ratios("ddp_train_overlap", "ddp_train_no_comm"),
-                       "ddp_train_after_backward": ratios("ddp_train_after_backward",
-                                                          "ddp_train_no_comm"),
-                       "ddp_train_overlap_gloo": ratios("ddp_train_overlap_gloo",
-                                                        "ddp_train_no_comm"),
-                       "python_ddp": ratios("python_ddp", "python_no_comm")}}
+                   "runs_samples_per_s": rates,
+                   "overhead": {k: overhead(k, "ddp_train_no_comm") for k in rates
+                                if k.startswith("ddp_train_") and k != "ddp_train_no_comm"}}
+            row["overhead"]["python_ddp"] = overhead("python_ddp", "python_no_comm")
             rows.append(row)
-            o = row["overhead"]
-            print(f"{name:14s} world {args.world}: step time / no-comm step time: ddp-train "
-                  f"overlap {o['ddp_train_overlap']['median']:.2f}x, after backward "
-                  f"{o['ddp_train_after_backward']['median']:.2f}x, gloo only "
-                  f"{o['ddp_train_overlap_gloo']['median']:.2f}x, Python DDP "
-                  f"{o['python_ddp']['median']:.2f}x", flush=True)
+            o = {k: v["ratio"]["median"] for k, v in row["overhead"].items()}
+            ms = {k: v["added_ms_per_step"]["median"] for k, v in row["overhead"].items()}
+            print(f"{name:14s} world {args.world}: step time / no-comm step time (ms added per "
+                  f"step): ddp-train overlap {o['ddp_train_overlap']:.2f}x "
+                  f"({ms['ddp_train_overlap']:.2f}), after backward "
+                  f"{o['ddp_train_after_backward']:.2f}x, gloo only {o['ddp_train_overlap_gloo']:.2f}x"
+                  f" / {o['ddp_train_after_backward_gloo']:.2f}x, gloo small buckets "
+                  f"{o['ddp_train_overlap_gloo_small_buckets']:.2f}x / "
+                  f"{o['ddp_train_after_backward_gloo_small_buckets']:.2f}x, Python DDP "
+                  f"{o['python_ddp']:.2f}x ({ms['python_ddp']:.2f})", flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump({"benchmark": "sync_overhead", "date": time.strftime("%Y-%m-%d"),

@@ -10,6 +10,7 @@
 
 #include <ddprun/env_names.h>
 
+#include "ddprun/worker/allocator.h"
 #include "ddprun/worker/cli.h"
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/errors.h"
@@ -32,6 +33,7 @@ int fail(const std::string& error_file, const ErrorReport& report, const std::st
 
 int main(int argc, char** argv) {
   const auto env = ddprun::worker::snapshot_environment(environ);
+  ddprun::worker::tune_malloc(env);  // before the first tensor: see allocator.h
   // The error file is known before anything can fail, even when the rest of the
   // environment is malformed.
   const auto error_file_it = env.find(ddprun::env::kErrorFile);
