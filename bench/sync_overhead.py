@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Gradient sync overhead with 2 ranks: DDP step time / no-communication step time
-(= no-comm samples/s over DDP samples/s) for ddp-train with overlap, ddp-train averaging
-after backward (runtime.overlap false), the same two over gloo only (runtime.shared_memory
-false), the same two over gloo with small buckets (runtime.bucket_cap_mb 0.05: the MLP's and
-CNN's gradients then fill 4 and 3 buckets instead of one, so overlap has something to
-overlap), and Python DDP (its no-comm time: every step under model.no_sync()). ddp-train's no-comm time comes from diagnostics.no_gradient_sync. Same
-cases, threads and launcher as bench/train.py; all variants interleaved in every rep.
+(= no-comm samples/s over DDP samples/s), and the milliseconds sync adds to a step, for
+ddp-train with overlap and with all-reduce after backward (runtime.overlap false), each
+through shared memory, over gloo only (runtime.shared_memory false), and over gloo with
+small buckets (runtime.bucket_cap_mb 0.05: the MLP's and CNN's gradients then fill 4 and 3
+buckets instead of one, so overlap has something to overlap); and for Python DDP (its
+no-comm time: every step under model.no_sync()). ddp-train's no-comm time comes from
+diagnostics.no_gradient_sync. Same cases, threads and launcher as bench/train.py; all
+variants interleaved in every rep.
 Usage: bench/sync_overhead.py [--reps 3] [--out bench/results/sync_overhead.json]
 """
 import argparse
@@ -20,6 +22,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train import CASES, rate, stats, variant_config  # noqa: E402
 
 SMALL_BUCKET_MB = 0.05
+GLOO = {"shared_memory": False}
+SMALL_BUCKETS = {"shared_memory": False, "bucket_cap_mb": SMALL_BUCKET_MB}
+RUNTIME_VARIANTS = {  # ddp-train variant -> runtime entries of its config
+    "overlap": {"overlap": True},
+    "after_backward": {"overlap": False},
+    "overlap_gloo": {"overlap": True, **GLOO},
+    "after_backward_gloo": {"overlap": False, **GLOO},
+    "overlap_gloo_small_buckets": {"overlap": True, **SMALL_BUCKETS},
+    "after_backward_gloo_small_buckets": {"overlap": False, **SMALL_BUCKETS},
+}
 
 
 def main():
@@ -33,22 +45,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, config, overrides, py_args in CASES:
             key = name.split()[0]
-            configs = {
-                "overlap": variant_config(config, tmp, key + "-overlap", {"overlap": True}),
-                "after_backward": variant_config(config, tmp, key + "-after", {"overlap": False}),
-                "overlap_gloo": variant_config(config, tmp, key + "-overlap-gloo",
-                                               {"overlap": True, "shared_memory": False}),
-                "after_backward_gloo": variant_config(config, tmp, key + "-after-gloo",
-                                                      {"overlap": False, "shared_memory": False}),
-                "overlap_gloo_small_buckets": variant_config(
-                    config, tmp, key + "-overlap-gloo-small",
-                    {"overlap": True, "shared_memory": False, "bucket_cap_mb": SMALL_BUCKET_MB}),
-                "after_backward_gloo_small_buckets": variant_config(
-                    config, tmp, key + "-after-gloo-small",
-                    {"overlap": False, "shared_memory": False, "bucket_cap_mb": SMALL_BUCKET_MB}),
-                "no_comm": variant_config(config, tmp, key + "-nocomm",
-                                          diagnostics={"no_gradient_sync": True}),
-            }
+            configs = {v: variant_config(config, tmp, f"{key}-{v}", runtime)
+                       for v, runtime in RUNTIME_VARIANTS.items()}
+            configs["no_comm"] = variant_config(config, tmp, key + "-no_comm",
+                                                diagnostics={"no_gradient_sync": True})
             commands = {
                 f"ddp_train_{v}": launch + ["build/bin/ddp-train", "--config", path, "--epochs",
                                             "1", "--quiet", "--threads", "1"] + overrides
@@ -63,7 +63,7 @@ def main():
             # Per rep, so each figure compares runs made moments apart. The ratio hides how
             # fast the step is without communication, so the time sync adds to each step
             # (all ranks' samples per step over the rate, DDP minus no-comm) comes with it.
-            samples_per_step = int(name.split()[-1]) * args.world
+            samples_per_step = int(py_args[py_args.index("--batch") + 1]) * args.world
 
             def overhead(ddp, no_comm):
                 pairs = list(zip(rates[ddp], rates[no_comm]))
@@ -77,16 +77,10 @@ def main():
                                 if k.startswith("ddp_train_") and k != "ddp_train_no_comm"}}
             row["overhead"]["python_ddp"] = overhead("python_ddp", "python_no_comm")
             rows.append(row)
-            o = {k: v["ratio"]["median"] for k, v in row["overhead"].items()}
-            ms = {k: v["added_ms_per_step"]["median"] for k, v in row["overhead"].items()}
             print(f"{name:14s} world {args.world}: step time / no-comm step time (ms added per "
-                  f"step): ddp-train overlap {o['ddp_train_overlap']:.2f}x "
-                  f"({ms['ddp_train_overlap']:.2f}), after backward "
-                  f"{o['ddp_train_after_backward']:.2f}x, gloo only {o['ddp_train_overlap_gloo']:.2f}x"
-                  f" / {o['ddp_train_after_backward_gloo']:.2f}x, gloo small buckets "
-                  f"{o['ddp_train_overlap_gloo_small_buckets']:.2f}x / "
-                  f"{o['ddp_train_after_backward_gloo_small_buckets']:.2f}x, Python DDP "
-                  f"{o['python_ddp']:.2f}x ({ms['python_ddp']:.2f})", flush=True)
+                  "step): " + ", ".join(
+                      f"{k} {v['ratio']['median']:.2f}x ({v['added_ms_per_step']['median']:.2f})"
+                      for k, v in row["overhead"].items()), flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump({"benchmark": "sync_overhead", "date": time.strftime("%Y-%m-%d"),

@@ -5,6 +5,15 @@
 #include <array>
 
 namespace ddprun::worker {
+namespace {
+
+// Blocks at least this large are mmapped (and unmapped on free). 32 MiB is the most
+// mallopt accepts on 64-bit glibc; larger blocks are rare in CPU training steps.
+constexpr int kMmapThreshold = 32 << 20;
+// Free memory at the heap's top is kept up to this much.
+constexpr int kTrimThreshold = 1 << 30;
+
+}  // namespace
 
 std::string reason_to_leave_malloc_alone(const EnvMap& env) {
   const auto tunables = env.find("GLIBC_TUNABLES");
@@ -19,12 +28,12 @@ std::string reason_to_leave_malloc_alone(const EnvMap& env) {
   return "";
 }
 
-std::string tune_malloc(const EnvMap& env, const MallocSettings& settings) {
+std::string tune_malloc(const EnvMap& env) {
   if (auto reason = reason_to_leave_malloc_alone(env); !reason.empty())
     return "malloc left as set (" + reason + ")";
-  // mallopt takes an int; both values fit. A refusal leaves glibc's default, not an error.
-  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(settings.mmap_threshold)) == 1;
-  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, static_cast<int>(settings.trim_threshold)) == 1;
+  // A refusal (a sanitizer's allocator, say) leaves glibc's defaults, not an error.
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
   if (!mmap_ok || !trim_ok) return "malloc defaults (mallopt refused)";
   return "freed memory kept for reuse";
 }
