@@ -19,6 +19,6 @@ build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$rep
 build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$reps" \
   --shared-memory 0 --out bench/results/allreduce_gloo.json
 if [[ $(id -u) == 0 ]]; then
-  /usr/bin/python3 bench/scale.py --reps "$reps"
+  PYTHONPATH=tests${PYTHONPATH:+:$PYTHONPATH} /usr/bin/python3 bench/scale.py --reps "$reps"
 fi
 python3 bench/plot.py

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Scale: the head ddprun starting agents on N simulated nodes (tests/multinode/cluster.py:
+"""Scale: the head ddprun starting agents on N simulated nodes (the tests/simcluster package:
 network namespaces with sshd, and Slurm), and --dry-run plans for 1,024 and 16,384 nodes.
 
 For each N and launcher: wall time from the head's start until every worker has started
@@ -7,7 +7,8 @@ For each N and launcher: wall time from the head's start until every worker has 
 once), and the head's peak RSS. A parallel start shows as a time that grows much less than
 N times the one-node cost. Root only (namespaces).
 
-Usage: bench/scale.py [--nodes 2 4 8 16] [--reps 3] [--out bench/results/scale.json]
+Usage: PYTHONPATH=tests bench/scale.py [--nodes 2 4 8 16] [--reps 3]
+                                      [--out bench/results/scale.json]
 """
 import argparse
 import glob
@@ -22,9 +23,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(ROOT, "tests", "multinode"))
-from cluster import Cluster, SkipTest  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+try:
+    from simcluster import Cluster, SkipTest  # noqa: E402
+except ModuleNotFoundError as e:
+    if e.name != "simcluster":
+        raise
+    sys.exit("bench/scale.py: no simcluster package; run it with PYTHONPATH=tests")
 
 DDPRUN = os.path.join(ROOT, "build", "bin", "ddprun")
 

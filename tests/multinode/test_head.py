@@ -7,7 +7,8 @@
   restart: with --max-restarts 1, a worker failing in round 0 makes the head restart the
     whole job on every node; round 1 (TORCHELASTIC_RESTART_COUNT=1) succeeds.
 
-  test_head.py -n N --ddprun BIN --ddp-train BIN --config JSON --source DIR
+  PYTHONPATH=tests tests/multinode/test_head.py -n N --ddprun BIN --ddp-train BIN \
+      --config JSON --source DIR
 Exit 77: skipped (not root, no namespaces).
 """
 import argparse
@@ -19,9 +20,9 @@ import sys
 import time
 import uuid
 
-sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, SkipTest, kill_and_wait  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from simcluster import Cluster, SkipTest, kill_and_wait  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.procs import all_pids, cmdline  # noqa: E402
 
 SKIP = 77
 
@@ -34,18 +35,6 @@ fi
 echo "round $TORCHELASTIC_RESTART_COUNT rank $RANK on $(hostname)"
 exec "$DDPC_TRAIN" "$@"
 """
-
-
-def all_cmdlines():
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    out.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
-            except OSError:
-                pass
-    return out
 
 
 def main():
@@ -100,7 +89,7 @@ def main():
             lines.append(line)
             if "step 5/" in line:
                 break
-        leaked = [cmd for cmd in all_cmdlines() if secret in cmd]
+        leaked = [cmd for cmd in map(cmdline, all_pids()) if secret in cmd]
         if leaked:
             failures.append(f"preempt: the --env value shows on command lines: {leaked}")
         t0 = time.time()

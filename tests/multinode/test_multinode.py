@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Real multi-node DDP runs of ddp-train under ddprun (per-node mode) on simulated nodes.
 
-  test_multinode.py --case CASE -n N --ddprun BIN --ddp-train BIN --config JSON --source DIR
+  PYTHONPATH=tests tests/multinode/test_multinode.py --case CASE -n N --ddprun BIN \
+      --ddp-train BIN --config JSON --source DIR
 
 CASE: mpirun | ssh | slurm | sge | pbs (emulated by Slurm). Each case runs twice on one cluster: (1) training succeeds on
 all ranks; (2) one rank's worker exits 3 mid-training, and the job must end on every node
@@ -20,8 +21,8 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, SkipTest, kill_and_wait  # noqa: E402
+from simcluster import Cluster, SkipTest, kill_and_wait, pbs  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.procs import parent_pid  # noqa: E402
 
 SKIP = 77
 
@@ -38,14 +39,6 @@ if [ -n "$DDPC_FAIL_RANK" ] && [ "$RANK" = "$DDPC_FAIL_RANK" ]; then
 fi
 exec "$DDPC_TRAIN" "$@"
 """
-
-
-def _parent(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Case:
@@ -148,7 +141,7 @@ class Case:
             # too) and not the agent's guardian (a fork of it, with the same command line).
             named = {pid for pid, cmd in procs if cmd.startswith(self.a.ddprun) and
                      "--agent" in cmd and f"--node-rank {last} " in cmd + " "}
-            agents = [pid for pid in named if _parent(pid) not in named]
+            agents = [pid for pid in named if parent_pid(pid) not in named]
             trainers = [pid for pid, cmd in procs if "ddp-train" in cmd or "worker.sh" in cmd]
             if agents and len(trainers) >= self.c.n * self.a.nproc:
                 agent = agents[0]
@@ -237,17 +230,14 @@ class Case:
                    WORKER=self.worker, CONFIG=self.config, NPROC_PER_NODE=str(self.a.nproc),
                    DDPRUN_ARGS=f"--tag-output --shutdown-timeout 3 --run-id {marker}",
                    WORKER_ARGS=" ".join(self.train_args(fail)[3:]),
-                   MPIRUN_ARGS=(f"--allow-run-as-root --mca plm rsh --mca ras ^slurm "
-                                f"--mca plm_rsh_agent ssh:rsh "
+                   MPIRUN_ARGS=(f"--allow-run-as-root {pbs.MPIRUN_ARGS} "
                                 f"--mca plm_rsh_args -F{self.c.ssh_config} "
                                 f"--mca oob_tcp_if_include {subnet} "
                                 f"--mca btl_tcp_if_include {subnet} --mca btl self,tcp "
                                 "-x DDPC_MARK -x DDPC_TRAIN -x DDPC_DIR -x DDPC_FAIL_RANK "
                                 "-x DDPC_FAIL_AFTER -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"))
         out = os.path.join(self.dir, f"pbs-{marker}.out")
-        # The batch step runs the script through srun so that the TaskProlog applies.
-        return self.sbatch(["-N", str(self.c.n), "-D", self.a.source, "-o", out, "--wrap",
-                            f"srun -N1 -n1 --overlap bash {script}"], env, out)
+        return self.sbatch(pbs.sbatch_args(script, self.c.n, self.a.source, out), env, out)
 
     def sbatch(self, args, env, out):
         """Submits with sbatch, waits for the job, returns ([exit code], its output)."""
