@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   }
   try {
     at::set_num_threads(1);
-    const auto env = ddprun::worker::read_worker_env(ddprun::worker::snapshot_environment(environ));
+    const auto env = ddprun::worker::read_worker_env(ddprun::snapshot_environment(environ));
     ddprun::worker::CommOptions options;
     options.shared_memory = shared_memory;
     auto comm = ddprun::worker::Communicator::connect(env, options);

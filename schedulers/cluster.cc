@@ -2,12 +2,6 @@
 
 namespace ddprun {
 
-std::optional<std::string> lookup(const Environment& env, std::string_view name) {
-  auto it = env.find(name);
-  if (it == env.end()) return std::nullopt;
-  return it->second;
-}
-
 Cluster local_cluster(const HostFacts& host) {
   Cluster cluster;
   cluster.scheduler = "local";

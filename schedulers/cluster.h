@@ -10,13 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/contract/environment.h"
+
 namespace ddprun {
-
-// The process environment, read once in main() and passed down.
-using Environment = std::map<std::string, std::string, std::less<>>;
-
-// Returns the value of `name` in `env`, or nullopt when unset.
-std::optional<std::string> lookup(const Environment& env, std::string_view name);
 
 // Facts about the machine this process runs on, gathered once in main() so that readers
 // stay pure and testable.
@@ -32,11 +28,10 @@ struct NodeSlots {
 };
 
 struct Cluster {
-  std::string scheduler;             // "local", "slurm", "sge", "pbs", "lsf", "mpi", "hostfile"
-  std::string job_id;                // empty when there is none
-  std::vector<NodeSlots> nodes;      // in the scheduler's order; never empty
-  std::optional<int> this_node;      // index into nodes, when known
-  std::optional<int> restart_count;  // e.g. SLURM_RESTART_COUNT
+  std::string scheduler;         // "local", "slurm", "sge", "pbs", "lsf", "mpi", "hostfile"
+  std::string job_id;            // empty when there is none
+  std::vector<NodeSlots> nodes;  // in the scheduler's order; never empty
+  std::optional<int> this_node;  // index into nodes, when known
   // The variables and files the reader used, for --dry-run and diagnostics.
   std::map<std::string, std::string> sources;
 };

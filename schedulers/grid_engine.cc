@@ -3,10 +3,12 @@
 
 #include <map>
 
-#include "ddprun/errors.h"
-#include "env_values.h"
+#include "ddprun/common/parse_int.h"
+#include "ddprun/contract/errors.h"
+#include "hostfile.h"
 #include "node_match.h"
 #include "schedulers.h"
+#include "variables.h"
 
 namespace ddprun {
 
@@ -42,6 +44,10 @@ std::vector<NodeSlots> read_pe_hostfile(const ReadFile& read_file, const std::st
 }
 
 }  // namespace
+
+bool sge_detected(const Environment& env) {
+  return first_set(env, {"PE_HOSTFILE", "SGE_JOB_HOSTLIST"}).has_value();
+}
 
 Cluster read_sge(const ReaderInput& input) {
   const Environment& env = input.env;

@@ -3,7 +3,8 @@
 #include <map>
 #include <optional>
 
-#include "ddprun/errors.h"
+#include "ddprun/common/parse_int.h"
+#include "ddprun/contract/errors.h"
 
 namespace ddprun {
 
@@ -116,6 +117,36 @@ Cluster read_hostfile(const std::string& path, const ReadFile& read_file) {
   cluster.nodes = parse_hostfile(text, path);
   cluster.sources["hostfile"] = path;
   return cluster;
+}
+
+std::vector<NodeSlots> read_slot_file(const ReadFile& read_file, const std::string& path,
+                                      std::string_view via) {
+  const std::string text = read_named_file(read_file, path, via);
+  SlotTally tally;
+  const std::vector<std::string_view> lines = split_lines(text);
+  for (std::size_t n = 0; n < lines.size(); ++n) {
+    std::string_view line = lines[n];
+    if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    const std::size_t begin = line.find_first_not_of(" \t");
+    if (begin == std::string_view::npos) continue;
+    const std::size_t end = line.find_last_not_of(" \t") + 1;
+    const std::string_view host = line.substr(begin, end - begin);
+    if (const std::size_t space = host.find_first_of(" \t"); space != std::string_view::npos) {
+      const std::size_t column = begin + host.find_first_not_of(" \t", space) + 1;
+      throw SchedulerEnvError(file_message(
+          path, n + 1, column, "expected one host name per line, got a second word", via));
+    }
+    if (!tally.add(host, 1)) {
+      throw SchedulerEnvError(
+          file_message(path, n + 1, begin + 1, "too many slots for this host", via));
+    }
+  }
+  if (tally.empty()) {
+    throw SchedulerEnvError(env_message(via, path, "the file names no host"));
+  }
+  return tally.take();
 }
 
 }  // namespace ddprun

@@ -22,8 +22,16 @@ std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view pa
                                       std::size_t max_hosts = kMaxHostlistSize);
 
 // Reads and parses the hostfile at `path`. The cluster's scheduler is "hostfile", its
-// job id is empty and this_node is unset (see find_this_node). Throws ConfigError when
-// the file cannot be read or is malformed.
+// job id is empty and this_node is unset (see this_node_or_throw in node_match.h). Throws
+// ConfigError when the file cannot be read or is malformed.
 Cluster read_hostfile(const std::string& path, const ReadFile& read_file);
+
+// Reads a file with one host per line (blank lines and '#' comments skipped, surrounding
+// spaces and CR removed) where a host repeated means one more slot: hosts in first-seen
+// order with their line counts. `via` names the variable that named the file. Throws
+// SchedulerEnvError naming "path:line:column (VAR)" for a line with several words, and
+// when the file names no host.
+std::vector<NodeSlots> read_slot_file(const ReadFile& read_file, const std::string& path,
+                                      std::string_view via);
 
 }  // namespace ddprun

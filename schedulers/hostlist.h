@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 
 namespace ddprun {
 

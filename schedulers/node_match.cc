@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 
 namespace ddprun {
 
@@ -91,6 +91,12 @@ int this_node_or_throw(const Cluster& cluster, const HostFacts& host) {
                               std::to_string(cluster.nodes.size()) + " nodes from " +
                               source_of(cluster) + " (the first is '" + first + "')",
                           hint);
+}
+
+void set_this_node_from_host(Cluster& cluster, const HostFacts& host) {
+  if (std::optional<int> index = match_host(cluster.nodes, host.hostname).unique()) {
+    cluster.this_node = index;
+  }
 }
 
 }  // namespace ddprun

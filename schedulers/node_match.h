@@ -32,4 +32,7 @@ NodeMatch match_host(const std::vector<NodeSlots>& nodes, std::string_view hostn
 // from <source>: ...") or matches several nodes; both messages suggest --node-rank.
 int this_node_or_throw(const Cluster& cluster, const HostFacts& host);
 
+// Sets cluster.this_node from the host name when it designates exactly one node.
+void set_this_node_from_host(Cluster& cluster, const HostFacts& host);
+
 }  // namespace ddprun

@@ -3,10 +3,10 @@
 
 #include <map>
 
-#include "ddprun/errors.h"
-#include "env_values.h"
+#include "ddprun/contract/errors.h"
 #include "node_match.h"
 #include "schedulers.h"
+#include "variables.h"
 
 namespace ddprun {
 
@@ -36,6 +36,10 @@ void check_num_nodes(const std::optional<EnvEntry>& num, const EnvEntry& list, s
 }
 
 }  // namespace
+
+bool slurm_detected(const Environment& env) {
+  return first_set(env, {"SLURM_JOB_ID", "SLURM_JOBID"}).has_value();
+}
 
 Cluster read_slurm(const ReaderInput& input) {
   const Environment& env = input.env;
@@ -73,10 +77,6 @@ Cluster read_slurm(const ReaderInput& input) {
   if (const std::optional<EnvEntry> id = first_set(env, {"SLURM_JOB_ID", "SLURM_JOBID"})) {
     note(cluster, *id);
     cluster.job_id = id->value;
-  }
-  if (const std::optional<EnvEntry> restarts = first_set(env, {"SLURM_RESTART_COUNT"})) {
-    note(cluster, *restarts);
-    cluster.restart_count = env_int(*restarts);
   }
 
   // Inside a step (srun) the step's nodes are the job's, one ddprun per node.

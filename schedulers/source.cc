@@ -5,7 +5,7 @@
 #include <memory>
 #include <system_error>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 
 namespace ddprun {
 
@@ -87,16 +87,6 @@ std::vector<std::string_view> split_lines(std::string_view text) {
     start = end + 1;
   }
   return lines;
-}
-
-std::optional<int> parse_int(std::string_view text) {
-  if (text.empty() || text.size() > 9) return std::nullopt;
-  int value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + (c - '0');
-  }
-  return value;
 }
 
 std::vector<Word> split_words(std::string_view line) {

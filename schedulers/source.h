@@ -69,8 +69,4 @@ class SlotTally {
   std::map<std::string, std::size_t, std::less<>> index_of_;
 };
 
-// Parses a non-negative decimal int (at most 9 digits, no sign, no spaces); nullopt
-// otherwise.
-std::optional<int> parse_int(std::string_view text);
-
 }  // namespace ddprun

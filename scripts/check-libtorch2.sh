@@ -1,6 +1,6 @@
 #!/bin/sh
 # Compile-only check of the worker against LibTorch 2.x headers (Debian trixie's
-# libtorch-dev), so worker/src/torch_compat.{h,cc} keeps covering both 1.13 and 2.x.
+# libtorch-dev), so worker/lib/src/torch_compat.{h,cc} keeps covering both 1.13 and 2.x.
 #
 # Fetches libtorch-dev and libgloo-dev with `apt-get download` through a private sources
 # list and private state folders (the system's apt configuration is not touched), unpacks
@@ -72,12 +72,13 @@ inc=$root/usr/include
 echo "check-libtorch2: libtorch-dev $version"
 
 # Worker sources that include LibTorch, directly or through the library's headers.
-files=$(grep -lE '#include [<"](torch/|ATen/|c10/|ddprun/worker/(ddp|communicator|models|checkpoint|data|sampler|trainer)\.h|torch_compat\.h)' \
-  worker/src/*.cc bench/*.cc 2>/dev/null || true)
+files=$(grep -lE '#include [<"](torch/|ATen/|c10/|ddprun/worker/(ddp|communicator|checkpoint|sampler)\.h|torch_compat\.h|(models|data|trainer|objective|evaluation|stop_check|checkpointing|diagnostics)\.h)' \
+  worker/lib/src/*.cc worker/train/*.cc bench/*.cc 2>/dev/null || true)
 flags="-std=c++20 -fsyntax-only -DUSE_C10D_GLOO -Wall -Wextra -Wpedantic -Wshadow"
 flags="$flags -Wconversion -Wsign-conversion -Wold-style-cast -Wnon-virtual-dtor"
 flags="$flags -Woverloaded-virtual -Werror -isystem $inc -isystem $inc/torch/csrc/api/include"
-flags="$flags -Iworker/include -Iworker/src -Ilauncher/include"
+flags="$flags -Iworker/lib/include -Iworker/lib/src -Iworker/train -Icontract/include"
+flags="$flags -Icommon/include -Ibuild/contract/include"
 # shellcheck disable=SC2086
 printf '%s\n' $files | xargs -P "$jobs" -I{} sh -c \
   "echo '  {}'; $cxx $flags {} || { echo 'check-libtorch2: FAILED {}' >&2; exit 255; }"

@@ -11,7 +11,7 @@ extern char** environ;
 
 int main() {
   using namespace ddprun::worker;
-  const WorkerEnv env = read_worker_env(snapshot_environment(environ));
+  const WorkerEnv env = read_worker_env(ddprun::snapshot_environment(environ));
   auto comm = Communicator::connect(env, CommOptions{});
   torch::manual_seed(0);
   auto model = std::make_shared<torch::nn::LinearImpl>(1, 1);

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
+#include "ddprun/contract/version.h"
 #include "options.h"
 #include "schedulers.h"
 

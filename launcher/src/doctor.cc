@@ -1,28 +1,28 @@
 #include "doctor.h"
 
-#include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <net/if.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <poll.h>
-
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
-#include "env_contract.h"
+#include "child_set.h"
+#include "ddprun/common/net.h"
+#include "ddprun/contract/env_names.h"
+#include "ddprun/contract/version.h"
+#include "gpus.h"
+#include "host_facts.h"
 #include "job_inputs.h"
 #include "plan.h"
-#include "process.h"
+#include "rank_environment.h"
 #include "schedulers.h"
-#include "system_info.h"
 
 namespace ddprun {
 namespace {
+
+constexpr int kTraceTimeoutMs = 5000;
 
 std::string limit_text(int resource, bool bytes) {
   rlimit limit{};
@@ -50,35 +50,13 @@ std::vector<std::pair<std::string, std::string>> interfaces() {
 
 // What the dynamic loader would load for `program` with `env` (ldd's own mechanism).
 std::string library_trace(const std::string& program, const Environment& env) {
-  Pipe out = make_pipe();
   SpawnSpec spec;
   spec.path = program;
   spec.argv = {program};
   spec.env = merge_environment(env, {{"LD_TRACE_LOADED_OBJECTS", "1"}});
-  spec.stdout_fd = out.write_end.get();
-  spec.stderr_fd = out.write_end.get();
-  sigset_t mask;
-  ::sigprocmask(SIG_SETMASK, nullptr, &mask);
-  const pid_t pid = spawn_process(spec, mask);
-  out.write_end.reset();
-  std::string text;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t got = ::read(out.read_end.get(), buffer, sizeof buffer);
-    if (got > 0) {
-      text.append(buffer, static_cast<std::size_t>(got));
-      continue;
-    }
-    if (got == 0) break;
-    if (errno == EINTR) continue;
-    pollfd ready{out.read_end.get(), POLLIN, 0};
-    if (errno != EAGAIN || ::poll(&ready, 1, 5000) <= 0) break;
-  }
-  signal_group(pid, SIGKILL);  // it only printed; nothing of it may linger
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return text;
+  SignalChannel signals;
+  auto runs = run_all_captured(signals, {std::move(spec)}, {}, kTraceTimeoutMs);
+  return runs.front().out + runs.front().err;
 }
 
 std::string real_path(const std::string& path) {
@@ -125,15 +103,15 @@ DoctorRows gather_doctor_rows(const Options& options, const Environment& env,
   } catch (const std::exception& e) {
     rows.emplace_back("scheduler", std::string("cannot read the job: ") + e.what());
   }
-  rows.emplace_back(
-      "GPUs visible",
-      std::to_string(count_visible_gpus(env, host.gpu_device_files)) +
-          (lookup(env, "CUDA_VISIBLE_DEVICES")
-               ? " (CUDA_VISIBLE_DEVICES=" + *lookup(env, "CUDA_VISIBLE_DEVICES") + ")"
-               : " (" + std::to_string(host.gpu_device_files) + " /dev/nvidiaN)"));
+  rows.emplace_back("GPUs visible",
+                    std::to_string(count_visible_gpus(env, host.gpu_device_files)) +
+                        (lookup(env, env::kCudaVisibleDevices)
+                             ? " (" + std::string(env::kCudaVisibleDevices) + "=" +
+                                   *lookup(env, env::kCudaVisibleDevices) + ")"
+                             : " (" + std::to_string(host.gpu_device_files) + " /dev/nvidiaN)"));
   try {
     const PlanInputs inputs =
-        resolve_plan_inputs(options, env, read_file_from_disk, host, system_services(), false);
+        resolve_plan_inputs(options, env, read_file_from_disk, host, system_services(env), false);
     rows.emplace_back("this node", std::to_string(inputs.cluster.this_node.value_or(0)));
     std::string master = inputs.master_addr + ":" + std::to_string(inputs.master_port);
     const auto addresses = resolve_addresses(inputs.master_addr);
@@ -174,10 +152,10 @@ DoctorRows gather_doctor_rows(const Options& options, const Environment& env,
     }
     rows.emplace_back("worker", text);
   }
-  rows.emplace_back(
-      "threads",
-      "OMP_NUM_THREADS=" + lookup(env, "OMP_NUM_THREADS").value_or("(unset)") +
-          ", OPENBLAS_NUM_THREADS=" + lookup(env, "OPENBLAS_NUM_THREADS").value_or("(unset)"));
+  rows.emplace_back("threads", std::string(env::kOmpNumThreads) + "=" +
+                                   lookup(env, env::kOmpNumThreads).value_or("(unset)") + ", " +
+                                   env::kOpenblasNumThreads + "=" +
+                                   lookup(env, env::kOpenblasNumThreads).value_or("(unset)"));
   rows.emplace_back("ulimit", "open files " + limit_text(RLIMIT_NOFILE, false) + "\nprocesses " +
                                   limit_text(RLIMIT_NPROC, false) + "\nlocked memory " +
                                   limit_text(RLIMIT_MEMLOCK, true) + "\nstack " +
@@ -200,6 +178,15 @@ std::string format_doctor(const DoctorRows& rows) {
     if (first) out += padded + "\n";
   }
   return out;
+}
+
+std::string doctor_program(const Options& options, const Environment& env) {
+  if (!options.program.empty()) return resolve_program(options.program.front(), env);
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  const auto sibling = self.parent_path() / "ddp-train";
+  return std::filesystem::exists(sibling, error) ? sibling.string() : std::string();
 }
 
 }  // namespace ddprun

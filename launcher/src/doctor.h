@@ -14,6 +14,10 @@ namespace ddprun {
 
 using DoctorRows = std::vector<std::pair<std::string, std::string>>;
 
+// The program --doctor inspects: the one given (resolved in PATH; ProgramError when it
+// cannot be), else ddp-train next to ddprun when it is there, else empty.
+std::string doctor_program(const Options& options, const Environment& env);
+
 // Collects the rows. `worker` is the program to inspect (its LibTorch and BLAS), or empty.
 // Never throws for what it cannot find: that becomes the row's text.
 DoctorRows gather_doctor_rows(const Options& options, const Environment& env,

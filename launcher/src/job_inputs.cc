@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ddprun/env_names.h"
-#include "ddprun/errors.h"
+#include "agents.h"
+#include "ddprun/common/parse_int.h"
+#include "ddprun/contract/env_names.h"
+#include "ddprun/contract/errors.h"
+#include "gpus.h"
 #include "node_match.h"
-#include "remote.h"
 #include "schedulers.h"
-#include "system_info.h"
 
 namespace ddprun {
 namespace {
@@ -57,22 +58,6 @@ int port_for_job(const std::string& job_id) {
   return kDerivedPortBase + static_cast<int>(fnv1a(job_id) % kDerivedPortSpan);
 }
 
-SystemServices system_services() {
-  return {pick_free_port,
-          port_is_free,
-          random_run_id,
-          resolve_addresses,
-          describe_port_user,
-          [](const std::string& name) {
-            try {
-              resolve_program(name, read_environment());
-              return true;
-            } catch (const ProgramError&) {
-              return false;
-            }
-          }};
-}
-
 PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
                                const ReadFile& read_file, const HostFacts& host,
                                const SystemServices& services, bool check_port) {
@@ -107,7 +92,7 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   // script or a Kubeflow-style operator), then the first node; on one node, loopback.
   // PET_* are what operators set for torchrun's own options.
   auto env_addr = lookup(env, env::kMasterAddr);
-  if (!env_addr) env_addr = lookup(env, "PET_MASTER_ADDR");
+  if (!env_addr) env_addr = lookup(env, env::kPetMasterAddr);
   if (options.master_addr) {
     inputs.master_addr = *options.master_addr;
   } else if (env_addr && !env_addr->empty()) {
@@ -137,7 +122,7 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   // Master port: the option, then MASTER_PORT, then derived from the job id, then (one
   // node only) a free port.
   auto env_port = lookup(env, env::kMasterPort);
-  if (!env_port) env_port = lookup(env, "PET_MASTER_PORT");
+  if (!env_port) env_port = lookup(env, env::kPetMasterPort);
   bool fixed_port = true;
   if (options.master_port) {
     inputs.master_port = *options.master_port;

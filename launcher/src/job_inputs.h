@@ -26,8 +26,8 @@ struct SystemServices {
   std::function<bool(const std::string& name)> program_on_path;
 };
 
-// The real ones (system_info.h).
-SystemServices system_services();
+// The real ones (system_services.cc); PATH is looked up in `env`.
+SystemServices system_services(const Environment& env);
 
 // Ports derived from a job id fall in [kDerivedPortBase, kDerivedPortBase + kDerivedPortSpan).
 inline constexpr int kDerivedPortBase = 20000;

@@ -55,6 +55,4 @@ struct CommandLine {
 // Parses argv. Never exits; never throws for bad input (that becomes exit_code != 0).
 CommandLine parse_command_line(int argc, const char* const* argv);
 
-inline constexpr const char* kVersion = "0.1.0";
-
 }  // namespace ddprun

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/env_names.h"
+#include "ddprun/contract/errors.h"
 
 namespace ddprun {
 
@@ -25,33 +26,6 @@ int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& no
   return std::stoi(spec);  // validated by the command line parser
 }
 
-int count_visible_gpus(const Environment& env, int device_files) {
-  auto visible = lookup(env, "CUDA_VISIBLE_DEVICES");
-  // Slurm sets CUDA_VISIBLE_DEVICES for tasks; in the batch script only these may be set.
-  if (!visible) visible = lookup(env, "SLURM_STEP_GPUS");
-  if (!visible) visible = lookup(env, "SLURM_JOB_GPUS");
-  if (!visible) {
-    const auto count = lookup(env, "SLURM_GPUS_ON_NODE");
-    if (count && !count->empty() && count->find_first_not_of("0123456789") == std::string::npos &&
-        count->size() < 6) {
-      return std::stoi(*count);
-    }
-    return device_files;
-  }
-  int count = 0;
-  std::string_view rest = *visible;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const auto entry = rest.substr(0, comma);
-    // CUDA stops at the first entry it cannot use ("-1", "NoDevFiles", empty).
-    if (entry.empty() || entry.front() == '-' || entry == "NoDevFiles") break;
-    ++count;
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  return count;
-}
-
 LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const Environment& env) {
   const Cluster& cluster = inputs.cluster;
   if (cluster.nodes.empty()) throw SchedulerEnvError("the cluster description has no nodes");
@@ -67,8 +41,8 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   plan.stdout_is_tty = inputs.stdout_is_tty;
   plan.logs_to_dir = options.log_dir.has_value();
   plan.threads.cpu_count = inputs.host.cpu_count;
-  plan.threads.set_omp = !lookup(env, "OMP_NUM_THREADS");
-  plan.threads.set_openblas = plan.threads.set_omp && !lookup(env, "OPENBLAS_NUM_THREADS");
+  plan.threads.set_omp = !lookup(env, env::kOmpNumThreads);
+  plan.threads.set_openblas = plan.threads.set_omp && !lookup(env, env::kOpenblasNumThreads);
   const std::string base = options.log_dir ? *options.log_dir : inputs.scratch_dir;
   plan.attempt_dir = base + "/attempt_" + std::to_string(inputs.restart_count);
 

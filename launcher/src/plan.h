@@ -29,7 +29,7 @@ struct RankPlan {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
 };
 
-// Thread defaults for the workers (env_contract.h).
+// Thread defaults for the workers (rank_environment.h).
 struct ThreadDefaults {
   int cpu_count = 1;          // CPUs of a node, shared among its workers
   bool set_omp = false;       // OMP_NUM_THREADS was not set by the user
@@ -37,7 +37,7 @@ struct ThreadDefaults {
 };
 
 // The whole job. Each rank's contract variables (docs/environment.md) are computed from
-// it by rank_environment (env_contract.h); a worker's environment is ddprun's own with
+// it by rank_environment (rank_environment.h); a worker's environment is ddprun's own with
 // them laid over it.
 struct LaunchPlan {
   std::string run_id;
@@ -82,11 +82,6 @@ struct PlanInputs {
 // facts. Throws UsageError for "gpu" when no GPU is visible.
 int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& node,
                   const Cluster& cluster, const HostFacts& host);
-
-// GPUs visible to workers: CUDA_VISIBLE_DEVICES when set (entries up to the first
-// invalid one, as CUDA counts them), else Slurm's SLURM_STEP_GPUS, SLURM_JOB_GPUS or
-// SLURM_GPUS_ON_NODE, else the /dev/nvidiaN device files.
-int count_visible_gpus(const Environment& env, int device_files);
 
 // Builds the plan for one round. `env` is ddprun's own environment: thread variables the
 // user already set are left alone. Throws UsageError for options that do not fit.

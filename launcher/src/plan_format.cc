@@ -2,38 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "env_contract.h"
+#include "rank_environment.h"
+#include "shell_quote.h"
 
 namespace ddprun {
-namespace {
-
-bool needs_quotes(const std::string& word) {
-  if (word.empty()) return true;
-  for (char c : word) {
-    if (std::isalnum(static_cast<unsigned char>(c)) == 0 &&
-        std::string_view("-_./=:,+@%").find(c) == std::string_view::npos) {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-std::string quote_command(const std::vector<std::string>& argv) {
-  std::string out;
-  for (const auto& word : argv) {
-    if (!out.empty()) out += ' ';
-    if (!needs_quotes(word)) {
-      out += word;
-      continue;
-    }
-    out += '\'';
-    for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    out += '\'';
-  }
-  return out;
-}
 
 std::string format_plan_text(const LaunchPlan& plan) {
   std::string out;

@@ -11,7 +11,4 @@ namespace ddprun {
 std::string format_plan_text(const LaunchPlan& plan);
 std::string format_plan_json(const LaunchPlan& plan);
 
-// A command line for display: arguments joined by spaces, shell-quoted where needed.
-std::string quote_command(const std::vector<std::string>& argv);
-
 }  // namespace ddprun

@@ -3,13 +3,19 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/errors.h"
-#include "system_info.h"
+#include "agents.h"
+#include "child_set.h"
+#include "ddprun/common/net.h"
+#include "ddprun/contract/errors.h"
+#include "host_facts.h"
+#include "ports.h"
+#include "report.h"
 
 namespace ddprun {
 namespace {
 
 constexpr int kConnectTimeoutMs = 3000;
+constexpr int kAgentTimeoutMs = 30000;  // for every node to answer
 
 std::string joined(const std::vector<std::string>& items) {
   std::string text;
@@ -20,6 +26,30 @@ std::string joined(const std::vector<std::string>& items) {
 std::string pad(std::string text, std::size_t width) {
   if (text.size() < width) text.append(width - text.size(), ' ');
   return text;
+}
+
+// Reports from what the launchers printed: each line that is a node's check, by node rank.
+void collect_checks(const CapturedRun& run, std::vector<NodeReport>& reports, int node_rank) {
+  bool any = false;
+  std::size_t start = 0;
+  for (std::size_t end; (end = run.out.find('\n', start)) != std::string::npos; start = end + 1) {
+    const auto check = parse_node_check(std::string_view(run.out).substr(start, end - start));
+    if (!check || check->node_rank < 0 ||
+        static_cast<std::size_t>(check->node_rank) >= reports.size()) {
+      continue;
+    }
+    reports[static_cast<std::size_t>(check->node_rank)].check = check;
+    any = true;
+  }
+  if (any || node_rank < 0) return;
+  std::string why = run.timed_out ? "no answer in time" : describe_wait_status(run.wait_status);
+  const auto last = run.err.find_last_not_of('\n');
+  if (last != std::string::npos) {
+    const auto begin = run.err.rfind('\n', last);
+    why += ": " + run.err.substr(begin == std::string::npos ? 0 : begin + 1,
+                                 last - (begin == std::string::npos ? 0 : begin + 1) + 1);
+  }
+  reports[static_cast<std::size_t>(node_rank)].failure = why;
 }
 
 }  // namespace
@@ -116,6 +146,42 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
   summary.text = std::move(text);
   summary.ok = problems.empty();
   return summary;
+}
+
+int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan& plan,
+              const Environment& env, std::ostream& out) {
+  const auto this_node = [&] {
+    return check_this_node(plan.this_node, inputs.host.hostname, plan.master_addr, plan.master_port,
+                           plan.program.front(), env);
+  };
+  if (options.agent) {
+    out << node_check_line(this_node());
+    return kExitOk;
+  }
+  // The master port answers while the nodes check it (on the master node, the head).
+  const UniqueFd listener = plan.this_node == 0 ? listen_on(plan.master_port) : UniqueFd();
+  std::vector<NodeReport> reports(plan.nodes.size());
+  const AgentLaunches launches = agent_launches(options, inputs, plan, env, this_executable());
+  if (inputs.launcher == LauncherKind::kLocal) {
+    for (auto& report : reports) report.failure = "not reached: ddprun runs once per node here";
+  }
+  if (launches.local_workers) {
+    reports[static_cast<std::size_t>(plan.this_node)].check = this_node();
+  }
+  std::vector<SpawnSpec> specs;
+  std::vector<std::string> hellos;
+  for (const ChildSpec& agent : launches.agents) {
+    specs.push_back({agent.path, agent.argv, agent.env});
+    hellos.push_back(agent.hello);
+  }
+  SignalChannel signals;
+  const auto runs = run_all_captured(signals, std::move(specs), hellos, kAgentTimeoutMs);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    collect_checks(runs[i], reports, launches.agents[i].node_rank);
+  }
+  const PreflightSummary summary = format_preflight(plan, reports);
+  out << summary.text;
+  return summary.ok ? kExitOk : 1;
 }
 
 }  // namespace ddprun

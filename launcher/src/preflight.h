@@ -8,7 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include <ostream>
+
 #include "cluster.h"
+#include "job_inputs.h"
+#include "options.h"
 #include "plan.h"
 
 namespace ddprun {
@@ -44,5 +48,11 @@ struct PreflightSummary {
   bool ok = true;
 };
 PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports);
+
+// --check on this node. An agent prints its node's check as one line. The head keeps the
+// master port listening (on node 0), starts the agents with --check, collects every
+// node's line and prints the table to `out`. Returns 0 when no problem was found, else 1.
+int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan& plan,
+              const Environment& env, std::ostream& out);
 
 }  // namespace ddprun

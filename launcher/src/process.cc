@@ -1,15 +1,12 @@
 #include "process.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -41,25 +38,6 @@ void write_stderr_raw(const char* text) noexcept {
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) {
-    reset();
-    fd_ = other.release();
-  }
-  return *this;
-}
-
-int UniqueFd::release() noexcept {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void UniqueFd::reset() noexcept {
-  if (fd_ >= 0) ::close(fd_);  // never retried: the fd is gone even on EINTR
-  fd_ = -1;
-}
-
 Pipe make_pipe(bool nonblocking_read) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
@@ -74,43 +52,6 @@ UniqueFd open_log_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw_errno("open " + path);
   return UniqueFd(fd);
-}
-
-void make_directories(const std::string& path) {
-  std::string prefix;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    const auto slash = path.find('/', start);
-    prefix = path.substr(0, slash);
-    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      throw_errno("mkdir " + prefix);
-    }
-    if (slash == std::string::npos) break;
-    start = slash + 1;
-  }
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) throw_errno("stat " + path);
-  if (!S_ISDIR(info.st_mode)) {
-    throw std::system_error(ENOTDIR, std::generic_category(), "mkdir " + path);
-  }
-}
-
-bool write_all(int fd, std::string_view data) noexcept {
-  while (!data.empty()) {
-    const ssize_t written = ::write(fd, data.data(), data.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        // A non-blocking console: wait until it drains rather than drop output.
-        pollfd ready{fd, POLLOUT, 0};
-        ::poll(&ready, 1, -1);
-        continue;
-      }
-      return false;
-    }
-    data.remove_prefix(static_cast<std::size_t>(written));
-  }
-  return true;
 }
 
 SignalChannel::SignalChannel() {
@@ -182,78 +123,12 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
   return pid;
 }
 
-std::vector<CapturedRun> run_all_captured(std::vector<SpawnSpec> specs,
-                                          const std::vector<std::string>& inputs, int timeout_ms,
-                                          const sigset_t& child_mask) {
-  struct Running {
-    pid_t pid = -1;
-    UniqueFd out;
-    UniqueFd err;
-  };
-  std::vector<CapturedRun> results(specs.size());
-  std::vector<Running> running(specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    Pipe out = make_pipe();
-    Pipe err = make_pipe();
-    specs[i].stdout_fd = out.write_end.get();
-    specs[i].stderr_fd = err.write_end.get();
-    const bool has_input = i < inputs.size() && !inputs[i].empty();
-    Pipe in = has_input ? make_pipe(/*nonblocking_read=*/false) : Pipe{};
-    specs[i].stdin_fd = has_input ? in.read_end.get() : -1;
-    running[i].pid = spawn_process(specs[i], child_mask);
-    // Small messages: they fit in the pipe, and closing it gives the reader its EOF.
-    if (has_input) write_all(in.write_end.get(), inputs[i]);
-    running[i].out = std::move(out.read_end);
-    running[i].err = std::move(err.read_end);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<UniqueFd*, std::string*>> targets;
-    for (std::size_t i = 0; i < running.size(); ++i) {
-      for (auto [fd, text] : {std::pair{&running[i].out, &results[i].out},
-                              std::pair{&running[i].err, &results[i].err}}) {
-        if (!fd->valid()) continue;
-        fds.push_back({fd->get(), POLLIN, 0});
-        targets.emplace_back(fd, text);
-      }
-    }
-    if (fds.empty()) break;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
-      for (std::size_t i = 0; i < running.size(); ++i) {
-        if (running[i].out.valid() || running[i].err.valid()) results[i].timed_out = true;
-        signal_group(running[i].pid, SIGKILL);
-        running[i].out.reset();
-        running[i].err.reset();
-      }
-      break;
-    }
-    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(left));
-    if (ready < 0 && errno != EINTR) throw_errno("poll");
-    for (std::size_t k = 0; ready > 0 && k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      char buffer[4096];
-      const ssize_t got = ::read(fds[k].fd, buffer, sizeof buffer);
-      if (got > 0) {
-        targets[k].second->append(buffer, static_cast<std::size_t>(got));
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        targets[k].first->reset();
-      }
-    }
-  }
-  for (std::size_t i = 0; i < running.size(); ++i) {
-    while (::waitpid(running[i].pid, &results[i].wait_status, 0) < 0 && errno == EINTR) {
-    }
-    signal_group(running[i].pid, SIGKILL);  // whatever it left behind
-  }
-  return results;
-}
-
 void signal_group(pid_t pgid, int signal_number) noexcept {
   if (pgid > 0) ::kill(-pgid, signal_number);
+}
+
+void signal_process(pid_t pid, int signal_number) noexcept {
+  if (pid > 0) ::kill(pid, signal_number);
 }
 
 Guardian::Guardian(std::string scratch_dir) {

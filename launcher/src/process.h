@@ -1,7 +1,8 @@
 #pragma once
-// Every process-control syscall ddprun makes lives here: file descriptors, pipes, signal
-// masks, spawning workers into their own process groups, and the guardian that kills
-// them if ddprun itself dies. Failures throw std::system_error naming the call.
+// Every process-control syscall ddprun makes lives here and in child_set.cc: pipes, signal
+// masks, spawning children into their own process groups, signalling those groups, and
+// the guardian that kills them if ddprun itself dies. Failures throw std::system_error
+// naming the call.
 
 #include <signal.h>
 #include <sys/types.h>
@@ -9,27 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/unique_fd.h"
+
 namespace ddprun {
-
-// Owns one file descriptor; closes it on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const noexcept { return fd_; }
-  bool valid() const noexcept { return fd_ >= 0; }
-  int release() noexcept;
-  void reset() noexcept;
-
- private:
-  int fd_ = -1;
-};
 
 struct Pipe {
   UniqueFd read_end;
@@ -43,16 +26,10 @@ Pipe make_pipe(bool nonblocking_read = true);
 // Opens `path` for appending (created 0644), close-on-exec.
 UniqueFd open_log_file(const std::string& path);
 
-// Creates `path` and its parents with mode 0700 where missing.
-void make_directories(const std::string& path);
-
-// Writes all of `data` to `fd`, retrying on EINTR and short writes. Returns false if the
-// reader is gone (EPIPE) or the write failed; output is best effort.
-bool write_all(int fd, std::string_view data) noexcept;
-
-// Blocks the signals ddprun handles and delivers them through a signalfd instead, so the
-// supervisor can wait for signals, child exits and output in one poll(). Restores the
-// previous mask on destruction. Construct it before spawning anything.
+// Blocks the signals ddprun handles and delivers them through a signalfd instead, so one
+// poll() can wait for signals, child exits and output alike. Restores the previous mask
+// and SIGPIPE's disposition on destruction. Construct it before spawning anything; one
+// at a time.
 class SignalChannel {
  public:
   SignalChannel();
@@ -81,28 +58,16 @@ struct SpawnSpec {
 };
 
 // Forks and execs `spec` as the leader of a new process group (its pgid is its pid), with
-// stdin from `stdin_fd` or /dev/null, the original signal mask and default dispositions, and
-// SIGKILL as its parent-death signal. An exec failure makes the child print one line and exit 127.
+// stdin from `stdin_fd` or /dev/null, `child_mask` as its signal mask, default
+// dispositions, and SIGKILL as its parent-death signal. An exec failure makes the child
+// print one line and exit 127.
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask);
-
-// What a command printed and how it ended (run_all_captured).
-struct CapturedRun {
-  std::string out;
-  std::string err;
-  int wait_status = 0;
-  bool timed_out = false;
-};
-
-// Runs every spec at once (each in its own process group; stdin from a pipe holding
-// `inputs[i]` when given, else /dev/null), collects
-// their output, and returns when all have ended; a command still running after `timeout_ms`
-// is killed with its group and marked timed_out. Blocks in poll(); no busy waiting.
-std::vector<CapturedRun> run_all_captured(std::vector<SpawnSpec> specs,
-                                          const std::vector<std::string>& inputs, int timeout_ms,
-                                          const sigset_t& child_mask);
 
 // Sends `signal_number` to the process group `pgid`; ignores groups already gone.
 void signal_group(pid_t pgid, int signal_number) noexcept;
+
+// Sends `signal_number` to the process `pid` alone; ignores one already gone.
+void signal_process(pid_t pid, int signal_number) noexcept;
 
 // A forked helper that outlives ddprun only long enough to SIGKILL every process group
 // ddprun told it about, should ddprun die without cleaning up (e.g. SIGKILL). It learns of
@@ -118,7 +83,6 @@ class Guardian {
 
   void watch(pid_t pgid) noexcept;
   void forget(pid_t pgid) noexcept;
-  pid_t pid() const noexcept { return pid_; }
 
  private:
   pid_t pid_ = -1;

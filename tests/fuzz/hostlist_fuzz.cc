@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 #include "hostfile.h"
 #include "hostlist.h"
 

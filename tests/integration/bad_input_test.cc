@@ -36,12 +36,24 @@ std::string this_host() {
   return name;
 }
 
-// A folder of bad files, made once for the whole program.
-const std::string kDir = [] {
-  const auto dir = std::filesystem::temp_directory_path() / ("ddprun-bad-input-" + this_host());
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}();
+// A folder of bad files, made once for the whole program and removed at its exit. Its
+// own per process: ctest -j runs each case in a process of its own, and they must not
+// rewrite each other's files while ddprun reads them.
+struct BadFilesDir {
+  BadFilesDir()
+      : path((std::filesystem::temp_directory_path() /
+              ("ddprun-bad-input-" + this_host() + "-" + std::to_string(::getpid())))
+                 .string()) {
+    std::filesystem::create_directories(path);
+  }
+  ~BadFilesDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string path;
+};
+const BadFilesDir kBadFiles;
+const std::string& kDir = kBadFiles.path;
 
 std::string file(const std::string& name, const std::string& content) {
   const std::string path = kDir + "/" + name;

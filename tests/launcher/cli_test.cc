@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
+#include "ddprun/contract/version.h"
 #include "options.h"
 
 namespace ddprun {

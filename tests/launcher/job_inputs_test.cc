@@ -5,7 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 #include "plan_format.h"
 
 namespace ddprun {

@@ -5,9 +5,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/errors.h"
-#include "env_contract.h"
+#include "ddprun/contract/errors.h"
 #include "plan_format.h"
+#include "rank_environment.h"
+#include "shell_quote.h"
 
 namespace ddprun {
 namespace {
@@ -38,7 +39,7 @@ std::map<std::string, std::string> env_map(const LaunchPlan& plan, const RankPla
 TEST(ResolveNproc, NumbersCpuGpuAndAuto) {
   const HostFacts host{"h", 6, 0};
   const Cluster local = local_cluster(host);
-  const Cluster slurm{"slurm", "1", {{"h", 3}}, 0, std::nullopt, {}};
+  const Cluster slurm{"slurm", "1", {{"h", 3}}, 0, {}};
   EXPECT_EQ(resolve_nproc("5", 0, local.nodes[0], local, host), 5);
   EXPECT_EQ(resolve_nproc("cpu", 0, local.nodes[0], local, host), 6);
   EXPECT_EQ(resolve_nproc("gpu", 4, local.nodes[0], local, host), 4);
@@ -46,19 +47,6 @@ TEST(ResolveNproc, NumbersCpuGpuAndAuto) {
   EXPECT_EQ(resolve_nproc("auto", 0, local.nodes[0], local, host), 1);
   EXPECT_EQ(resolve_nproc("auto", 0, slurm.nodes[0], slurm, host), 3);
   EXPECT_THROW(resolve_nproc("gpu", 0, local.nodes[0], local, host), UsageError);
-}
-
-TEST(CountVisibleGpus, FollowsCudaVisibleDevicesLikeCuda) {
-  EXPECT_EQ(count_visible_gpus({}, 4), 4);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "0,1"}}, 8), 2);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", ""}}, 8), 0);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "-1"}}, 8), 0);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "2,-1,3"}}, 8), 1);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "GPU-8f3a,GPU-11aa"}}, 0), 2);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}}, 8), 0);
-  EXPECT_EQ(count_visible_gpus({{"SLURM_STEP_GPUS", "4,5,6"}}, 8), 3);
-  EXPECT_EQ(count_visible_gpus({{"SLURM_GPUS_ON_NODE", "2"}}, 8), 2);
-  EXPECT_EQ(count_visible_gpus({{"CUDA_VISIBLE_DEVICES", "0"}, {"SLURM_GPUS_ON_NODE", "4"}}, 8), 1);
 }
 
 TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
@@ -110,7 +98,7 @@ TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
 
 TEST(BuildPlan, SeveralNodesGetContiguousRankBlocks) {
   PlanInputs inputs = local_inputs();
-  inputs.cluster = Cluster{"hostfile", "", {{"a", 2}, {"b", 2}, {"c", 2}}, 1, std::nullopt, {}};
+  inputs.cluster = Cluster{"hostfile", "", {{"a", 2}, {"b", 2}, {"c", 2}}, 1, {}};
   const auto plan = build_plan(options_with("2"), inputs, {});
   EXPECT_EQ(plan.world_size, 6);
   EXPECT_EQ(plan.this_node, 1);

@@ -9,7 +9,7 @@
 #include <system_error>
 #include <vector>
 
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 
 namespace ddprun {
 namespace {

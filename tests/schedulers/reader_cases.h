@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cluster.h"
-#include "ddprun/errors.h"
+#include "ddprun/contract/errors.h"
 #include "schedulers.h"
 #include "source.h"
 

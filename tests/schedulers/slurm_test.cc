@@ -113,12 +113,11 @@ TEST(SlurmReader, BatchScriptsAndStepsGiveNodesSlotsAndThisNode) {
                });
 }
 
-TEST(SlurmReader, RestartCountAndSourcesAreRecorded) {
-  const Environment env = with(batch_env(), "SLURM_RESTART_COUNT", "2");
+TEST(SlurmReader, SourcesAreRecorded) {
+  const Environment env = batch_env();
   const ReadFile read = testing::files_from({});
   const HostFacts host{"gpu01", 4, 0};
   const Cluster cluster = read_slurm({env, read, host, std::nullopt});
-  EXPECT_EQ(cluster.restart_count, 2);
   EXPECT_EQ(cluster.sources.at("SLURM_JOB_NODELIST"), "gpu[01-03]");
   EXPECT_EQ(cluster.sources.at("SLURM_TASKS_PER_NODE"), "4(x3)");
 }
@@ -187,11 +186,6 @@ TEST(SlurmReader, InconsistentOrMalformedVariablesNameVariableAndExpectation) {
            "gpu02",
            "SLURM_NODEID=\"0\": expected 1: this host 'gpu02' is node 1 ('gpu02') of "
            "SLURM_STEP_NODELIST"},
-          {"restart count",
-           with(batch_env(), "SLURM_RESTART_COUNT", "-1"),
-           {},
-           "gpu01",
-           "SLURM_RESTART_COUNT=\"-1\": expected a non-negative integer"},
           {"step with several tasks per node",
            with(step_env(), "SLURM_STEP_TASKS_PER_NODE", "4(x3)"),
            {},

@@ -1,0 +1,21 @@
+#pragma once
+// TCP addresses and connections. Thread-safe.
+
+#include <sys/socket.h>
+
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// An IPv4 or IPv6 socket address as text ("10.1.2.3", "::1"); empty for other families.
+std::string address_text(const sockaddr* address);
+
+// The addresses `host` resolves to (getaddrinfo), as text; empty when it does not resolve.
+std::vector<std::string> resolve_addresses(const std::string& host);
+
+// Whether a TCP connection to `host`:`port` is accepted within `timeout_ms`, trying each
+// address `host` resolves to. The connection is closed at once.
+bool can_connect(const std::string& host, int port, int timeout_ms);
+
+}  // namespace ddprun

@@ -1,0 +1,74 @@
+#include "ddprun/common/net.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+
+#include <cerrno>
+
+#include "ddprun/common/unique_fd.h"
+
+namespace ddprun {
+
+std::string address_text(const sockaddr* address) {
+  if (address == nullptr) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = nullptr;
+  if (address->sa_family == AF_INET) {
+    raw = &reinterpret_cast<const sockaddr_in*>(address)->sin_addr;
+  } else if (address->sa_family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr;
+  } else {
+    return {};
+  }
+  return ::inet_ntop(address->sa_family, raw, text, sizeof text) != nullptr ? text : "";
+}
+
+std::vector<std::string> resolve_addresses(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  std::vector<std::string> addresses;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return addresses;
+  for (const addrinfo* entry = found; entry != nullptr; entry = entry->ai_next) {
+    std::string text = address_text(entry->ai_addr);
+    if (!text.empty()) addresses.push_back(std::move(text));
+  }
+  ::freeaddrinfo(found);
+  return addresses;
+}
+
+bool can_connect(const std::string& host, int port, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return false;
+  bool connected = false;
+  for (const addrinfo* entry = found; entry != nullptr && !connected; entry = entry->ai_next) {
+    const UniqueFd sock(
+        ::socket(entry->ai_family, entry->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!sock.valid()) continue;
+    if (::connect(sock.get(), entry->ai_addr, entry->ai_addrlen) == 0) {
+      connected = true;
+      break;
+    }
+    if (errno != EINPROGRESS) continue;
+    pollfd wait{sock.get(), POLLOUT, 0};
+    int error = 0;
+    socklen_t len = sizeof error;
+    int ready = 0;
+    do {
+      ready = ::poll(&wait, 1, timeout_ms);
+    } while (ready < 0 && errno == EINTR);
+    connected = ready == 1 && ::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+                error == 0;
+  }
+  ::freeaddrinfo(found);
+  return connected;
+}
+
+}  // namespace ddprun

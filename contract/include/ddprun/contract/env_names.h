@@ -1,0 +1,49 @@
+#pragma once
+// The environment contract between ddprun and its workers: every variable name, in one
+// place. The launcher writes them (launcher/src/rank_environment.cc), the worker library
+// reads them (worker/lib/env.cc). Names follow torchrun so that scripts written for it
+// run unchanged. Documented in docs/environment.md.
+
+namespace ddprun::env {
+
+// torchrun's contract.
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kGroupRank = "GROUP_RANK";
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kRoleName = "ROLE_NAME";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
+
+// What operators (Kubeflow's PyTorchJob) set for torchrun's own options: read by ddprun
+// where it would read MASTER_ADDR and MASTER_PORT.
+inline constexpr const char* kPetMasterAddr = "PET_MASTER_ADDR";
+inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
+
+// The GPUs a worker may use, as CUDA reads it; set by the site or the scheduler.
+inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
+
+// Threading defaults, set only when the user has not set them.
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+inline constexpr const char* kOpenblasNumThreads = "OPENBLAS_NUM_THREADS";
+
+// Read by the worker only (set by the user or the site): gloo's network interface.
+inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
+
+// ddprun's own additions.
+inline constexpr const char* kDdprunHost = "DDPRUN_HOST";        // this node's name in the plan
+inline constexpr const char* kDdprunLogDir = "DDPRUN_LOG_DIR";   // per-rank log folder, if any
+inline constexpr const char* kDdprunVersion = "DDPRUN_VERSION";  // launcher version
+// "1" when ddprun's own stdout is a terminal (workers write to a pipe, so they cannot
+// tell by themselves whether redrawing a progress line makes sense).
+inline constexpr const char* kDdprunStdoutTty = "DDPRUN_STDOUT_TTY";
+
+}  // namespace ddprun::env

@@ -1,0 +1,287 @@
+#include "agents.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/contract/errors.h"
+#include "host_facts.h"
+#include "rank_environment.h"
+#include "schedulers.h"
+#include "shell_quote.h"
+
+namespace ddprun {
+namespace {
+
+// Forwarded by default when set: what a worker needs to find its program, libraries and
+// devices, and to tune its communication and threads like the head's.
+constexpr std::array<std::string_view, 7> kForwardedNames = {
+    "PATH",        "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME",
+    "VIRTUAL_ENV", "CONDA_PREFIX",    "NO_COLOR"};
+constexpr std::array<std::string_view, 10> kForwardedPrefixes = {
+    "CUDA_", "NCCL_", "OMP_", "OPENBLAS_", "MKL_", "GLOO_", "TORCH_", "PYTORCH_", "UCX_", "FI_"};
+// Per-node by nature: each node's scheduler or administrator sets its own.
+constexpr std::array<std::string_view, 2> kNeverForwarded = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES"};
+
+bool valid_variable_name(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front())) != 0) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  });
+}
+
+bool forwarded_by_default(std::string_view name) {
+  if (std::find(kNeverForwarded.begin(), kNeverForwarded.end(), name) != kNeverForwarded.end()) {
+    return false;
+  }
+  if (std::find(kForwardedNames.begin(), kForwardedNames.end(), name) != kForwardedNames.end()) {
+    return true;
+  }
+  return std::any_of(kForwardedPrefixes.begin(), kForwardedPrefixes.end(),
+                     [&](std::string_view prefix) { return name.rfind(prefix, 0) == 0; });
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
+
+}  // namespace
+
+std::string_view launcher_name(LauncherKind kind) {
+  switch (kind) {
+    case LauncherKind::kSsh:
+      return "ssh";
+    case LauncherKind::kMpirun:
+      return "mpirun";
+    case LauncherKind::kSrun:
+      return "srun";
+    case LauncherKind::kLocal:
+      break;
+  }
+  return "local";
+}
+
+bool started_per_node(const Options& options, const Cluster& cluster, const Environment& env) {
+  return options.agent || options.node_rank || started_once_per_node(cluster, env);
+}
+
+LauncherKind choose_launcher(const Options& options, const Cluster& cluster, const Environment& env,
+                             bool mpirun_found) {
+  if (options.launcher == "local" || cluster.nodes.size() < 2 ||
+      started_per_node(options, cluster, env)) {
+    return LauncherKind::kLocal;
+  }
+  if (options.launcher == "ssh") return LauncherKind::kSsh;
+  if (options.launcher == "mpirun") return LauncherKind::kMpirun;
+  if (options.launcher == "srun") return LauncherKind::kSrun;
+  if (cluster.scheduler == "slurm") return LauncherKind::kSrun;
+  const bool mpi_allocation =
+      cluster.scheduler == "sge" || cluster.scheduler == "pbs" || cluster.scheduler == "lsf";
+  if (mpi_allocation && mpirun_found) return LauncherKind::kMpirun;
+  return LauncherKind::kSsh;
+}
+
+Environment forwarded_environment(const Environment& env, const std::vector<std::string>& extra) {
+  Environment forwarded;
+  for (const auto& [name, value] : env) {
+    if (forwarded_by_default(name)) forwarded[name] = value;
+  }
+  for (const auto& item : extra) {
+    const auto equals = item.find('=');
+    const std::string name = item.substr(0, equals);
+    if (!valid_variable_name(name)) {
+      throw UsageError("--env '" + item + "': '" + name + "' is not a variable name",
+                       "use --env NAME or --env NAME=VALUE");
+    }
+    if (equals != std::string::npos) {
+      forwarded[name] = item.substr(equals + 1);
+      continue;
+    }
+    const auto value = lookup(env, name);
+    if (!value) {
+      throw UsageError("--env " + name + ": " + name + " is not set here",
+                       "set it, or give its value with --env " + name + "=VALUE");
+    }
+    forwarded[name] = *value;
+  }
+  return forwarded;
+}
+
+std::string agent_hello(const Environment& forwarded) {
+  nlohmann::json hello = {{"env", nlohmann::json::object()}};
+  for (const auto& [name, value] : forwarded) hello["env"][name] = value;
+  // Replacing invalid UTF-8 keeps the message one valid line whatever the values hold.
+  return hello.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string agent_signal_message(int signal_number) {
+  return "{\"signal\":" + std::to_string(signal_number) + "}\n";
+}
+
+AgentMessage parse_agent_message(std::string_view line) {
+  const auto doc = nlohmann::json::parse(line, nullptr, false);
+  const auto bad = [&] {
+    return UsageError(
+        "unexpected message from the head ddprun: '" + std::string(line.substr(0, 80)) + "'",
+        "agents are started by a head ddprun, not by hand");
+  };
+  if (doc.is_discarded() || !doc.is_object()) throw bad();
+  AgentMessage message;
+  if (doc.contains("signal")) {
+    const auto& value = doc["signal"];
+    if (!value.is_number_integer() || value.get<int>() < 1 || value.get<int>() > 64) throw bad();
+    message.signal_number = value.get<int>();
+    return message;
+  }
+  if (!doc.contains("env") || !doc["env"].is_object()) throw bad();
+  for (const auto& [name, value] : doc["env"].items()) {
+    if (!valid_variable_name(name) || !value.is_string()) throw bad();
+    message.env[name] = value.get<std::string>();
+  }
+  return message;
+}
+
+std::vector<std::string> agent_arguments(const Options& options, const LaunchPlan& plan,
+                                         const NodePlan* node) {
+  std::string nodes;
+  for (const NodePlan& each : plan.nodes) {
+    if (!nodes.empty()) nodes += ',';
+    nodes += each.host + ":" + std::to_string(each.nproc);
+  }
+  std::vector<std::string> args = {"--agent",
+                                   "--agent-nodes",
+                                   nodes,
+                                   "--master-addr",
+                                   plan.master_addr,
+                                   "--master-port",
+                                   std::to_string(plan.master_port),
+                                   "--run-id",
+                                   plan.run_id,
+                                   "--restart-count",
+                                   std::to_string(plan.restart_count),
+                                   "--max-restarts",
+                                   std::to_string(plan.max_restarts),
+                                   "--shutdown-timeout",
+                                   seconds_text(options.shutdown_timeout_s)};
+  if (node != nullptr) {
+    args.insert(args.end(), {"--node-rank", std::to_string(node->node_rank), "--agent-stdin"});
+  }
+  if (options.log_dir) {
+    args.insert(args.end(), {"--log-dir", *options.log_dir, "--tee", std::to_string(options.tee)});
+  }
+  if (options.tag_output) args.emplace_back("--tag-output");
+  if (options.check) args.emplace_back("--check");  // answer the preflight, run nothing
+  args.emplace_back("--");
+  args.insert(args.end(), plan.program.begin(), plan.program.end());
+  return args;
+}
+
+std::vector<std::string> ssh_command(const std::string& host, const Options& options,
+                                     const std::string& cwd,
+                                     const std::vector<std::string>& remote_argv) {
+  std::vector<std::string> argv = {"ssh"};
+  if (options.ssh_config) argv.insert(argv.end(), {"-F", *options.ssh_config});
+  // No terminal and no password prompt; a node that stops answering is noticed within
+  // seconds rather than at the next TCP timeout.
+  argv.insert(argv.end(), {"-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=1", "-o",
+                           "ServerAliveCountMax=3", "--", host});
+  std::string command = "cd -- " + shell_quote(cwd) + " && exec";
+  for (const auto& word : remote_argv) command += " " + shell_quote(word);
+  argv.push_back(std::move(command));
+  return argv;
+}
+
+std::vector<std::string> srun_command(const LaunchPlan& plan,
+                                      const std::vector<std::string>& agent_argv) {
+  const std::string nodes = std::to_string(plan.nodes.size());
+  std::vector<std::string> argv = {"srun",
+                                   "--nodes=" + nodes,
+                                   "--ntasks=" + nodes,
+                                   "--ntasks-per-node=1",
+                                   "--kill-on-bad-exit=1",
+                                   "--input=none"};
+  argv.insert(argv.end(), agent_argv.begin(), agent_argv.end());
+  return argv;
+}
+
+std::vector<std::string> mpirun_command(const LaunchPlan& plan, const Environment& forwarded,
+                                        const std::vector<std::string>& agent_argv) {
+  std::string hosts;
+  for (const NodePlan& node : plan.nodes) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += node.host;
+  }
+  std::vector<std::string> argv = {
+      "mpirun", "-np", std::to_string(plan.nodes.size()), "-npernode", "1", "--host", hosts};
+  // Names only: the values travel in mpirun's environment, not on a command line.
+  for (const auto& [name, value] : forwarded) argv.insert(argv.end(), {"-x", name});
+  argv.insert(argv.end(), agent_argv.begin(), agent_argv.end());
+  return argv;
+}
+
+AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
+                             const LaunchPlan& plan, const Environment& env,
+                             const std::string& self) {
+  AgentLaunches launches;
+  if (inputs.launcher == LauncherKind::kLocal) return launches;
+  const Environment forwarded = forwarded_environment(env, options.env_vars);
+  const auto agent_argv = [&](const NodePlan* node) {
+    std::vector<std::string> argv = {self};
+    const auto args = agent_arguments(options, plan, node);
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  if (inputs.launcher == LauncherKind::kSsh) {
+    const std::string ssh = resolve_program("ssh", env);
+    const std::string cwd = current_directory();
+    const std::vector<std::string> own_env = merge_environment(env, {});
+    for (const NodePlan& node : plan.nodes) {
+      if (node.node_rank == plan.this_node) continue;
+      ChildSpec agent;
+      agent.agent = true;
+      agent.node_rank = node.node_rank;
+      agent.host = node.host;
+      agent.path = ssh;
+      agent.argv = ssh_command(node.host, options, cwd, agent_argv(&node));
+      agent.env = own_env;
+      agent.hello = agent_hello(forwarded);
+      launches.agents.push_back(std::move(agent));
+    }
+    return launches;
+  }
+  // srun and mpirun start an agent on this node too, and pass the environment themselves.
+  launches.local_workers = false;
+  ChildSpec agent;
+  agent.agent = true;
+  agent.node_rank = -1;
+  agent.host = std::string(launcher_name(inputs.launcher));
+  agent.path = resolve_program(agent.host, env);
+  agent.argv = inputs.launcher == LauncherKind::kSrun
+                   ? srun_command(plan, agent_argv(nullptr))
+                   : mpirun_command(plan, forwarded, agent_argv(nullptr));
+  agent.env = merge_environment(env, {forwarded.begin(), forwarded.end()});
+  launches.agents.push_back(std::move(agent));
+  return launches;
+}
+
+void read_agent_hello(int fd, Environment& env) {
+  std::string line;
+  char c = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, &c, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw UsageError("the head ddprun closed the connection before starting");
+    if (c == '\n') break;
+    line += c;
+    if (line.size() > (1 << 24)) throw UsageError("the head's first message is too long");
+  }
+  for (auto& [name, value] : parse_agent_message(line).env) env[name] = std::move(value);
+}
+
+}  // namespace ddprun

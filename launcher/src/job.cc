@@ -1,0 +1,240 @@
+#include "job.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+
+#include "ddprun/common/files.h"
+#include "ddprun/common/signal_name.h"
+#include "ddprun/contract/errors.h"
+#include "report.h"
+
+namespace ddprun {
+namespace {
+
+bool is_stop_signal(int sig) {
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+
+bool exited_with(int status, int code) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+class Round {
+ public:
+  Round(Runner& runner, const RoundPolicy& policy) : runner_(runner), policy_(policy) {}
+
+  RoundResult run(const std::vector<ChildSpec>& children) {
+    ranks_.reserve(children.size());
+    try {
+      for (const ChildSpec& spec : children) {
+        RankResult& rank = ranks_.emplace_back();
+        rank.agent = spec.agent;
+        rank.node_rank = spec.node_rank;
+        rank.rank = spec.rank;
+        rank.local_rank = spec.local_rank;
+        rank.host = spec.host;
+        rank.error_file = spec.error_file;
+        rank.pid = runner_.start(spec);
+        rank.started = true;
+      }
+    } catch (...) {
+      begin_stop(SIGKILL);
+      wait_for_all();
+      runner_.end_round();
+      throw;
+    }
+    wait_for_all();
+    RoundResult result = finish();
+    runner_.end_round();
+    return result;
+  }
+
+ private:
+  std::size_t live() const {
+    return static_cast<std::size_t>(std::count_if(ranks_.begin(), ranks_.end(),
+                                                  [](auto& r) { return r.started && !r.exited; }));
+  }
+
+  void signal_live(int sig) {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].exited) runner_.signal(i, sig);
+    }
+  }
+
+  // Sends `sig` to every live child; unless it is SIGKILL, SIGKILL follows after the grace.
+  void begin_stop(int sig) {
+    signal_live(sig);
+    if (sig == SIGKILL) {
+      kill_deadline_.reset();
+      killed_ = true;
+    } else if (!kill_deadline_ && !killed_) {
+      kill_deadline_ = runner_.now() + policy_.shutdown_grace;
+    }
+  }
+
+  void wait_for_all() {
+    for (;;) {
+      const bool none_live = live() == 0;
+      if (none_live && !drain_deadline_) drain_deadline_ = runner_.now() + policy_.drain_after_exit;
+      if (none_live && !runner_.output_open()) return;
+      const auto now = runner_.now();
+      if (kill_deadline_ && now >= *kill_deadline_) {
+        begin_stop(SIGKILL);
+        continue;
+      }
+      if (drain_deadline_ && now >= *drain_deadline_) {
+        runner_.close_output();
+        continue;
+      }
+      std::optional<RunnerClock::time_point> deadline = kill_deadline_;
+      if (drain_deadline_ && (!deadline || *drain_deadline_ < *deadline))
+        deadline = drain_deadline_;
+      handle(runner_.wait(deadline));
+    }
+  }
+
+  void handle(const RunnerEvent& event) {
+    switch (event.kind) {
+      case RunnerEvent::Kind::kExited:
+        on_exit(event);
+        break;
+      case RunnerEvent::Kind::kSignal:
+        on_signal(event.signal_number);
+        break;
+      case RunnerEvent::Kind::kHeadLost:
+        // This node's workers must not outlive the head.
+        lost_head_ = true;
+        if (stop_signal_ == 0 && !first_failure_) {
+          stop_signal_ = SIGHUP;
+          begin_stop(SIGTERM);
+        }
+        break;
+      case RunnerEvent::Kind::kDeadline:
+        break;
+    }
+  }
+
+  void on_signal(int sig) {
+    if (!is_stop_signal(sig)) {
+      signal_live(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+    } else if (stop_signal_ != 0 && sig == SIGINT) {
+      begin_stop(SIGKILL);  // a second Ctrl-C: no more grace
+    } else {
+      if (stop_signal_ == 0) stop_signal_ = sig;
+      begin_stop(sig);
+    }
+  }
+
+  void on_exit(const RunnerEvent& event) {
+    RankResult& rank = ranks_.at(event.child);
+    rank.exited = true;
+    rank.wait_status = event.wait_status;
+    rank.max_rss_kb = event.max_rss_kb;
+    rank.run_seconds = event.run_seconds;
+    // A preempted worker is done, not failed: its peers agreed to stop at the same step
+    // and are saving the same checkpoint, so they must not be interrupted.
+    const bool preempted = exited_with(event.wait_status, kExitPreempted);
+    preempted_ = preempted_ || preempted;
+    const bool failed = !exited_with(event.wait_status, 0) && !preempted;
+    // Children ddprun killed itself (a failed start) are no root cause.
+    if (failed && !first_failure_ && stop_signal_ == 0 && !killed_) {
+      first_failure_ = event.child;
+      begin_stop(SIGTERM);
+    }
+  }
+
+  RoundResult finish() {
+    RoundResult result;
+    const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [](auto& r) {
+      return r.exited &&
+             (exited_with(r.wait_status, 0) || exited_with(r.wait_status, kExitPreempted));
+    });
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      ranks_[i].stderr_tail = runner_.stderr_tail(i);
+      result.ranks.push_back(std::move(ranks_[i]));
+    }
+    if (first_failure_) {
+      result.outcome = Outcome::kWorkerFailed;
+      result.first_failure = first_failure_;
+    } else if (preempted_ && all_ended_cleanly) {
+      result.outcome = Outcome::kPreempted;
+      result.stop_signal = stop_signal_;
+    } else if (stop_signal_ != 0) {
+      result.outcome = Outcome::kStopped;
+      result.stop_signal = stop_signal_;
+    }
+    result.lost_head = lost_head_;
+    return result;
+  }
+
+  Runner& runner_;
+  const RoundPolicy& policy_;
+  std::vector<RankResult> ranks_;
+  bool lost_head_ = false;
+  bool preempted_ = false;
+  bool killed_ = false;
+  int stop_signal_ = 0;
+  std::optional<std::size_t> first_failure_;
+  std::optional<RunnerClock::time_point> kill_deadline_;
+  std::optional<RunnerClock::time_point> drain_deadline_;
+};
+
+}  // namespace
+
+RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
+                      const RoundPolicy& policy) {
+  return Round(runner, policy).run(children);
+}
+
+int exit_code_for(const RoundResult& result) {
+  switch (result.outcome) {
+    case Outcome::kSucceeded:
+      return kExitOk;
+    case Outcome::kStopped:
+      return 128 + result.stop_signal;
+    case Outcome::kPreempted:
+      return kExitPreempted;
+    case Outcome::kWorkerFailed: {
+      const int status = result.ranks.at(*result.first_failure).wait_status;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return 1;
+    }
+  }
+  return 1;
+}
+
+int run_job(Runner& runner, const JobSettings& settings,
+            const std::function<RoundSetup(int round)>& make_round, std::ostream& messages) {
+  for (int round = 0;; ++round) {
+    const RoundSetup setup = make_round(round);
+    if (settings.summaries) messages << setup.summary;
+    const RoundResult result = run_round(runner, setup.children, settings.round);
+    if (settings.tables) messages << format_rank_table(result);
+    if (result.outcome == Outcome::kWorkerFailed) {
+      const RankResult& failed = result.ranks.at(*result.first_failure);
+      messages << format_failure_report(failed, read_file_head(failed.error_file), settings.colour);
+      if (round < settings.max_restarts && !settings.agent) {
+        messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
+                 << settings.max_restarts << ")\n";
+        continue;
+      }
+      if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
+    } else if (result.outcome == Outcome::kPreempted) {
+      messages << "ddprun: workers stopped on a preemption notice"
+               << (result.stop_signal != 0 ? " (" + signal_name(result.stop_signal) + ")" : "")
+               << "; exit " << kExitPreempted
+               << ": run the same command again to resume from their last checkpoint\n";
+    } else if (result.lost_head) {
+      messages << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
+                  "workers\n";
+    } else if (result.outcome == Outcome::kStopped) {
+      messages << "ddprun: stopped by " << signal_name(result.stop_signal) << "\n";
+    }
+    return exit_code_for(result);
+  }
+}
+
+}  // namespace ddprun

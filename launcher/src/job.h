@@ -1,0 +1,57 @@
+#pragma once
+// The job's policy, over a Runner (runner.h): one round starts this node's children and,
+// on the first failure, stops the rest (SIGTERM to each, the grace, then SIGKILL); signals
+// to ddprun are forwarded or stop the round; the job restarts failed rounds up to
+// --max-restarts and turns the last round into ddprun's exit code (docs/exit-codes.md).
+// No system calls here: the policy tests run it with a fake runner in microseconds.
+
+#include <chrono>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "round_result.h"
+#include "runner.h"
+
+namespace ddprun {
+
+struct RoundPolicy {
+  std::chrono::milliseconds shutdown_grace{15000};  // SIGTERM to SIGKILL
+  // After the last child exits, its output still in flight is drained for at most this
+  // long (a grandchild that escaped its process group may hold a pipe open forever).
+  std::chrono::milliseconds drain_after_exit{2000};
+};
+
+// Starts `children` in order and returns when every started one has ended. When a start
+// throws, the children already started are killed and waited for, then it rethrows.
+RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
+                      const RoundPolicy& policy);
+
+// The code ddprun exits with after `result`: 0 on success; the failing worker's exit code,
+// or 128 + its signal; kExitPreempted; 128 + the signal that stopped ddprun.
+int exit_code_for(const RoundResult& result);
+
+struct JobSettings {
+  RoundPolicy round;
+  int max_restarts = 0;
+  bool agent = false;     // runs one round of the head's: the head decides on restarts
+  bool summaries = true;  // print each round's summary before it starts
+  bool tables = true;     // print the rank table after each round
+  bool colour = false;    // "error:" in bold red
+};
+
+// What one round starts, and what to tell the user.
+struct RoundSetup {
+  std::vector<ChildSpec> children;
+  std::string summary;  // printed before the round when settings.summaries
+  std::string log_dir;  // named after a final failure; empty: no log folder
+};
+
+// Runs rounds made by `make_round(round number)` until one succeeds, is stopped or
+// preempted, or fails with no restart left; messages go to `messages`. Returns ddprun's
+// exit code. Exceptions from make_round and the runner pass through.
+int run_job(Runner& runner, const JobSettings& settings,
+            const std::function<RoundSetup(int round)>& make_round, std::ostream& messages);
+
+}  // namespace ddprun

@@ -1,0 +1,53 @@
+#include "rank_environment.h"
+
+#include <algorithm>
+
+#include "ddprun/contract/env_names.h"
+#include "ddprun/contract/version.h"
+
+namespace ddprun {
+
+std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPlan& plan,
+                                                                  const RankPlan& rank) {
+  const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(rank.node_rank));
+  const auto str = [](int value) { return std::to_string(value); };
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {env::kRank, str(rank.rank)},
+      {env::kLocalRank, str(rank.local_rank)},
+      {env::kWorldSize, str(plan.world_size)},
+      {env::kLocalWorldSize, str(node.nproc)},
+      {env::kGroupRank, str(node.node_rank)},
+      {env::kGroupWorldSize, str(static_cast<int>(plan.nodes.size()))},
+      {env::kRoleRank, str(rank.rank)},
+      {env::kRoleWorldSize, str(plan.world_size)},
+      {env::kRoleName, "default"},
+      {env::kMasterAddr, plan.master_addr},
+      {env::kMasterPort, str(plan.master_port)},
+      {env::kRunId, plan.run_id},
+      {env::kRestartCount, str(plan.restart_count)},
+      {env::kMaxRestarts, str(plan.max_restarts)},
+      {env::kErrorFile, rank.error_file},
+      {env::kDdprunHost, rank.host},
+      {env::kDdprunVersion, kVersion},
+      {env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0"},
+  };
+  if (plan.logs_to_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
+  if (plan.threads.set_omp) {
+    const std::string share = str(std::max(1, plan.threads.cpu_count / std::max(1, node.nproc)));
+    vars.emplace_back(env::kOmpNumThreads, share);
+    if (plan.threads.set_openblas) vars.emplace_back(env::kOpenblasNumThreads, share);
+  }
+  return vars;
+}
+
+std::vector<std::string> merge_environment(
+    const Environment& env, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  Environment merged = env;
+  for (const auto& [key, value] : overrides) merged[key] = value;
+  std::vector<std::string> result;
+  result.reserve(merged.size());
+  for (const auto& [key, value] : merged) result.push_back(key + "=" + value);
+  return result;
+}
+
+}  // namespace ddprun

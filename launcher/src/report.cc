@@ -1,0 +1,98 @@
+#include "report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "ddprun/common/signal_name.h"
+#include "ddprun/contract/error_file.h"
+
+namespace ddprun {
+
+std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
+  const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
+  std::string text =
+      "ddprun: run " + plan.run_id + ": " + std::to_string(plan.world_size) +
+      (plan.world_size == 1 ? " worker" : " workers") + " on " + std::to_string(plan.nodes.size()) +
+      (plan.nodes.size() == 1 ? " node" : " nodes") + " (" + node.host + ": ranks " +
+      std::to_string(node.first_rank) + "-" + std::to_string(node.first_rank + node.nproc - 1) +
+      "), master " + plan.master_addr + ":" + std::to_string(plan.master_port);
+  if (plan.restart_count > 0) {
+    text += ", restart " + std::to_string(plan.restart_count) + " of " +
+            std::to_string(plan.max_restarts);
+  }
+  text += "\n";
+  if (logs_to_files) text += "ddprun: logs in " + plan.attempt_dir + "\n";
+  return text;
+}
+
+std::string format_rank_table(const RoundResult& result) {
+  std::string text = "ddprun:  rank  local  pid      status                time      peak RSS\n";
+  for (const auto& rank : result.ranks) {
+    const std::string status =
+        rank.exited ? describe_wait_status(rank.wait_status) : std::string("not started");
+    char row[256];
+    if (rank.agent) {
+      // A remote node's own table is printed there; here only how its agent ended.
+      std::snprintf(row, sizeof row, "ddprun: %-12s  %-7d  %-20s  %7.2f s  (%s)\n",
+                    child_label(rank).c_str(), static_cast<int>(rank.pid), status.c_str(),
+                    rank.run_seconds, rank.host.c_str());
+    } else {
+      std::snprintf(row, sizeof row, "ddprun: %5d  %5d  %-7d  %-20s  %7.2f s  %6.1f MB\n",
+                    rank.rank, rank.local_rank, static_cast<int>(rank.pid), status.c_str(),
+                    rank.run_seconds, static_cast<double>(rank.max_rss_kb) / 1024.0);
+    }
+    text += row;
+  }
+  return text;
+}
+
+std::string describe_wait_status(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    return "signal " + signal_name(WTERMSIG(wait_status)) +
+           (WCOREDUMP(wait_status) ? " (core dumped)" : "");
+  }
+  return "unknown status " + std::to_string(wait_status);
+}
+
+std::string child_label(const RankResult& child) {
+  if (!child.agent) return "rank " + std::to_string(child.rank);
+  if (child.node_rank < 0) return "the agents' launcher";
+  return "node " + std::to_string(child.node_rank);
+}
+
+std::string error_label(bool colour) {
+  return colour ? "ddprun: \033[1;31merror:\033[0m " : "ddprun: error: ";
+}
+
+bool colour_wanted(int fd, const Environment& env) {
+  const auto no_colour = lookup(env, "NO_COLOR");
+  if (no_colour && !no_colour->empty()) return false;
+  if (lookup(env, "TERM").value_or("") == "dumb") return false;
+  return ::isatty(fd) == 1;
+}
+
+std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
+                                  bool colour) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.2f", failed.run_seconds);
+  const std::string who = child_label(failed);
+  std::string report =
+      error_label(colour) + who + " (" +
+      (failed.agent ? std::string() : "local rank " + std::to_string(failed.local_rank) + " on ") +
+      failed.host + ", pid " + std::to_string(failed.pid) +
+      ") failed first: " + describe_wait_status(failed.wait_status) + " after " + seconds + " s\n";
+  if (const auto error = parse_error_file(error_file_text)) {
+    report += "ddprun: its error file says: " + error->message + "\n";
+  }
+  if (!failed.stderr_tail.empty()) {
+    report += "ddprun: last " + std::to_string(failed.stderr_tail.size()) + " lines of " + who +
+              "'s stderr:\n";
+    for (const auto& line : failed.stderr_tail) report += "  | " + line + "\n";
+  }
+  return report;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,40 @@
+#pragma once
+// What ddprun tells the user around a run: a short block at the start, a per-rank table
+// at the end, and the report of a failure. Pure formatting; the job decides what to print
+// (nothing with --quiet but errors).
+
+#include <string>
+
+#include "ddprun/contract/environment.h"
+#include "plan.h"
+#include "round_result.h"
+
+namespace ddprun {
+
+// "ddprun: run abc: 4 workers on 1 node (vm: ranks 0-3), master 127.0.0.1:29500" and,
+// with a log folder, where the logs go.
+std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files);
+
+// One row per child of this node: exit status, run time, peak resident memory.
+std::string format_rank_table(const RoundResult& result);
+
+// How a child ended, e.g. "exit code 3" or "signal SIGKILL".
+std::string describe_wait_status(int wait_status);
+
+// "rank 3", "node 2" (a remote agent) or "the agents' launcher" (srun or mpirun).
+std::string child_label(const RankResult& child);
+
+// Which rank failed and how, the message from its error file when `error_file_text` (the
+// file's content, or empty) holds one, and the last lines of its stderr. With `colour`,
+// "error:" is bold red.
+std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
+                                  bool colour = false);
+
+// "ddprun: error: ", with "error:" in bold red when `colour`.
+std::string error_label(bool colour);
+
+// Whether ddprun may colour what it writes to the terminal `fd`: a terminal, TERM not
+// "dumb", and NO_COLOR (no-color.org) unset or empty.
+bool colour_wanted(int fd, const Environment& env);
+
+}  // namespace ddprun

@@ -1,0 +1,45 @@
+#pragma once
+// How one round on this node ended: each child's end, and the outcome the job acts on.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+struct RankResult {
+  bool agent = false;  // a remote agent (or the srun/mpirun starting them), not a worker
+  int node_rank = 0;   // for an agent: its node, or -1 when it stands for all of them
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  pid_t pid = -1;
+  bool started = false;
+  bool exited = false;
+  int wait_status = 0;  // as from waitpid
+  double run_seconds = 0;
+  long max_rss_kb = 0;
+  std::deque<std::string> stderr_tail;
+  std::string error_file;
+};
+
+enum class Outcome {
+  kSucceeded,     // every worker exited 0
+  kWorkerFailed,  // a worker failed first; the others were stopped
+  kStopped,       // ddprun was told to stop (a signal); not a candidate for restart
+  kPreempted,     // workers exited kExitPreempted (checkpoint saved), none failed
+};
+
+struct RoundResult {
+  Outcome outcome = Outcome::kSucceeded;
+  int stop_signal = 0;                       // with kStopped and kPreempted
+  bool lost_head = false;                    // agent: the head's connection closed
+  std::optional<std::size_t> first_failure;  // index into ranks, with kWorkerFailed
+  std::vector<RankResult> ranks;             // workers in local rank order, then agents
+};
+
+}  // namespace ddprun

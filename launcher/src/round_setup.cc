@@ -1,0 +1,53 @@
+#include "round_setup.h"
+
+#include "agents.h"
+#include "ddprun/common/files.h"
+#include "ports.h"
+#include "rank_environment.h"
+#include "report.h"
+
+namespace ddprun {
+
+std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
+                                       const Environment& env) {
+  const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
+  std::vector<ChildSpec> children;
+  children.reserve(static_cast<std::size_t>(node.nproc));
+  for (int local = 0; local < node.nproc; ++local) {
+    const RankPlan& rank = plan.ranks.at(static_cast<std::size_t>(node.first_rank + local));
+    ChildSpec& child = children.emplace_back();
+    child.node_rank = rank.node_rank;
+    child.rank = rank.rank;
+    child.local_rank = rank.local_rank;
+    child.host = rank.host;
+    child.path = program_path;
+    child.argv = plan.program;
+    child.env = merge_environment(env, rank_environment(plan, rank));
+    child.stdout_log = rank.stdout_log;
+    child.stderr_log = rank.stderr_log;
+    child.error_file = rank.error_file;
+  }
+  return children;
+}
+
+RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Environment& env,
+                         int round, const std::string& program_path, const std::string& self) {
+  inputs.restart_count = options.agent ? options.restart_count.value_or(0) : round;
+  if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
+  const LaunchPlan plan = build_plan(options, inputs, env);
+  AgentLaunches agents = agent_launches(options, inputs, plan, env, self);
+  RoundSetup setup;
+  if (agents.local_workers || options.log_dir) make_directories(plan.attempt_dir);
+  if (agents.local_workers) setup.children = worker_children(plan, program_path, env);
+  setup.summary = format_launch_summary(plan, options.log_dir.has_value());
+  if (inputs.launcher != LauncherKind::kLocal) {
+    setup.summary += "ddprun: starting " +
+                     std::to_string(plan.nodes.size() - (agents.local_workers ? 1 : 0)) +
+                     " node agent(s) with " + std::string(launcher_name(inputs.launcher)) + "\n";
+  }
+  for (ChildSpec& agent : agents.agents) setup.children.push_back(std::move(agent));
+  if (options.log_dir) setup.log_dir = plan.attempt_dir;
+  return setup;
+}
+
+}  // namespace ddprun

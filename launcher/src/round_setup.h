@@ -1,0 +1,25 @@
+#pragma once
+// What one round of the job starts on this node: its plan, this node's workers, and in
+// head mode the agents that reach the other nodes (agents.h).
+
+#include <string>
+
+#include "job.h"
+#include "job_inputs.h"
+#include "options.h"
+
+namespace ddprun {
+
+// The children that run `plan`'s ranks on this node, each with `program_path` as its
+// executable and `env` with its rank's contract variables laid over it.
+std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
+                                       const Environment& env);
+
+// Prepares round `round`: its restart count (the head's, on an agent), a fresh master
+// port when the port was picked here, the plan, its attempt folder, the children, and the
+// summary to print. `self` is this ddprun's executable (for agents). Throws what planning
+// and folder creation throw.
+RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Environment& env,
+                         int round, const std::string& program_path, const std::string& self);
+
+}  // namespace ddprun

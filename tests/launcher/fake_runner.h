@@ -1,0 +1,185 @@
+#pragma once
+// A Runner with no processes and a fake clock, for the job's policy tests: each child's
+// behaviour is scripted (exit by itself after a while, how it answers signals), signals
+// to ddprun are scheduled, and every signal the policy sends is recorded with its time.
+
+#include <signal.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "runner.h"
+
+namespace ddprun::testing {
+
+using Ms = std::chrono::milliseconds;
+
+// Wait statuses as the kernel encodes them.
+inline int exited(int code) {
+  return (code & 0xff) << 8;
+}
+inline int killed(int sig) {
+  return sig & 0x7f;
+}
+
+struct FakeBehaviour {
+  std::optional<Ms> exit_after;         // exits by itself this long after its start
+  int exit_status = exited(0);          // ... with this wait status
+  bool ignores_stop = false;            // SIGTERM, SIGINT, SIGHUP, SIGQUIT leave it running
+  std::optional<int> status_on_notice;  // SIGUSR1/SIGUSR2: exits with this status at once
+  std::deque<std::string> stderr_tail;
+};
+
+class FakeRunner : public Runner {
+ public:
+  struct Sent {
+    int round;
+    std::size_t child;
+    int signal_number;
+    Ms at;  // since the job's start
+  };
+
+  // How child `child` of round `round` behaves (default: exits 0 after 1 ms).
+  std::function<FakeBehaviour(int round, std::size_t child)> behaviour = [](int, std::size_t) {
+    FakeBehaviour b;
+    b.exit_after = Ms(1);
+    return b;
+  };
+  // Starting this child (of any round) throws, as a failed fork would.
+  std::optional<std::size_t> fail_start_of;
+
+  // ddprun receives `sig` (or, with 0, loses its head) `at` after round `round` starts.
+  void signal_at(int round, Ms at, int sig) { external_.push_back({round, at, sig}); }
+
+  std::vector<Sent> sent;                       // every signal the policy sent
+  std::vector<std::vector<ChildSpec>> started;  // the children of each round
+  int rounds_ended = 0;
+
+  Ms elapsed() const { return std::chrono::duration_cast<Ms>(now_ - kStart); }
+  std::vector<Sent> sent_to(std::size_t child, int round = 0) const {
+    std::vector<Sent> out;
+    for (const Sent& s : sent) {
+      if (s.child == child && s.round == round) out.push_back(s);
+    }
+    return out;
+  }
+
+  RunnerClock::time_point now() const override { return now_; }
+
+  pid_t start(const ChildSpec& spec) override {
+    if (started.size() <= static_cast<std::size_t>(round_)) {
+      started.resize(static_cast<std::size_t>(round_) + 1);
+      round_start_ = now_;
+    }
+    const std::size_t index = children_.size();
+    if (fail_start_of == index) throw std::system_error(EAGAIN, std::generic_category(), "fork");
+    started[static_cast<std::size_t>(round_)].push_back(spec);
+    Child& child = children_.emplace_back();
+    child.behaviour = behaviour(round_, index);
+    if (child.behaviour.exit_after) {
+      child.exit_at = now_ + *child.behaviour.exit_after;
+      child.exit_status = child.behaviour.exit_status;
+    }
+    return static_cast<pid_t>(1000 + index);
+  }
+
+  void signal(std::size_t index, int sig) override {
+    Child& child = children_.at(index);
+    if (!child.alive) throw std::logic_error("the policy signalled a child that had exited");
+    sent.push_back({round_, index, sig, elapsed()});
+    const bool stop = sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+    if (sig == SIGKILL || (stop && !child.behaviour.ignores_stop)) {
+      child.exit_at = now_;
+      child.exit_status = killed(sig);
+    } else if ((sig == SIGUSR1 || sig == SIGUSR2) && child.behaviour.status_on_notice) {
+      child.exit_at = now_;
+      child.exit_status = *child.behaviour.status_on_notice;
+    }
+  }
+
+  RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override {
+    // The earliest of: a child's exit, an external signal of this round.
+    std::optional<RunnerClock::time_point> next;
+    std::optional<std::size_t> exiting;
+    std::optional<std::size_t> external;
+    for (std::size_t i = 0; i < children_.size(); ++i) {
+      const Child& child = children_[i];
+      if (child.alive && child.exit_at && (!next || *child.exit_at < *next)) {
+        next = child.exit_at;
+        exiting = i;
+      }
+    }
+    for (std::size_t i = 0; i < external_.size(); ++i) {
+      const External& e = external_[i];
+      if (e.round != round_ || e.delivered) continue;
+      const auto at = round_start_ + e.at;
+      if (!next || at < *next) {
+        next = at;
+        exiting.reset();
+        external = i;
+      }
+    }
+    if (!next || (deadline && *deadline < *next)) {
+      if (!deadline) throw std::logic_error("the policy waits forever: nothing can happen");
+      now_ = std::max(now_, *deadline);
+      return RunnerEvent{};
+    }
+    now_ = std::max(now_, *next);
+    RunnerEvent event;
+    if (exiting) {
+      Child& child = children_[*exiting];
+      child.alive = false;
+      event.kind = RunnerEvent::Kind::kExited;
+      event.child = *exiting;
+      event.wait_status = child.exit_status;
+      return event;
+    }
+    External& e = external_[*external];
+    e.delivered = true;
+    event.kind = e.signal_number == 0 ? RunnerEvent::Kind::kHeadLost : RunnerEvent::Kind::kSignal;
+    event.signal_number = e.signal_number;
+    return event;
+  }
+
+  bool output_open() const override { return false; }
+  void close_output() override {}
+  std::deque<std::string> stderr_tail(std::size_t child) const override {
+    return children_.at(child).behaviour.stderr_tail;
+  }
+  void end_round() override {
+    for (const Child& child : children_) {
+      if (child.alive) throw std::logic_error("a round ended with a child still running");
+    }
+    children_.clear();
+    ++round_;
+    ++rounds_ended;
+  }
+
+ private:
+  struct Child {
+    FakeBehaviour behaviour;
+    bool alive = true;
+    std::optional<RunnerClock::time_point> exit_at;
+    int exit_status = 0;
+  };
+  struct External {
+    int round;
+    Ms at;
+    int signal_number;
+    bool delivered = false;
+  };
+  static constexpr RunnerClock::time_point kStart{};
+  RunnerClock::time_point now_ = kStart;
+  RunnerClock::time_point round_start_ = kStart;
+  int round_ = 0;
+  std::vector<Child> children_;
+  std::vector<External> external_;
+};
+
+}  // namespace ddprun::testing

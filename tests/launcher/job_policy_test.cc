@@ -1,0 +1,276 @@
+// The job's policy (job.h) driven by a fake runner and a fake clock: restarts, teardown
+// (SIGTERM, the grace, SIGKILL), signals to ddprun, the root cause and exit codes. No
+// process is started; the whole file runs in milliseconds.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "ddprun/contract/errors.h"
+#include "fake_runner.h"
+#include "job.h"
+
+namespace ddprun {
+namespace {
+
+using testing::exited;
+using testing::FakeBehaviour;
+using testing::FakeRunner;
+using testing::killed;
+using testing::Ms;
+
+constexpr Ms kGrace{15000};
+
+std::vector<ChildSpec> workers(int count) {
+  std::vector<ChildSpec> children;
+  for (int rank = 0; rank < count; ++rank) {
+    ChildSpec& child = children.emplace_back();
+    child.rank = rank;
+    child.local_rank = rank;
+    child.host = "node0";
+    child.path = "/bin/worker";
+  }
+  return children;
+}
+
+struct JobRun {
+  int exit_code = -1;
+  std::string messages;
+};
+
+JobRun run(FakeRunner& runner, JobSettings settings, int nproc = 4) {
+  settings.round.shutdown_grace = kGrace;
+  settings.colour = false;
+  std::ostringstream messages;
+  JobRun result;
+  result.exit_code = run_job(
+      runner, settings,
+      [&](int) {
+        return RoundSetup{workers(nproc), "", ""};
+      },
+      messages);
+  result.messages = messages.str();
+  return result;
+}
+
+FakeBehaviour exits_after(Ms after, int status) {
+  FakeBehaviour b;
+  b.exit_after = after;
+  b.exit_status = status;
+  return b;
+}
+
+FakeBehaviour runs_until_stopped(bool ignores_stop = false) {
+  FakeBehaviour b;
+  b.ignores_stop = ignores_stop;
+  return b;
+}
+
+TEST(JobPolicy, EveryWorkerExitingZeroSucceedsInOneRoundWithoutSignals) {
+  FakeRunner runner;
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_EQ(runner.started.size(), 1u);
+  EXPECT_EQ(runner.started[0].size(), 4u);
+  EXPECT_TRUE(runner.sent.empty());
+}
+
+TEST(JobPolicy, TheFirstFailureStopsEveryOtherWorkerWithSigtermAtOnce) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 2 ? exits_after(Ms(10), exited(3)) : runs_until_stopped();
+  };
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 3);
+  for (std::size_t child : {0u, 1u, 3u}) {
+    const auto sent = runner.sent_to(child);
+    ASSERT_EQ(sent.size(), 1u) << "child " << child;
+    EXPECT_EQ(sent[0].signal_number, SIGTERM);
+    EXPECT_EQ(sent[0].at, Ms(10));
+  }
+  EXPECT_TRUE(runner.sent_to(2).empty());
+  EXPECT_NE(job.messages.find("rank 2 (local rank 2 on node0, pid 1002) failed first: exit code 3"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicy, AWorkerThatIgnoresSigtermGetsSigkillExactlyAfterTheGrace) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(10), exited(1)) : runs_until_stopped(child == 0);
+  };
+  const JobRun job = run(runner, {});
+  const auto sent = runner.sent_to(0);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].signal_number, SIGTERM);
+  EXPECT_EQ(sent[1].signal_number, SIGKILL);
+  EXPECT_EQ(sent[1].at - sent[0].at, kGrace);
+  // The others stopped on SIGTERM and are never sent SIGKILL.
+  ASSERT_EQ(runner.sent_to(2).size(), 1u);
+  EXPECT_EQ(job.exit_code, 1);
+}
+
+TEST(JobPolicy, TheRootCauseIsTheFirstFailureNotTheWorkersStoppedAfterIt) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    if (child == 3) return exits_after(Ms(5), killed(SIGSEGV));
+    if (child == 0) return exits_after(Ms(6), exited(9));  // fails while being stopped
+    return runs_until_stopped();
+  };
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 128 + SIGSEGV);
+  EXPECT_NE(
+      job.messages.find("rank 3 (local rank 3 on node0, pid 1003) failed first: signal SIGSEGV"),
+      std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicy, FailedRoundsRestartUpToMaxRestartsThenTheLastFailureIsTheExitCode) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(10), exited(7)) : runs_until_stopped();
+  };
+  JobSettings settings;
+  settings.max_restarts = 2;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(runner.started.size(), 3u);
+  EXPECT_EQ(runner.rounds_ended, 3);
+  EXPECT_EQ(job.exit_code, 7);
+  EXPECT_NE(job.messages.find("restart 1 of 2"), std::string::npos);
+  EXPECT_NE(job.messages.find("restart 2 of 2"), std::string::npos);
+  EXPECT_EQ(job.messages.find("restart 3"), std::string::npos);
+}
+
+TEST(JobPolicy, ARestartThatSucceedsEndsTheJobWithZero) {
+  FakeRunner runner;
+  runner.behaviour = [](int round, std::size_t child) {
+    return round == 0 && child == 0 ? exits_after(Ms(1), exited(2)) : exits_after(Ms(3), exited(0));
+  };
+  JobSettings settings;
+  settings.max_restarts = 5;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_EQ(runner.started.size(), 2u);
+}
+
+TEST(JobPolicy, AnAgentRunsOneRoundWhateverMaxRestartsSays) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 0 ? exits_after(Ms(1), exited(4)) : runs_until_stopped();
+  };
+  JobSettings settings;
+  settings.max_restarts = 3;
+  settings.agent = true;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(runner.started.size(), 1u);
+  EXPECT_EQ(job.exit_code, 4);
+}
+
+TEST(JobPolicy, AStopSignalStopsEveryWorkerAndIsNeverRestarted) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  runner.signal_at(0, Ms(50), SIGTERM);
+  JobSettings settings;
+  settings.max_restarts = 3;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(runner.started.size(), 1u);
+  for (std::size_t child = 0; child < 4; ++child) {
+    ASSERT_EQ(runner.sent_to(child).size(), 1u);
+    EXPECT_EQ(runner.sent_to(child)[0].signal_number, SIGTERM);
+  }
+  EXPECT_NE(job.messages.find("ddprun: stopped by SIGTERM"), std::string::npos);
+}
+
+TEST(JobPolicy, WorkersKilledByTheStopAreNotARootCause) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    // Exits 1 on its own shortly after the stop began: not a failure to report.
+    return child == 0 ? exits_after(Ms(12), exited(1)) : runs_until_stopped(true);
+  };
+  runner.signal_at(0, Ms(10), SIGINT);
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 128 + SIGINT);
+  EXPECT_EQ(job.messages.find("failed first"), std::string::npos);
+}
+
+TEST(JobPolicy, ASecondCtrlCSkipsTheGrace) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(true); };
+  runner.signal_at(0, Ms(10), SIGINT);
+  runner.signal_at(0, Ms(20), SIGINT);
+  const JobRun job = run(runner, {});
+  const auto sent = runner.sent_to(0);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].signal_number, SIGINT);
+  EXPECT_EQ(sent[1].signal_number, SIGKILL);
+  EXPECT_EQ(sent[1].at, Ms(20));
+  EXPECT_EQ(job.exit_code, 128 + SIGINT);
+}
+
+TEST(JobPolicy, APreemptionNoticeIsForwardedAndWorkersExiting75EndTheJobWith75) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) {
+    FakeBehaviour b;
+    b.status_on_notice = exited(kExitPreempted);
+    return b;
+  };
+  runner.signal_at(0, Ms(30), SIGUSR1);
+  JobSettings settings;
+  settings.max_restarts = 2;  // a preempted job is not restarted here: it is requeued
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, kExitPreempted);
+  EXPECT_EQ(runner.started.size(), 1u);
+  for (std::size_t child = 0; child < 4; ++child) {
+    ASSERT_EQ(runner.sent_to(child).size(), 1u);
+    EXPECT_EQ(runner.sent_to(child)[0].signal_number, SIGUSR1);
+  }
+  EXPECT_NE(job.messages.find("preemption notice; exit 75"), std::string::npos) << job.messages;
+}
+
+TEST(JobPolicy, APreemptedWorkerDoesNotStopItsPeersButAFailureAmongThemStillCounts) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    if (child == 0) return exits_after(Ms(5), exited(kExitPreempted));
+    if (child == 1) return exits_after(Ms(20), exited(6));
+    return exits_after(Ms(8), exited(kExitPreempted));
+  };
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 6);
+  EXPECT_TRUE(runner.sent_to(2).empty());  // exited 75 at 8 ms, before the failure
+}
+
+TEST(JobPolicy, LosingTheHeadStopsThisNodesWorkers) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  runner.signal_at(0, Ms(10), 0);  // the head's connection closes
+  JobSettings settings;
+  settings.agent = true;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 128 + SIGHUP);
+  EXPECT_EQ(runner.sent_to(3).at(0).signal_number, SIGTERM);
+  EXPECT_NE(job.messages.find("lost the connection to the head ddprun"), std::string::npos);
+}
+
+TEST(JobPolicy, AFailedStartKillsTheChildrenAlreadyStartedAndRethrows) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(true); };
+  runner.fail_start_of = 2;
+  EXPECT_THROW(run(runner, {}), std::system_error);
+  ASSERT_EQ(runner.sent.size(), 2u);
+  for (const auto& sent : runner.sent) EXPECT_EQ(sent.signal_number, SIGKILL);
+  EXPECT_EQ(runner.rounds_ended, 1);
+}
+
+TEST(JobPolicy, ExitCodesFollowTheFirstFailure) {
+  for (const auto& [status, code] : std::vector<std::pair<int, int>>{
+           {exited(1), 1}, {exited(127), 127}, {killed(SIGKILL), 128 + SIGKILL}}) {
+    FakeRunner runner;
+    runner.behaviour = [status = status](int, std::size_t child) {
+      return child == 0 ? exits_after(Ms(1), status) : runs_until_stopped();
+    };
+    EXPECT_EQ(run(runner, {}, 2).exit_code, code);
+  }
+}
+
+}  // namespace
+}  // namespace ddprun

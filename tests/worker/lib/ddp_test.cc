@@ -1,0 +1,281 @@
+// DistributedDataParallel with two ranks as two threads of this process, over gloo
+// (loopback) and over shared memory: overlapped all-reduce, launch order, unused
+// parameters, no_sync.
+
+#include "ddprun/worker/ddp.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddprun/contract/errors.h"
+
+namespace ddprun::worker {
+namespace {
+
+// A free loopback port (bound, read, closed: the store binds it again at once).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs `body` on ranks 0..world-1, one thread each; an exception escaping a rank fails the
+// test. A rank that waits for a collective its peer never starts fails after the timeout.
+// `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE, so all-reduces go through shared memory.
+void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node) {
+  const int port = free_port();
+  std::vector<std::string> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        WorkerEnv env;
+        env.rank = r;
+        env.world_size = world;
+        env.master_port = port;
+        env.run_id = "ddp-test";
+        if (same_node) env.local_world_size = world;
+        CommOptions options;
+        options.timeout = std::chrono::seconds(30);
+        auto comm = Communicator::connect(env, options);
+        EXPECT_EQ(comm->transport(), same_node && world > 1 ? "gloo + shared memory" : "gloo");
+        body(*comm);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r)
+    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+// Two square layers and an optional third, all 8x8: each layer (288 bytes) is one bucket
+// with the test's caps. Reverse registration order: spare (if any), b, a.
+struct Net : torch::nn::Module {
+  explicit Net(bool with_spare) {
+    a = register_module("a", torch::nn::Linear(8, 8));
+    b = register_module("b", torch::nn::Linear(8, 8));
+    if (with_spare) spare = register_module("spare", torch::nn::Linear(8, 8));
+    // The same weights in every Net of a test (the global generator is shared by threads).
+    auto gen = at::detail::createCPUGenerator(1);
+    torch::NoGradGuard no_grad;
+    for (auto& p : parameters()) p.copy_(torch::randn(p.sizes(), gen));
+  }
+  // b(a(x)) or a(b(x)), plus spare(x) when asked.
+  at::Tensor forward(const at::Tensor& x, bool a_first = true, bool use_spare = false) {
+    auto y =
+        a_first ? b->forward(torch::tanh(a->forward(x))) : a->forward(torch::tanh(b->forward(x)));
+    if (use_spare) y = y + spare->forward(x);
+    return y.pow(2).sum();
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, spare{nullptr};
+};
+
+// Every test runs over gloo (false) and over shared memory (true).
+class DdpTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void run(int world, const std::function<void(Communicator&)>& body) {
+    run_ranks(world, body, GetParam());
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, DdpTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "SharedMemory" : "Gloo";
+                         });
+
+DdpOptions one_layer_buckets() {
+  DdpOptions o;
+  o.bucket_cap_bytes = o.first_bucket_cap_bytes = (8 * 8 + 8) * sizeof(float);
+  return o;
+}
+
+// Own generator: the ranks are threads, and the global one is shared between them.
+at::Tensor batch(int rank, int micro = 0) {
+  auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(100 + 10 * rank + micro));
+  return torch::randn({4, 8}, gen);
+}
+
+void clear_grads(torch::nn::Module& m) {
+  for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
+}
+
+std::vector<at::Tensor> grads(torch::nn::Module& m) {
+  std::vector<at::Tensor> out;
+  for (auto& p : m.parameters()) {
+    out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  }
+  return out;
+}
+
+// The average over ranks of this rank's current gradients, by plain all-reduces.
+std::vector<at::Tensor> averaged_by_hand(torch::nn::Module& m, Communicator& comm) {
+  auto g = grads(m);
+  for (auto& t : g) {
+    comm.allreduce(t);
+    t.div_(comm.world_size());
+  }
+  return g;
+}
+
+void expect_bit_identical(const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y,
+                          const std::string& what) {
+  ASSERT_EQ(x.size(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    EXPECT_TRUE(torch::equal(x[i], y[i])) << what << " #" << i;
+}
+
+TEST_P(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath) {
+  run(2, [](Communicator& comm) {
+    std::vector<at::Tensor> result[2];
+    for (const bool overlap : {true, false}) {
+      auto net = std::make_shared<Net>(false);
+      auto options = one_layer_buckets();
+      options.overlap = overlap;
+      DistributedDataParallel ddp(net, comm, options);
+      ASSERT_EQ(ddp.bucket_count(), 2u);
+      {
+        NoSyncGuard local(ddp);
+        net->forward(batch(comm.rank())).backward();
+      }
+      const auto expected = averaged_by_hand(*net, comm);
+      clear_grads(*net);
+      ddp.prepare_for_backward();
+      net->forward(batch(comm.rank())).backward();
+      ddp.finish_gradient_sync();
+      result[overlap ? 0 : 1] = grads(*net);
+      expect_bit_identical(result[overlap ? 0 : 1], expected, overlap ? "overlap" : "after");
+      EXPECT_EQ(ddp.last_sync_stats().launch_order, (std::vector<std::size_t>{0, 1}));
+      // Each bucket starts from its last gradient's hook, before backward has ended.
+      EXPECT_EQ(ddp.last_sync_stats().launched_during_backward, overlap ? 2u : 0u);
+    }
+    expect_bit_identical(result[0], result[1], "overlap vs after backward");
+  });
+}
+
+TEST_P(DdpTest, BucketsLaunchInIndexOrderOnEveryRankWhateverOrderTheyFill) {
+  // Rank 1 computes a(b(x)): its bucket 1 (layer a) fills first. Launched first, it would
+  // be summed with rank 0's bucket 0 (same size), and the averages would be wrong.
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(false);
+    DistributedDataParallel ddp(net, comm, one_layer_buckets());
+    const bool a_first = comm.rank() == 0;
+    {
+      NoSyncGuard local(ddp);
+      net->forward(batch(comm.rank()), a_first).backward();
+    }
+    const auto expected = averaged_by_hand(*net, comm);
+    clear_grads(*net);
+    net->forward(batch(comm.rank()), a_first).backward();
+    ddp.finish_gradient_sync();
+    expect_bit_identical(grads(*net), expected, "averaged");
+    EXPECT_EQ(ddp.last_sync_stats().launch_order, (std::vector<std::size_t>{0, 1}));
+  });
+}
+
+TEST_P(DdpTest, UnusedParametersFailNamingThemAndSuggestingTheOption) {
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(true);
+    DistributedDataParallel ddp(net, comm, one_layer_buckets());
+    ddp.prepare_for_backward();
+    net->forward(batch(comm.rank())).backward();
+    try {
+      ddp.finish_gradient_sync();
+      ADD_FAILURE() << "no error for the unused layer";
+    } catch (const ddprun::ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "2 trainable parameter(s) got no gradient in this backward pass: spare.weight, "
+                "spare.bias");
+      EXPECT_NE(e.hint().find("runtime.find_unused_parameters"), std::string::npos);
+    }
+    // The next step starts clean.
+    ddp.prepare_for_backward();
+    net->forward(batch(comm.rank()), true, true).backward();
+    EXPECT_NO_THROW(ddp.finish_gradient_sync());
+  });
+}
+
+TEST_P(DdpTest, WithFindUnusedParametersMissingGradientsCountAsZeroAndRanksStillAgree) {
+  // Only rank 0 uses the spare layer (bucket 0): rank 1 must still take part in its
+  // all-reduce, with zeros, or rank 0 would wait forever.
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(true);
+    auto options = one_layer_buckets();
+    options.find_unused_parameters = true;
+    DistributedDataParallel ddp(net, comm, options);
+    const bool use_spare = comm.rank() == 0;
+    {
+      NoSyncGuard local(ddp);
+      net->forward(batch(comm.rank()), true, use_spare).backward();
+    }
+    const auto expected = averaged_by_hand(*net, comm);
+    clear_grads(*net);
+    net->forward(batch(comm.rank()), true, use_spare).backward();
+    ddp.finish_gradient_sync();
+    expect_bit_identical(grads(*net), expected, "averaged");
+    EXPECT_TRUE(net->spare->weight.grad().defined());
+    const std::vector<std::string> unused =
+        use_spare ? std::vector<std::string>{}
+                  : std::vector<std::string>{"spare.weight", "spare.bias"};
+    EXPECT_EQ(ddp.last_sync_stats().unused_parameters, unused);
+    EXPECT_EQ(ddp.last_sync_stats().launch_order, (std::vector<std::size_t>{0, 1, 2}));
+  });
+}
+
+TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(false);
+    DistributedDataParallel ddp(net, comm, one_layer_buckets());
+    {
+      NoSyncGuard local(ddp);
+      for (int micro = 0; micro < 3; ++micro) net->forward(batch(comm.rank(), micro)).backward();
+    }
+    const auto expected = averaged_by_hand(*net, comm);
+    clear_grads(*net);
+
+    {
+      NoSyncGuard local(ddp);
+      for (int micro = 0; micro < 2; ++micro) net->forward(batch(comm.rank(), micro)).backward();
+    }
+    // Not averaged yet: the two ranks' gradients still differ.
+    auto local = net->a->weight.grad().clone();
+    auto sum = local.clone();
+    comm.allreduce(sum);
+    EXPECT_FALSE(torch::equal(sum, local * 2));
+    net->forward(batch(comm.rank(), 2)).backward();
+    ddp.finish_gradient_sync();
+    expect_bit_identical(grads(*net), expected, "sum of three micro-batches, averaged");
+  });
+}
+
+TEST_P(DdpTest, TwoBackwardPassesInOneSyncedStepAreAnError) {
+  run(1, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(false);
+    DistributedDataParallel ddp(net, comm);
+    net->forward(batch(0)).backward();
+    net->forward(batch(0)).backward();
+    EXPECT_THROW(ddp.finish_gradient_sync(), ddprun::UsageError);
+    net->forward(batch(0)).backward();
+    EXPECT_NO_THROW(ddp.finish_gradient_sync());
+  });
+}
+
+}  // namespace
+}  // namespace ddprun::worker

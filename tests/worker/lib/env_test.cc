@@ -1,0 +1,105 @@
+#include "ddprun/worker/env.h"
+
+#include <gtest/gtest.h>
+
+#include "ddprun/worker/errors.h"
+
+namespace ddprun::worker {
+namespace {
+
+Environment full_env() {
+  return {{"RANK", "3"},
+          {"LOCAL_RANK", "1"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"GROUP_RANK", "1"},
+          {"MASTER_ADDR", "node0"},
+          {"MASTER_PORT", "29500"},
+          {"TORCHELASTIC_RUN_ID", "abc"},
+          {"TORCHELASTIC_RESTART_COUNT", "2"},
+          {"TORCHELASTIC_ERROR_FILE", "/tmp/e.json"},
+          {"OMP_NUM_THREADS", "1"},
+          {"PATH", "/usr/bin"}};
+}
+
+std::string error_of(const Environment& env) {
+  try {
+    read_worker_env(env);
+  } catch (const EnvError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(EnvTest, ReadsTheWholeContract) {
+  const WorkerEnv w = read_worker_env(full_env());
+  EXPECT_FALSE(w.standalone);
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.world_size, 4);
+  EXPECT_EQ(w.local_world_size, 2);
+  EXPECT_EQ(w.group_rank, 1);
+  EXPECT_EQ(w.master_addr, "node0");
+  EXPECT_EQ(w.master_port, 29500);
+  EXPECT_EQ(w.run_id, "abc");
+  EXPECT_EQ(w.restart_count, 2);
+  EXPECT_EQ(w.error_file, "/tmp/e.json");
+  EXPECT_EQ(w.omp_num_threads, 1);
+}
+
+TEST(EnvTest, NoRankVariablesMeansAStandaloneWorldOfOne) {
+  const WorkerEnv w = read_worker_env({{"PATH", "/usr/bin"}, {"TORCHELASTIC_ERROR_FILE", "e"}});
+  EXPECT_TRUE(w.standalone);
+  EXPECT_EQ(w.rank, 0);
+  EXPECT_EQ(w.world_size, 1);
+  EXPECT_EQ(w.master_addr, "127.0.0.1");
+  EXPECT_EQ(w.master_port, 0);
+  EXPECT_EQ(w.error_file, "e");
+}
+
+TEST(EnvTest, ErrorsNameTheVariable) {
+  auto env = full_env();
+  env.erase("WORLD_SIZE");
+  EXPECT_EQ(error_of(env), "WORLD_SIZE is not set but other launcher variables are");
+
+  env = full_env();
+  env["RANK"] = "4";
+  EXPECT_EQ(error_of(env), "RANK=4 is out of range 0..3");
+
+  env = full_env();
+  env["MASTER_PORT"] = "29x";
+  EXPECT_EQ(error_of(env), "MASTER_PORT='29x' is not an integer");
+
+  env = full_env();
+  env["MASTER_PORT"] = "70000";
+  EXPECT_EQ(error_of(env), "MASTER_PORT=70000 is out of range 1..65535");
+
+  env = full_env();
+  env.erase("MASTER_ADDR");
+  EXPECT_EQ(error_of(env), "MASTER_ADDR is not set but RANK is");
+
+  EXPECT_EQ(error_of({{"LOCAL_RANK", "0"}}),
+            "WORLD_SIZE is not set but other launcher variables are");
+}
+
+TEST(EnvTest, OptionalVariablesDefaultLikeTorchrun) {
+  const WorkerEnv w = read_worker_env(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "5"}});
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.local_world_size, 2);
+  EXPECT_EQ(w.restart_count, 0);
+  EXPECT_EQ(w.run_id, "standalone");
+  EXPECT_FALSE(w.omp_num_threads.has_value());
+}
+
+TEST(EnvTest, SnapshotSplitsAtTheFirstEquals) {
+  char a[] = "A=b=c";
+  char b[] = "EMPTY=";
+  char* envp[] = {a, b, nullptr};
+  const Environment env = ddprun::snapshot_environment(envp);
+  EXPECT_EQ(env.at("A"), "b=c");
+  EXPECT_EQ(env.at("EMPTY"), "");
+}
+
+}  // namespace
+}  // namespace ddprun::worker

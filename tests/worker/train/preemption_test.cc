@@ -1,0 +1,332 @@
+// Preemption, crash consistency and hung peers with real ddp-train processes: two ranks on
+// gloo, started directly (so that the test knows every pid and every exit status), on the
+// toy model. Every wait is for a line a worker prints or for a process to end; nothing
+// sleeps to synchronise, and no timing is asserted.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "ddprun/contract/errors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A bound on every wait, so that a broken worker fails the test instead of hanging it.
+constexpr auto kPatience = std::chrono::seconds(90);
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// N ddp-train ranks with one shared output pipe. The destructor SIGKILLs (and SIGCONTs)
+// whatever still runs, so a failing test leaves no process behind.
+class Job {
+ public:
+  Job(int world, const std::vector<std::string>& args, const fs::path& dir) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    read_fd_ = fds[0];
+    const std::string port = std::to_string(free_port());
+    for (int rank = 0; rank < world; ++rank) {
+      std::vector<std::string> env = {
+          "RANK=" + std::to_string(rank),
+          "LOCAL_RANK=" + std::to_string(rank),
+          "WORLD_SIZE=" + std::to_string(world),
+          "LOCAL_WORLD_SIZE=" + std::to_string(world),
+          "MASTER_ADDR=127.0.0.1",
+          "MASTER_PORT=" + port,
+          "OMP_NUM_THREADS=1",
+          "TORCHELASTIC_ERROR_FILE=" +
+              (dir / ("rank" + std::to_string(rank) + ".error.json")).string(),
+          "PATH=/usr/bin:/bin"};
+      std::vector<std::string> argv = {DDP_TRAIN_BIN};
+      argv.insert(argv.end(), args.begin(), args.end());
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::dup2(fds[1], STDOUT_FILENO);
+        ::dup2(fds[1], STDERR_FILENO);
+        std::vector<char*> a, e;
+        for (auto& s : argv) a.push_back(s.data());
+        for (auto& s : env) e.push_back(s.data());
+        a.push_back(nullptr);
+        e.push_back(nullptr);
+        ::execve(a[0], a.data(), e.data());
+        ::_exit(127);
+      }
+      pids_.push_back(pid);
+      status_.push_back(-1);
+    }
+    ::close(fds[1]);
+  }
+
+  ~Job() {
+    for (std::size_t i = 0; i < pids_.size(); ++i) {
+      if (status_[i] != -1) continue;
+      ::kill(pids_[i], SIGKILL);
+      ::kill(pids_[i], SIGCONT);
+      ::waitpid(pids_[i], nullptr, 0);
+    }
+    ::close(read_fd_);
+  }
+
+  pid_t pid(int rank) const { return pids_[static_cast<std::size_t>(rank)]; }
+  const std::string& output() const { return output_; }
+
+  // Reads output until it contains `pattern` (regex) `count` times; false at EOF or after
+  // kPatience.
+  bool wait_for(const std::string& pattern, int count = 1) {
+    const std::regex re(pattern);
+    const auto deadline = std::chrono::steady_clock::now() + kPatience;
+    for (;;) {
+      const auto begin = std::sregex_iterator(output_.begin(), output_.end(), re);
+      if (std::distance(begin, std::sregex_iterator()) >= count) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return false;
+    }
+  }
+
+  // Waits for rank `rank` to end: its exit code, or 128 + signal.
+  int wait(int rank) {
+    const auto i = static_cast<std::size_t>(rank);
+    if (status_[i] == -1) {
+      int status = 0;
+      // Output is drained meanwhile: a full pipe must not block the worker.
+      while (::waitpid(pids_[i], &status, WNOHANG) == 0) read_some(100);
+      status_[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return status_[i];
+  }
+
+  void drain() {
+    while (read_some(2000)) {
+    }
+  }
+
+ private:
+  bool read_some(int timeout_ms) {
+    pollfd p{read_fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    char buffer[4096];
+    const ssize_t n = ::read(read_fd_, buffer, sizeof buffer);
+    if (n <= 0) return false;
+    output_.append(buffer, static_cast<std::size_t>(n));
+    return true;
+  }
+
+  int read_fd_ = -1;
+  std::vector<pid_t> pids_;
+  std::vector<int> status_;
+  std::string output_;
+};
+
+class PreemptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ddprun-preempt-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // The toy config (3 epochs of 10 steps on 2 ranks) with `extra` merged in, as a file.
+  std::string config(const std::string& name, const json& extra) const {
+    json c = json::parse(R"({
+      "model": {"name": "toy"},
+      "data": {"name": "synthetic", "synthetic_train": 160, "synthetic_test": 64},
+      "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+      "train": {"epochs": 3, "batch_size_per_rank": 8, "seed": 11, "loss": "mse"},
+      "runtime": {"threads": 1, "backend": "gloo", "timeout_s": 60},
+      "progress": {"quiet": true}
+    })");
+    c.merge_patch(extra);
+    const std::string file = path(name);
+    std::ofstream(file) << c.dump(2);
+    return file;
+  }
+
+  static json read_json(const std::string& file) {
+    std::ifstream in(file);
+    return json::parse(in);
+  }
+
+  static std::string read_text(const std::string& file) {
+    std::ifstream in(file);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  // Runs to the end (expecting exit 0 from both ranks) and returns the final parameters.
+  json run_to_end(const std::string& config_file, const std::string& tag) {
+    const std::string params = path(tag + ".params.json");
+    Job job(2, {"--config", config_file, "--final-params", params}, dir_);
+    EXPECT_EQ(job.wait(0), 0) << job.output();
+    EXPECT_EQ(job.wait(1), 0) << job.output();
+    return fs::exists(params) ? read_json(params)["params"] : json();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PreemptionTest, SigtermAtSeededRandomStepsStopsWith75AndResumesBitIdentical) {
+  const json straight = run_to_end(config("straight.json", json::object()), "straight");
+  ASSERT_FALSE(straight.is_null());
+  std::mt19937 rng(20261122);
+  // A seeded random step, one that ends mid-epoch, one whose stop ends an epoch (10).
+  const std::int64_t random_step = std::uniform_int_distribution<std::int64_t>(1, 27)(rng);
+  for (const std::int64_t hold : {random_step, std::int64_t{13}, std::int64_t{9}}) {
+    SCOPED_TRACE("SIGTERM while held after step " + std::to_string(hold));
+    const std::string ckpt = path("ckpt-" + std::to_string(hold));
+    const std::string cfg = config("held.json", {{"checkpoint", {{"dir", ckpt}}},
+                                                 {"diagnostics", {{"hold_after_step", hold}}},
+                                                 {"preemption", {{"check_every_steps", 1}}}});
+    {
+      Job job(2, {"--config", cfg}, dir_);
+      ASSERT_TRUE(job.wait_for("holding after step " + std::to_string(hold), 2)) << job.output();
+      // What ddprun does on SIGTERM: each worker gets it.
+      ::kill(job.pid(0), SIGTERM);
+      ::kill(job.pid(1), SIGTERM);
+      EXPECT_EQ(job.wait(0), ddprun::kExitPreempted) << job.output();
+      EXPECT_EQ(job.wait(1), ddprun::kExitPreempted) << job.output();
+      job.drain();
+      // The held step's check had passed: the ranks agree on the next one.
+      const std::int64_t stop = hold + 1;
+      EXPECT_NE(job.output().find("stopping after step " + std::to_string(stop) + " (epoch " +
+                                  std::to_string(stop / 10 + 1) + ", batch " +
+                                  std::to_string(stop % 10) + ") on a preemption notice (SIGTERM)"),
+                std::string::npos)
+          << job.output();
+      char name[32];
+      std::snprintf(name, sizeof name, "ckpt-%08lld.pt", static_cast<long long>(stop));
+      EXPECT_EQ(read_text(ckpt + "/latest").substr(0, 16), name);
+    }
+    const json resumed = run_to_end(config("resume.json", {{"checkpoint", {{"dir", ckpt}}}}),
+                                    "resumed-" + std::to_string(hold));
+    EXPECT_EQ(resumed, straight) << "final parameters differ after a stop at step " << hold + 1;
+  }
+}
+
+TEST_F(PreemptionTest, ANoticeToOneRankStopsEveryRankAtTheSameStep) {
+  // Default preemption settings (auto interval); SIGUSR1 reaches rank 1 only, once epoch 1
+  // of 200 is reported (the run is far from its end then).
+  const std::string ckpt = path("ckpt");
+  const std::string cfg =
+      config("long.json", {{"checkpoint", {{"dir", ckpt}}}, {"train", {{"epochs", 200}}}});
+  Job job(2, {"--config", cfg}, dir_);
+  ASSERT_TRUE(job.wait_for("epoch 1/200")) << job.output();
+  ::kill(job.pid(1), SIGUSR1);
+  EXPECT_EQ(job.wait(0), ddprun::kExitPreempted) << job.output();
+  EXPECT_EQ(job.wait(1), ddprun::kExitPreempted) << job.output();
+  job.drain();
+  std::smatch m;
+  const std::string out = job.output();
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          R"(stopping after step ([0-9]+) .* on a preemption notice \(received by another rank\))")))
+      << out;
+  EXPECT_LT(std::stoll(m[1]), 2000);  // not the end of training
+  EXPECT_EQ(read_text(ckpt + "/latest").substr(0, 16),
+            "ckpt-" + std::string(8 - m[1].str().size(), '0') + m[1].str() + ".pt");
+}
+
+TEST_F(PreemptionTest, KillNineInsideACheckpointWriteResumesFromThePreviousOne) {
+  const json straight = run_to_end(config("straight.json", json::object()), "straight");
+  const std::string ckpt = path("ckpt");
+  const std::string cfg =
+      config("held.json", {{"checkpoint", {{"dir", ckpt}, {"interval_steps", 5}}},
+                           {"diagnostics", {{"hold_checkpoint_write_at_step", 15}}}});
+  {
+    Job job(2, {"--config", cfg}, dir_);
+    ASSERT_TRUE(job.wait_for(R"(holding checkpoint write \S+ before its rename)")) << job.output();
+    std::smatch m;
+    const std::string out = job.output();
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(holding checkpoint write (\S+) before)")));
+    EXPECT_TRUE(fs::exists(m[1].str())) << "the temporary file is written before the hold";
+    ::kill(job.pid(0), SIGKILL);
+    EXPECT_EQ(job.wait(0), 128 + SIGKILL);
+    EXPECT_NE(job.wait(1), 0) << job.output();  // its collective fails; it does not hang
+    EXPECT_EQ(read_text(ckpt + "/latest").substr(0, 16), "ckpt-00000010.pt");
+    EXPECT_FALSE(fs::exists(ckpt + "/ckpt-00000015.pt"));
+  }
+  const json resumed = run_to_end(
+      config("resume.json", {{"checkpoint", {{"dir", ckpt}, {"interval_steps", 5}}}}), "resumed");
+  EXPECT_EQ(resumed, straight);
+  for (const auto& e : fs::directory_iterator(ckpt)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << "leftover " << e.path();
+  }
+}
+
+TEST_F(PreemptionTest, AStoppedRankIsNamedWhenACollectiveTimesOut) {
+  const std::string cfg =
+      config("stuck.json", {{"runtime", {{"timeout_s", 3}, {"unresponsive_wait_s", 1}}},
+                            {"diagnostics", {{"hold_after_step", 5}}},
+                            {"preemption", {{"check_every_steps", 1}}}});
+  Job job(2, {"--config", cfg}, dir_);
+  ASSERT_TRUE(job.wait_for("holding after step 5", 2)) << job.output();
+  ::kill(job.pid(1), SIGSTOP);
+  ::kill(job.pid(0), SIGUSR1);  // releases rank 0 into step 6, which needs rank 1
+  EXPECT_EQ(job.wait(0), 1) << job.output();
+  ::kill(job.pid(1), SIGKILL);
+  ::kill(job.pid(1), SIGCONT);
+  job.wait(1);
+  job.drain();
+  EXPECT_NE(job.output().find("failed on rank 0: rank 1 did not respond within 1.0 s"),
+            std::string::npos)
+      << job.output();
+  const json report = read_json(path("rank0.error.json"));
+  EXPECT_NE(report["message"]["message"].get<std::string>().find("rank 1 did not respond"),
+            std::string::npos)
+      << report.dump();
+}
+
+TEST_F(PreemptionTest, ResumingWithAnotherWorldSizeIsRefusedOnEveryRank) {
+  const std::string ckpt = path("ckpt");
+  const std::string cfg =
+      config("short.json", {{"checkpoint", {{"dir", ckpt}}}, {"train", {{"max_steps", 4}}}});
+  {
+    Job one(1, {"--config", cfg}, dir_);
+    ASSERT_EQ(one.wait(0), 0) << one.output();
+  }
+  Job two(2, {"--config", cfg}, dir_);
+  EXPECT_EQ(two.wait(0), 1);
+  EXPECT_EQ(two.wait(1), 1);
+  two.drain();
+  EXPECT_NE(two.output().find("was written by a job of 1 ranks; this one has 2"), std::string::npos)
+      << two.output();
+}
+
+}  // namespace

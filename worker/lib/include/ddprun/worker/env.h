@@ -1,0 +1,38 @@
+#pragma once
+// Reading the launcher's environment contract (docs/environment.md). No LibTorch.
+// main() takes one snapshot of the environment (snapshot_environment); nothing below it
+// calls getenv.
+
+#include <optional>
+#include <string>
+
+#include "ddprun/contract/environment.h"
+
+namespace ddprun::worker {
+
+// Where this worker sits in the job.
+struct WorkerEnv {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: standalone, the store picks a free port
+  std::string run_id = "standalone";
+  int restart_count = 0;
+  std::string error_file;              // empty: none
+  std::optional<int> omp_num_threads;  // OMP_NUM_THREADS when set
+  std::string gloo_socket_ifname;      // GLOO_SOCKET_IFNAME when set
+  bool standalone = false;             // no rank variable was set
+  bool stdout_is_terminal = false;     // DDPRUN_STDOUT_TTY=1, or standalone on a terminal
+};
+
+// Reads the contract in one place. When none of RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT is set, returns a world of one
+// (standalone). Otherwise RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required and
+// the rest default as torchrun's would. Throws EnvError naming the variable when one is
+// missing, not an integer, or out of range (e.g. RANK >= WORLD_SIZE).
+WorkerEnv read_worker_env(const Environment& env);
+
+}  // namespace ddprun::worker

@@ -1,0 +1,92 @@
+#include "ddprun/worker/env.h"
+
+#include <array>
+#include <limits>
+
+#include "ddprun/common/parse_int.h"
+#include "ddprun/contract/env_names.h"
+
+#include "ddprun/worker/errors.h"
+
+namespace ddprun::worker {
+namespace {
+
+const std::string* find(const Environment& env, const char* name) {
+  const auto it = env.find(name);
+  return it == env.end() ? nullptr : &it->second;
+}
+
+int int_in_range(const std::string& value, const char* name, int min, int max) {
+  const std::optional<int> parsed = parse_int(value);
+  if (!parsed) {
+    throw EnvError(std::string(name) + "='" + value + "' is not an integer",
+                   "the launcher (ddprun, torchrun) sets it; unset it to run standalone");
+  }
+  const int out = *parsed;
+  if (out < min || out > max) {
+    throw EnvError(std::string(name) + "=" + value + " is out of range " + std::to_string(min) +
+                   ".." + std::to_string(max));
+  }
+  return out;
+}
+
+int required_int(const Environment& env, const char* name, int min, int max) {
+  const std::string* value = find(env, name);
+  if (value == nullptr) {
+    throw EnvError(std::string(name) + " is not set but other launcher variables are",
+                   "start the worker with ddprun or torchrun, or unset them all to run "
+                   "standalone");
+  }
+  return int_in_range(*value, name, min, max);
+}
+
+int optional_int(const Environment& env, const char* name, int fallback, int min, int max) {
+  const std::string* value = find(env, name);
+  return value == nullptr ? fallback : int_in_range(*value, name, min, max);
+}
+
+}  // namespace
+
+WorkerEnv read_worker_env(const Environment& env) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  WorkerEnv out;
+
+  if (const auto* v = find(env, ddprun::env::kRunId); v != nullptr && !v->empty()) out.run_id = *v;
+  out.restart_count = optional_int(env, ddprun::env::kRestartCount, 0, 0, kMaxInt);
+  if (const auto* v = find(env, ddprun::env::kErrorFile)) out.error_file = *v;
+  if (const auto* v = find(env, ddprun::env::kOmpNumThreads); v != nullptr && !v->empty()) {
+    out.omp_num_threads = int_in_range(*v, ddprun::env::kOmpNumThreads, 1, 4096);
+  }
+  if (const auto* v = find(env, ddprun::env::kGlooSocketIfname)) out.gloo_socket_ifname = *v;
+  if (const auto* v = find(env, ddprun::env::kDdprunStdoutTty)) out.stdout_is_terminal = *v == "1";
+
+  const std::array placement = {ddprun::env::kRank,      ddprun::env::kLocalRank,
+                                ddprun::env::kWorldSize, ddprun::env::kLocalWorldSize,
+                                ddprun::env::kGroupRank, ddprun::env::kMasterAddr,
+                                ddprun::env::kMasterPort};
+  bool any = false;
+  for (const char* name : placement) any = any || find(env, name) != nullptr;
+  if (!any) {
+    out.standalone = true;
+    return out;
+  }
+
+  out.world_size = required_int(env, ddprun::env::kWorldSize, 1, kMaxInt);
+  out.rank = required_int(env, ddprun::env::kRank, 0, out.world_size - 1);
+  out.local_world_size =
+      optional_int(env, ddprun::env::kLocalWorldSize, out.world_size, 1, out.world_size);
+  out.local_rank = optional_int(env, ddprun::env::kLocalRank, out.rank % out.local_world_size, 0,
+                                out.local_world_size - 1);
+  out.group_rank = optional_int(env, ddprun::env::kGroupRank, 0, 0, kMaxInt);
+  const std::string* addr = find(env, ddprun::env::kMasterAddr);
+  if (addr == nullptr || addr->empty()) {
+    throw EnvError(
+        std::string(ddprun::env::kMasterAddr) + " is not set but " + ddprun::env::kRank + " is",
+        "start the worker with ddprun or torchrun");
+  }
+  out.master_addr = *addr;
+  out.master_port = required_int(env, ddprun::env::kMasterPort, 1, 65535);
+  return out;
+}
+
+}  // namespace ddprun::worker
