@@ -20,7 +20,7 @@ Cluster read_kubeflow(const ReaderInput& input) {
   const Environment& env = input.env;
   Cluster cluster;
   cluster.scheduler = "kubeflow";
-  const std::optional<EnvEntry> nnodes = first_set(env, {"PET_NNODES", "WORLD_SIZE"});
+  const std::optional<EnvEntry> nnodes = first_set(env, {"PET_NNODES", ddprun::env::kWorldSize});
   if (!nnodes)
     throw SchedulerEnvError(env_missing_message("PET_NNODES", "expected it or WORLD_SIZE"));
   note(cluster, *nnodes);
@@ -28,7 +28,7 @@ Cluster read_kubeflow(const ReaderInput& input) {
   if (count < 1 || count > (1 << 20)) {
     throw SchedulerEnvError(env_message(nnodes->name, nnodes->value, "expected 1 or more nodes"));
   }
-  const std::string rank_name = nnodes->name == "PET_NNODES" ? "PET_NODE_RANK" : "RANK";
+  const std::string rank_name = nnodes->name == "PET_NNODES" ? "PET_NODE_RANK" : ddprun::env::kRank;
   const std::optional<EnvEntry> rank = first_set(env, {rank_name});
   if (!rank) throw SchedulerEnvError(env_missing_message(rank_name, "expected this node's index"));
   note(cluster, *rank);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
 #include "host_facts.h"
 #include "rank_environment.h"
@@ -25,7 +26,8 @@ constexpr std::array<std::string_view, 7> kForwardedNames = {
 constexpr std::array<std::string_view, 10> kForwardedPrefixes = {
     "CUDA_", "NCCL_", "OMP_", "OPENBLAS_", "MKL_", "GLOO_", "TORCH_", "PYTORCH_", "UCX_", "FI_"};
 // Per-node by nature: each node's scheduler or administrator sets its own.
-constexpr std::array<std::string_view, 2> kNeverForwarded = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES"};
+constexpr std::array<std::string_view, 2> kNeverForwarded = {env::kCudaVisibleDevices,
+                                                             "OMP_PLACES"};
 
 bool valid_variable_name(std::string_view name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front())) != 0) return false;

@@ -1,7 +1,8 @@
 #pragma once
-// The launch plan: one entry per rank of the whole job (host, ranks, environment, log
-// paths), built by a pure function of the cluster description and the options. The
-// supervisor only executes the part of it that belongs to this node; --dry-run prints it.
+// The launch plan: one entry per rank of the whole job (host, ranks, log and error file
+// paths), built by a pure function of the cluster description and the options. Each
+// rank's environment is computed from it when needed (rank_environment.h). A round starts
+// only the part of it that belongs to this node (round_setup.h); --dry-run prints it.
 
 #include <string>
 #include <utility>
@@ -62,8 +63,8 @@ struct LaunchPlan {
 // head that starts an agent on every node (docs/multinode.md).
 enum class LauncherKind { kLocal, kSsh, kMpirun, kSrun };
 
-// Everything build_plan needs beyond the options; resolved by main() (which may need
-// syscalls for it) so that build_plan stays pure.
+// Everything build_plan needs beyond the options; resolved beforehand (job_inputs.h, with
+// the system calls passed in) so that build_plan stays pure.
 struct PlanInputs {
   Cluster cluster;
   HostFacts host;

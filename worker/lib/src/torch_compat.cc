@@ -26,11 +26,6 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
-std::uint16_t tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store) {
-  const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store.get());
-  return tcp == nullptr ? 0 : tcp->getPort();
-}
-
 c10::intrusive_ptr<c10d::Store> make_prefix_store(const std::string& prefix,
                                                   c10::intrusive_ptr<c10d::Store> store) {
   return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));

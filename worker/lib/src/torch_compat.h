@@ -42,9 +42,6 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
                                                bool is_server, int world_size,
                                                std::chrono::milliseconds timeout);
 
-// The port a TCPStore made by make_tcp_store listens on or connects to.
-std::uint16_t tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store);
-
 // `prefix`/key for every key of `store`.
 c10::intrusive_ptr<c10d::Store> make_prefix_store(const std::string& prefix,
                                                   c10::intrusive_ptr<c10d::Store> store);
