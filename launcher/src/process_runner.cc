@@ -11,7 +11,7 @@ namespace ddprun {
 
 ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, ProcessRunnerConfig config)
     : signals_(signals), guardian_(guardian), config_(config) {
-  end_round();
+  start_fresh();
   events_.output = [this](std::size_t child, bool is_stderr, std::string_view data) {
     relay_->feed(child, is_stderr, data);
   };
@@ -34,6 +34,10 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
 }
 
 void ProcessRunner::end_round() {
+  start_fresh();
+}
+
+void ProcessRunner::start_fresh() {
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
   relay_ = std::make_unique<OutputRelay>(config_.relay);
   is_agent_.clear();

@@ -39,6 +39,7 @@ class ProcessRunner : public Runner {
   void end_round() override;
 
  private:
+  void start_fresh();  // a new child set and relay: children number from 0 again
   void read_head();
 
   SignalChannel& signals_;
