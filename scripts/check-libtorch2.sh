@@ -50,9 +50,25 @@ set -- -o "Dir::Etc::sourcelist=$dir/etc/sources.list" -o "Dir::Etc::sourceparts
   -o "APT::Architecture=$(dpkg --print-architecture)" -o "Debug::NoLocking=1" \
   -o "APT::Sandbox::User=root" -o "Acquire::Languages=none"
 
+# Runs apt-get with the private configuration. Exits 100 (test.sh turns that into a warning)
+# only when the mirror cannot be reached at all; any other apt failure fails the check.
+apt_get() {
+  if out=$(apt-get "$@" 2>&1); then
+    [ -z "$out" ] || printf '%s\n' "$out"
+    return 0
+  fi
+  printf '%s\n' "$out" >&2
+  if printf '%s' "$out" | grep -qE 'Could not resolve|Temporary failure resolving|Could not connect|Connection timed out|Network is unreachable|No route to host|Connection refused'; then
+    echo "check-libtorch2: the mirror $mirror cannot be reached" >&2
+    exit 100
+  fi
+  echo "check-libtorch2: apt-get $* failed (the mirror answered)" >&2
+  exit 1
+}
+
 start=$(date +%s)
 echo "check-libtorch2: $suite from $mirror into $dir"
-apt-get "$@" -qq update
+apt_get "$@" -qq update
 version=$(apt-cache "$@" policy libtorch-dev | sed -n 's/^ *Candidate: //p')
 case "$version" in
   "" | "(none)")
@@ -63,7 +79,7 @@ esac
 root=$dir/root-$version
 if [ ! -f "$root/.complete" ]; then
   rm -rf "$dir/debs"/*.deb "$dir"/root-*
-  (cd "$dir/debs" && apt-get "$@" -qq download libtorch-dev libgloo-dev)
+  (cd "$dir/debs" && apt_get "$@" -qq download libtorch-dev libgloo-dev)
   mkdir -p "$root"
   for deb in "$dir/debs"/*.deb; do dpkg-deb -x "$deb" "$root"; done
   touch "$root/.complete"

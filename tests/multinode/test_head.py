@@ -9,7 +9,7 @@
 
   PYTHONPATH=tests tests/multinode/test_head.py -n N --ddprun BIN --ddp-train BIN \
       --config JSON --source DIR
-Exit 77: skipped (not root, no namespaces).
+Exit 77: skipped (not root, no namespaces); under CI=true that is a failure (exit 1).
 """
 import argparse
 import json
@@ -21,10 +21,9 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster import Cluster, SkipTest, kill_and_wait  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
 from simcluster.procs import all_pids, cmdline  # noqa: E402
 
-SKIP = 77
 
 # Rank 1 fails in round 0 only when DDPC_FAIL_ROUND0 is set; otherwise the worker trains.
 WORKER_SH = r"""#!/bin/sh
@@ -48,8 +47,7 @@ def main():
     try:
         Cluster.check_possible()
     except SkipTest as e:
-        print(f"SKIP: {e}")
-        return SKIP
+        return skip_exit_code(e)
     failures, result = [], {"nodes": a.n}
     cluster = Cluster(a.n)
     try:
@@ -146,8 +144,7 @@ def main():
             failures.append(f"restart: processes left: {left}")
             kill_and_wait([p for p, _ in left])
     except SkipTest as e:
-        print(f"SKIP: {e}")
-        return SKIP
+        return skip_exit_code(e)
     finally:
         cluster.stop()
     print("RESULT " + json.dumps(result))

@@ -7,7 +7,8 @@
 CASE: mpirun | ssh | slurm | sge | pbs (emulated by Slurm). Each case runs twice on one cluster: (1) training succeeds on
 all ranks; (2) one rank's worker exits 3 mid-training, and the job must end on every node
 with a non-zero exit and no process of the run left anywhere (scanned in /proc by a
-marker). Prints one `RESULT` JSON line with the measured times. Exit 77: skipped.
+marker). Prints one `RESULT` JSON line with the measured times. Exit 77: skipped (under
+CI=true: a failure, exit 1).
 """
 
 import argparse
@@ -21,10 +22,9 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster import Cluster, SkipTest, kill_and_wait, pbs  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code, pbs  # noqa: E402 (tests/ on PYTHONPATH)
 from simcluster.procs import parent_pid  # noqa: E402
 
-SKIP = 77
 
 # The worker every rank runs. The rank named by DDPC_FAIL_RANK trains too, then exits 3
 # after DDPC_FAIL_AFTER seconds (ddprun kills its ddp-train with the process group) and
@@ -303,8 +303,7 @@ def main():
     try:
         Cluster.check_possible()
     except SkipTest as e:
-        print(f"SKIP: {e}")
-        return SKIP
+        return skip_exit_code(e)
     result = {"case": a.case, "nodes": a.n, "nproc_per_node": a.nproc}
     failures = []
     cluster = Cluster(a.n, keep=a.keep)
@@ -360,9 +359,8 @@ def main():
                 except OSError:
                     failures.append("failure run: the injected failure never happened")
     except SkipTest as e:
-        print(f"SKIP: {e}")
         cluster.stop()
-        return SKIP
+        return skip_exit_code(e)
     finally:
         cluster.stop()
     result.update({k: round(v, 2) for k, v in cluster.timings.items()})

@@ -15,7 +15,7 @@ slurmctld, slurmd and munge for Slurm; gridengine-master/-exec/-client for Grid 
 """
 
 from .cluster import Cluster
-from .namespaces import SkipTest
+from .namespaces import SkipTest, skip_exit_code
 from .procs import kill_and_wait, processes_with_marker
 
-__all__ = ["Cluster", "SkipTest", "kill_and_wait", "processes_with_marker"]
+__all__ = ["Cluster", "SkipTest", "kill_and_wait", "processes_with_marker", "skip_exit_code"]
