@@ -1,0 +1,83 @@
+#include "progress.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <system_error>
+
+namespace ddprun::worker {
+namespace {
+
+double train_loss(const EpochSummary& s) {
+  return s.samples > 0 ? s.loss_sum / s.samples : 0;
+}
+double samples_per_second(const EpochSummary& s) {
+  return s.seconds > 0 ? s.samples / s.seconds : 0;
+}
+
+}  // namespace
+
+ProgressReporter::ProgressReporter(std::ostream& out, bool enabled, bool terminal,
+                                   std::int64_t log_every)
+    : out_(out), enabled_(enabled), terminal_(terminal), log_every_(log_every) {}
+
+void ProgressReporter::step(std::int64_t epoch, std::int64_t epochs, std::int64_t batch,
+                            std::int64_t batches, double loss, double samples, double seconds,
+                            int world) {
+  if (!enabled_) return;
+  const auto now = Clock::now();
+  if (terminal_) {
+    if (now - last_draw_ < std::chrono::milliseconds(200) && batch != batches) return;
+  } else if (log_every_ <= 0 || batch % log_every_ != 0) {
+    return;
+  }
+  last_draw_ = now;
+  const double rate = seconds > 0 ? samples * world / seconds : 0;
+  const double eta =
+      batch > 0 ? seconds / static_cast<double>(batch) * static_cast<double>(batches - batch) : 0;
+  std::ostringstream text;
+  text << std::fixed << "epoch " << epoch + 1 << "/" << epochs << "  step " << batch << "/"
+       << batches << "  loss " << std::setprecision(4) << loss << "  samples/s "
+       << std::setprecision(0) << rate << "  ETA " << std::setprecision(0) << eta << " s";
+  if (terminal_) {
+    out_ << '\r' << text.str() << "\033[K" << std::flush;
+    drawn_ = true;
+  } else {
+    out_ << text.str() << std::endl;
+  }
+}
+
+void ProgressReporter::end_epoch() {
+  if (drawn_) out_ << "\r\033[K" << std::flush;
+  drawn_ = false;
+}
+
+std::string epoch_line(const EpochSummary& summary) {
+  std::ostringstream line;
+  line << std::fixed << "epoch " << summary.epoch + 1 << "/" << summary.epochs << "  step "
+       << summary.step << "  train_loss " << std::setprecision(4) << train_loss(summary)
+       << "  test_accuracy " << std::setprecision(4) << summary.test_accuracy << "  samples/s "
+       << std::setprecision(0) << samples_per_second(summary);
+  return line.str();
+}
+
+std::string metrics_line(const EpochSummary& summary) {
+  const nlohmann::json j = {
+      {"epoch", summary.epoch + 1},        {"step", summary.step},
+      {"train_loss", train_loss(summary)}, {"test_accuracy", summary.test_accuracy},
+      {"test_loss", summary.test_loss},    {"samples_per_s", samples_per_second(summary)},
+      {"epoch_seconds", summary.seconds},  {"world_size", summary.world_size}};
+  return j.dump();
+}
+
+void append_metrics_line(const std::string& path, const EpochSummary& summary) {
+  std::ofstream metrics(path, std::ios::app);
+  metrics << metrics_line(summary) << "\n";
+  if (!metrics.flush()) throw std::system_error(errno, std::generic_category(), "write " + path);
+}
+
+}  // namespace ddprun::worker
