@@ -1,4 +1,36 @@
-# Sourced by the scripts: installs the given Debian packages that are missing, and only those.
+# Sourced by the scripts: which Debian packages each needs, and installing the missing ones.
+
+# The demo: build ddprun and ddp-train, train on Fashion-MNIST, draw the curves.
+demo_packages=(
+  cmake g++ make
+  libtorch-dev libgloo-dev           # LibTorch 1.13 and the gloo headers c10d needs
+  libopenblas0-pthread               # libtorch links libblas.so.3: without this, reference BLAS (~9x slower)
+  libcli11-dev nlohmann-json3-dev zlib1g-dev
+  dataset-fashion-mnist
+  gnuplot-nox python3                # scripts/plot-metrics.sh
+)
+
+# The tests, on top of the demo's.
+test_packages=(
+  googletest libgtest-dev
+  openmpi-bin libopenmpi-dev
+  python3-torch                      # torchrun-style Python scripts in the tests
+  slurm-client                       # scontrol: the ground truth for hostlist tests
+  clang-format                       # the format check
+  dpkg-dev                           # dpkg-shlibdeps, for the Debian packages' test
+  lmod                               # the modulefile's test
+)
+
+# Multi-node tests (tests/multinode, root only): namespaces, sshd, mpirun, Slurm, Grid
+# Engine. Installed without starting their services.
+daemon_packages=(
+  iproute2 util-linux                # ip (bridge, veth), unshare, nsenter
+  openssh-server openssh-client      # sshd per simulated node
+  munge slurmctld slurmd             # a private Slurm cluster (slurm-client is above)
+  gridengine-master gridengine-exec gridengine-client   # a private Grid Engine cell
+)
+
+# Installs the given Debian packages that are missing, and only those.
 ensure_packages() {
   local missing=() p
   for p in "$@"; do

@@ -1,6 +1,11 @@
 #include "output_relay.h"
 
 namespace ddprun {
+namespace {
+
+constexpr std::string_view kEraseLine = "\033[K";
+
+}  // namespace
 
 void OutputRelay::add(RelayTarget target) {
   Source& source = sources_.emplace_back();
@@ -28,7 +33,7 @@ void OutputRelay::feed(std::size_t child, bool is_stderr, std::string_view data)
   if (config_.console_is_tty && stream.to_console) {
     if (auto redraw = stream.splitter.take_redraw()) {
       // An empty redraw (only "erase line") clears the line for what comes next.
-      const bool clear_only = redraw->empty() || *redraw == "\033[K";
+      const bool clear_only = redraw->empty() || *redraw == kEraseLine;
       buffer_ = "\r" + (clear_only ? std::string() : source.prefix) + *redraw;
       write_all(is_stderr ? config_.console_stderr : config_.console_stdout, buffer_);
     }
@@ -50,10 +55,17 @@ void OutputRelay::emit(Source& source, bool is_stderr, const std::vector<std::st
       buffer_ += source.prefix;
       buffer_ += line;
     } else {
-      // The end of a line redrawn in place: back to its start, prefix, last version.
+      // The end of a line redrawn in place: back to its start, prefix, last version. An
+      // "erase line" right after the '\r' goes before the prefix, so the result does not
+      // depend on whether the erase and the line arrived in one read or two.
+      std::string_view rest = std::string_view(line).substr(cr + 1);
       buffer_ += '\r';
+      if (rest.starts_with(kEraseLine)) {
+        buffer_ += kEraseLine;
+        rest.remove_prefix(kEraseLine.size());
+      }
       buffer_ += source.prefix;
-      buffer_.append(line, cr + 1);
+      buffer_ += rest;
     }
     buffer_ += '\n';
   }
