@@ -1,7 +1,9 @@
 #include "hostfile.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "ddprun/common/parse_int.h"
 #include "ddprun/contract/errors.h"
@@ -14,100 +16,524 @@ std::string quoted(std::string_view text) {
   return "'" + std::string(text) + "'";
 }
 
+// The token classes of Open MPI 4.1's hostfile lexer (orte/util/hostfile/hostfile_lex.l),
+// reproduced by behaviour: the same text splits into the same tokens.
+enum class Tok {
+  kNewline,
+  kEnd,
+  kEqual,
+  kSlots,     // slots, count, cpu
+  kMaxSlots,  // max_slots and its eleven spellings
+  kUser,      // username, user-name, user_name
+  kPort,
+  kRank,
+  kKeyword,   // slot, boards, sockets, cores and their spellings: mpirun rejects them here
+  kRelative,  // +n0, +e, +e:2
+  kInt,
+  kString,  // [A-Za-z0-9_,:*@-]+
+  kIpv4,
+  kHostname,  // a name with dots, maybe user@ (or ^user@) before it
+  kQuoted,
+  kError,  // any other single character
+};
+
+struct Token {
+  Tok kind = Tok::kEnd;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t line = 1;
+  std::size_t column = 1;
+};
+
+struct Keyword {
+  std::string_view text;
+  Tok kind;
+};
+
+constexpr Keyword kKeywords[] = {
+    {"cpu", Tok::kSlots},
+    {"count", Tok::kSlots},
+    {"slots", Tok::kSlots},
+    {"slots-max", Tok::kMaxSlots},
+    {"slots_max", Tok::kMaxSlots},
+    {"max-slots", Tok::kMaxSlots},
+    {"max_slots", Tok::kMaxSlots},
+    {"cpu-max", Tok::kMaxSlots},
+    {"cpu_max", Tok::kMaxSlots},
+    {"max-cpu", Tok::kMaxSlots},
+    {"max_cpu", Tok::kMaxSlots},
+    {"count-max", Tok::kMaxSlots},
+    {"count_max", Tok::kMaxSlots},
+    {"max-count", Tok::kMaxSlots},
+    {"max_count", Tok::kMaxSlots},
+    {"rank", Tok::kRank},
+    {"slot", Tok::kKeyword},
+    {"username", Tok::kUser},
+    {"user-name", Tok::kUser},
+    {"user_name", Tok::kUser},
+    {"port", Tok::kPort},
+    {"boards", Tok::kKeyword},
+    {"sockets", Tok::kKeyword},
+    {"sockets_per_board", Tok::kKeyword},
+    {"sockets-per-board", Tok::kKeyword},
+    {"cores", Tok::kKeyword},
+    {"cores_per_socket", Tok::kKeyword},
+    {"cores-per-socket", Tok::kKeyword},
+};
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_alnum(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+bool is_hex(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\f' || c == '\v';
+}
+bool is_string_char(char c) {
+  return is_alnum(c) || c == '_' || c == '-' || c == ',' || c == ':' || c == '*' || c == '@';
+}
+
+// (h{0,4}:){2,}h{1,4} with h a hex digit: what Open MPI's lexer takes for an IPv6 address.
+bool is_ipv6(std::string_view text) {
+  std::size_t colons = 0;
+  std::size_t run = 0;
+  for (char c : text) {
+    if (c == ':') {
+      ++colons;
+      run = 0;
+    } else if (!is_hex(c) || ++run > 4) {
+      return false;
+    }
+  }
+  return colons >= 2 && run >= 1;
+}
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view text) : text_(text) {}
+
+  Token next() {
+    while (pos_ < text_.size() && is_blank(text_[pos_])) ++pos_;
+    Token token{Tok::kEnd, pos_, pos_, line_, pos_ - line_start_ + 1};
+    if (pos_ == text_.size()) return token;
+    const std::string_view rest = text_.substr(pos_);
+    if (rest[0] == '\n' || rest.substr(0, 2) == "\r\n") {
+      token.kind = Tok::kNewline;
+      new_line(pos_ + (rest[0] == '\n' ? 1 : 2));
+    } else if (rest[0] == '#' || rest.substr(0, 2) == "//") {
+      // Open MPI needs the newline after a comment; a last line without one is accepted.
+      const std::size_t newline = text_.find('\n', pos_);
+      token.kind = newline == std::string_view::npos ? Tok::kEnd : Tok::kNewline;
+      if (newline == std::string_view::npos) {
+        pos_ = text_.size();
+      } else {
+        new_line(newline + 1);
+      }
+    } else if (rest.substr(0, 2) == "/*") {
+      token.kind = Tok::kNewline;  // a block comment ends the line it starts on
+      const std::size_t close = text_.find("*/", pos_ + 2);
+      skip_to(close == std::string_view::npos ? text_.size() : close + 2);
+    } else if (rest[0] == '"' && rest.find('"', 1) != std::string_view::npos) {
+      token.kind = Tok::kQuoted;
+      skip_to(pos_ + rest.find('"', 1) + 1);
+    } else if (rest[0] == '=') {
+      token.kind = Tok::kEqual;
+      ++pos_;
+    } else {
+      const auto [kind, length] = longest_match(rest);
+      token.kind = kind;
+      pos_ += length;
+    }
+    token.end = pos_;
+    return token;
+  }
+
+  std::string_view text(const Token& token) const {
+    return text_.substr(token.begin, token.end - token.begin);
+  }
+  std::size_t pos() const noexcept { return pos_; }
+  void seek(std::size_t pos) { pos_ = pos; }
+
+ private:
+  void new_line(std::size_t next) {
+    pos_ = next;
+    ++line_;
+    line_start_ = next;
+  }
+
+  void skip_to(std::size_t end) {
+    for (; pos_ < end; ++pos_) {
+      if (text_[pos_] == '\n') {
+        ++line_;
+        line_start_ = pos_ + 1;
+      }
+    }
+  }
+
+  // Like flex: the longest match wins, ties go to the rule listed first.
+  static std::pair<Tok, std::size_t> longest_match(std::string_view s) {
+    std::pair<Tok, std::size_t> best{Tok::kError, 0};
+    auto consider = [&](Tok kind, std::size_t length) {
+      if (length > best.second) best = {kind, length};
+    };
+    for (const Keyword& keyword : kKeywords) {
+      if (s.substr(0, keyword.text.size()) == keyword.text)
+        consider(keyword.kind, keyword.text.size());
+    }
+    consider(Tok::kRelative, relative_length(s));
+    consider(Tok::kInt, run_length(s, 0, is_digit));
+    consider(Tok::kString, run_length(s, 0, is_string_char));
+    consider(Tok::kIpv4, with_user(s, false, ipv4_length));
+    consider(Tok::kHostname, with_user(s, true, name_length));
+    if (best.second == 0) best = {Tok::kError, 1};
+    return best;
+  }
+
+  static std::size_t run_length(std::string_view s, std::size_t from, bool (*accept)(char)) {
+    std::size_t i = from;
+    while (i < s.size() && accept(s[i])) ++i;
+    return i - from;
+  }
+
+  static std::size_t relative_length(std::string_view s) {
+    if (s.size() < 2 || s[0] != '+') return 0;
+    if (s[1] == 'n') {
+      const std::size_t digits = run_length(s, 2, is_digit);
+      return digits == 0 ? 0 : 2 + digits;
+    }
+    if (s[1] != 'e' && s[1] != 'E') return 0;
+    if (s.size() > 2 && s[2] == ':') {
+      const std::size_t digits = run_length(s, 3, is_digit);
+      if (digits > 0) return 3 + digits;
+    }
+    return 2;
+  }
+
+  static std::size_t ipv4_length(std::string_view s, std::size_t from) {
+    std::size_t i = from;
+    for (int group = 0; group < 4; ++group) {
+      const std::size_t digits = run_length(s, i, is_digit);
+      if (digits == 0 ||
+          (group < 3 && (digits > 3 || i + digits >= s.size() || s[i + digits] != '.'))) {
+        return 0;
+      }
+      i += std::min<std::size_t>(digits, 3) + (group < 3 ? 1 : 0);
+    }
+    return i - from;
+  }
+
+  static std::size_t name_length(std::string_view s, std::size_t from) {
+    if (from >= s.size() || !is_alnum(s[from])) return 0;
+    return 1 + run_length(s, from + 1,
+                          [](char c) { return is_alnum(c) || c == '_' || c == '-' || c == '.'; });
+  }
+
+  // The longest of `body` alone and `body` after "user@" ("^user@" when `caret`).
+  static std::size_t with_user(std::string_view s, bool caret,
+                               std::size_t (*body)(std::string_view, std::size_t)) {
+    std::size_t best = body(s, 0);
+    const std::size_t start = caret && !s.empty() && s[0] == '^' ? 1 : 0;
+    if (start < s.size() && is_alnum(s[start])) {
+      const std::size_t at = start + 1 + run_length(s, start + 1, [](char c) {
+                               return is_alnum(c) || c == '_' || c == '-';
+                             });
+      if (at < s.size() && s[at] == '@') {
+        const std::size_t length = body(s, at + 1);
+        if (length > 0) best = std::max(best, at + 1 + length);
+      }
+    }
+    return best;
+  }
+
+  std::string_view text_;
+  std::size_t pos_ = 0;
+  std::size_t line_ = 1;
+  std::size_t line_start_ = 0;
+};
+
+bool is_host_token(Tok kind) {
+  return kind == Tok::kInt || kind == Tok::kString || kind == Tok::kIpv4 || kind == Tok::kHostname;
+}
+
+// One node as mpirun keeps it while reading: a host named again counts one more slot,
+// and then its slots count as given.
+struct Node {
+  std::string host;
+  int slots = 1;
+  int max_slots = 0;
+  bool slots_given = false;
+};
+
+// What a line sets, applied to each of its hosts in the order written.
+struct Field {
+  Tok kind;  // kSlots or kMaxSlots
+  int value;
+  std::size_t column;
+};
+
+class HostfileParser {
+ public:
+  HostfileParser(std::string_view text, std::string_view path, std::size_t max_hosts)
+      : lexer_(text), path_(path), max_hosts_(max_hosts), text_(text) {}
+
+  std::vector<NodeSlots> parse() {
+    for (Token token = lexer_.next(); token.kind != Tok::kEnd; token = lexer_.next()) {
+      line_ = token.line;
+      if (token.kind == Tok::kNewline) continue;
+      if (token.kind == Tok::kRank) {
+        rank_line(token);
+      } else if (token.kind == Tok::kRelative) {
+        fail(token.column,
+             "relative host " + quoted(lexer_.text(token)) +
+                 " needs an earlier allocation (mpirun rejects it in a hostfile too)");
+      } else {
+        host_line(token);
+      }
+    }
+    if (nodes_.empty()) {
+      throw ConfigError(std::string(path_) +
+                        ": no hosts: expected at least one line naming a host (all lines are "
+                        "blank or comments)");
+    }
+    std::vector<NodeSlots> result;
+    for (Node& node : nodes_) result.push_back({std::move(node.host), node.slots});
+    return result;
+  }
+
+ private:
+  [[noreturn]] void fail(std::size_t column, const std::string& message) const {
+    throw ConfigError(file_message(path_, line_, column, message));
+  }
+
+  // "host [key=value | word]..." where the host may also be a Slurm hostlist or "host:N".
+  void host_line(const Token& first) {
+    const std::size_t word_end = end_of_word(first.begin);
+    const std::string_view word = text_between(first.begin, word_end);
+    std::vector<Field> fields;
+    std::vector<std::string> hosts;
+    if (is_host_token(first.kind) && first.end == word_end) {
+      hosts = host_names(word, first.kind, first.column, fields);
+    } else if (is_keyword(first.kind) && first.end == word_end) {
+      fail(first.column, quoted(word) + " is a hostfile keyword, not a host name");
+    } else {
+      check_not_ignored_by_mpirun(first, word_end);
+      hosts = hostlist_names(word, first.column, fields);
+    }
+    lexer_.seek(word_end);
+    read_fields(fields);
+    count_hosts(hosts.size());
+    for (const std::string& host : hosts) add(host, fields);
+  }
+
+  void count_hosts(std::size_t more) {
+    named_ += more;
+    if (named_ > max_hosts_) {
+      fail(1, "the hostfile names more than " + std::to_string(max_hosts_) + " hosts");
+    }
+  }
+
+  // Open MPI's rankfile lines are also read from hostfiles: "rank 0=host slot=..." names
+  // one slot on host; the rest of the line is not read.
+  void rank_line(const Token& rank) {
+    Token token = lexer_.next();
+    while (token.kind != Tok::kEqual) {
+      if (token.kind == Tok::kNewline || token.kind == Tok::kEnd) {
+        fail(rank.column, "expected 'rank N=host' on one line");
+      }
+      token = lexer_.next();
+    }
+    const Token host = lexer_.next();
+    if (!is_host_token(host.kind)) fail(host.column, "expected a host name after 'rank N='");
+    std::vector<Field> none;
+    const std::vector<std::string> names =
+        host_names(lexer_.text(host), host.kind, host.column, none, false);
+    Token rest = lexer_.next();
+    while (rest.kind != Tok::kNewline && rest.kind != Tok::kEnd) rest = lexer_.next();
+    count_hosts(1);
+    Node& node = start(names[0], host.column);
+    node.slots_given = true;
+  }
+
+  static bool is_keyword(Tok kind) {
+    return kind == Tok::kSlots || kind == Tok::kMaxSlots || kind == Tok::kUser ||
+           kind == Tok::kPort || kind == Tok::kRank || kind == Tok::kKeyword;
+  }
+
+  // A host word ends at a blank, a line end or a comment.
+  std::size_t end_of_word(std::size_t pos) const {
+    const std::string_view text = lexer_text();
+    while (pos < text.size() && !is_blank(text[pos]) && text[pos] != '\n' && text[pos] != '\r' &&
+           text[pos] != '#' &&
+           !(text[pos] == '/' && pos + 1 < text.size() &&
+             (text[pos + 1] == '/' || text[pos + 1] == '*'))) {
+      ++pos;
+    }
+    return pos;
+  }
+
+  // "n1.example.org:4" or "10.0.0.1,n2": mpirun reads the first name and ignores the rest
+  // of the word, so reading ":4" or ",n2" would silently disagree with it.
+  void check_not_ignored_by_mpirun(const Token& first, std::size_t word_end) const {
+    if (first.kind != Tok::kHostname && first.kind != Tok::kIpv4) return;
+    Lexer rest = lexer_;
+    rest.seek(first.end);
+    while (rest.pos() < word_end) {
+      const Token token = rest.next();
+      if (token.kind != Tok::kString && token.kind != Tok::kInt) return;  // mpirun rejects
+    }
+    const std::string_view name = lexer_.text(first);
+    fail(first.column, "mpirun reads " + quoted(name) + " here and ignores " +
+                           quoted(text_between(first.end, word_end)) +
+                           "; write the slots as 'slots=N' and one host per line");
+  }
+
+  // A single-token host word: a number, a name, an address, user@host, a comma list or
+  // host:N.
+  std::vector<std::string> host_names(std::string_view word, Tok kind, std::size_t column,
+                                      std::vector<Field>& fields, bool extensions = true) const {
+    if (word.find('@') != std::string_view::npos) {
+      fail(column,
+           "user@host is not supported: ddprun runs every host as the same user; set "
+           "'User' per host in an ssh config (--ssh-config)");
+    }
+    if (kind == Tok::kInt) return {std::to_string(parse_number(word, column))};
+    if (is_ipv6(word)) return {std::string(word)};
+    if (!extensions && word.find_first_of(",:*") != std::string_view::npos) {
+      fail(column, quoted(word) + " is not a host name");
+    }
+    return hostlist_names(word, column, fields);
+  }
+
+  // ddprun's forms that mpirun cannot read: a Slurm hostlist, and "host:N" as in MPICH.
+  std::vector<std::string> hostlist_names(std::string_view word, std::size_t column,
+                                          std::vector<Field>& fields) const {
+    std::string_view list = word;
+    if (const std::size_t colon = word.find(':'); colon != std::string_view::npos) {
+      list = word.substr(0, colon);
+      const std::string_view count = word.substr(colon + 1);
+      const std::size_t count_column = column + colon + 1;
+      if (count.empty() || count.find_first_not_of("0123456789") != std::string_view::npos) {
+        fail(count_column, "expected a slot count after ':', got " + quoted(count));
+      }
+      fields.push_back({Tok::kSlots, parse_number(count, count_column), count_column});
+    }
+    try {
+      return parse_hostlist(list, max_hosts_);
+    } catch (const HostlistError& e) {
+      fail(column + e.column() - 1, e.reason());
+    }
+  }
+
+  int parse_number(std::string_view digits, std::size_t column) const {
+    const std::optional<int> value = parse_int(digits);
+    if (!value) fail(column, "number " + quoted(digits) + " is larger than 2147483647");
+    return *value;
+  }
+
+  // KEY=N fields and ignored words after the host, up to the end of the line.
+  void read_fields(std::vector<Field>& fields) {
+    for (Token token = lexer_.next(); token.kind != Tok::kNewline && token.kind != Tok::kEnd;
+         token = lexer_.next()) {
+      const std::string_view text = lexer_.text(token);
+      if (token.kind == Tok::kSlots || token.kind == Tok::kMaxSlots) {
+        const Token equal = lexer_.next();
+        const Token value = equal.kind == Tok::kEqual ? lexer_.next() : equal;
+        if (equal.kind != Tok::kEqual || value.kind != Tok::kInt) {
+          fail(value.column,
+               "expected '" + std::string(text) + "=N' with N a number, got " + describe(value));
+        }
+        fields.push_back(
+            {token.kind, parse_number(lexer_.text(value), value.column), value.column});
+      } else if (token.kind == Tok::kUser || token.kind == Tok::kPort) {
+        fail(token.column, quoted(text) +
+                               " is not supported: ddprun reaches every host with "
+                               "the same ssh settings; set them per host in an ssh "
+                               "config (--ssh-config)");
+      } else if (token.kind != Tok::kString && token.kind != Tok::kInt) {
+        fail(token.column,
+             "unexpected " + describe(token) + ": expected slots=N or max_slots=N after the host");
+      }
+      // Other words are ignored, as mpirun ignores them.
+    }
+  }
+
+  Node& start(const std::string& host, std::size_t column) {
+    if (const auto it = index_of_.find(host); it != index_of_.end()) {
+      Node& node = nodes_[it->second];
+      if (node.slots >= SlotTally::kMaxSlots)
+        fail(column, "too many slots for host " + quoted(host));
+      ++node.slots;
+      node.slots_given = true;
+      return node;
+    }
+    index_of_.emplace(host, nodes_.size());
+    nodes_.push_back(Node{host});
+    return nodes_.back();
+  }
+
+  // mpirun's rules, in the order the fields are written.
+  void add(const std::string& host, const std::vector<Field>& fields) {
+    Node& node = start(host, 1);
+    bool got_max = false;
+    for (const Field& field : fields) {
+      if (field.kind == Tok::kSlots) {
+        if (node.slots_given) {
+          fail(field.column, "slots given twice for host " + quoted(host) +
+                                 " (a host named again counts one more slot and takes no slots=)");
+        }
+        if (field.value < 1 || field.value > SlotTally::kMaxSlots) {
+          fail(field.column, "expected a slot count from 1 to " +
+                                 std::to_string(SlotTally::kMaxSlots) + ", got " +
+                                 quoted(std::to_string(field.value)));
+        }
+        node.slots = field.value;
+        node.slots_given = true;
+        if (node.max_slots != 0 && node.max_slots < node.slots) node.max_slots = node.slots;
+      } else if (field.value < node.slots) {
+        fail(field.column, "max_slots=" + std::to_string(field.value) + " is less than slots=" +
+                               std::to_string(node.slots) + " for host " + quoted(host));
+      } else if (node.max_slots != field.value) {
+        node.max_slots = field.value;
+        got_max = true;
+      }
+    }
+    if (got_max && !node.slots_given) {
+      if (node.max_slots > SlotTally::kMaxSlots) fail(1, "too many slots for host " + quoted(host));
+      node.slots = node.max_slots;
+      node.slots_given = true;
+    }
+  }
+
+  std::string describe(const Token& token) const {
+    if (token.kind == Tok::kNewline || token.kind == Tok::kEnd) return "end of line";
+    if (token.kind == Tok::kError) return describe_char(text_, token.begin);
+    return quoted(lexer_.text(token));
+  }
+
+  std::string_view lexer_text() const { return text_; }
+  std::string_view text_between(std::size_t begin, std::size_t end) const {
+    return text_.substr(begin, end - begin);
+  }
+
+  Lexer lexer_;
+  std::string_view path_;
+  std::size_t max_hosts_;
+  std::string_view text_;
+  std::size_t line_ = 1;
+  std::size_t named_ = 0;
+  std::vector<Node> nodes_;
+  std::map<std::string, std::size_t, std::less<>> index_of_;
+};
+
 }  // namespace
 
 std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view path,
                                       std::size_t max_hosts) {
-  SlotTally tally;
-  std::size_t named = 0;
-  const std::vector<std::string_view> lines = split_lines(text);
-  for (std::size_t n = 0; n < lines.size(); ++n) {
-    const std::size_t line_number = n + 1;
-    std::string_view line = lines[n];
-    if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) {
-      line = line.substr(0, hash);
-    }
-    const std::vector<Word> tokens = split_words(line);
-    if (tokens.empty()) continue;
-    auto fail = [&](std::size_t column, const std::string& message) {
-      throw ConfigError(file_message(path, line_number, column, message));
-    };
-
-    // The host part, with an optional ":N".
-    std::string_view host_text = tokens[0].text;
-    std::optional<int> slots;
-    std::size_t slots_column = 0;
-    if (const std::size_t colon = host_text.find(':'); colon != std::string_view::npos) {
-      slots_column = tokens[0].column + colon + 1;
-      slots = parse_int(host_text.substr(colon + 1));
-      if (!slots || *slots < 1) {
-        fail(slots_column, "expected a positive slot count after ':', got " +
-                               quoted(host_text.substr(colon + 1)));
-      }
-      host_text = host_text.substr(0, colon);
-    }
-    std::vector<std::string> hosts;
-    try {
-      hosts = parse_hostlist(host_text, max_hosts);
-    } catch (const HostlistError& e) {
-      fail(tokens[0].column + e.column() - 1, e.reason());
-    }
-
-    // KEY=VALUE fields after the host.
-    std::optional<int> max_slots;
-    std::size_t max_slots_column = 0;
-    for (std::size_t t = 1; t < tokens.size(); ++t) {
-      const Word& token = tokens[t];
-      const std::size_t equals = token.text.find('=');
-      if (equals == std::string_view::npos) {
-        fail(token.column,
-             "expected slots=N or max_slots=N after the host, got " + quoted(token.text));
-      }
-      const std::string_view key = token.text.substr(0, equals);
-      const std::string_view value = token.text.substr(equals + 1);
-      const std::size_t value_column = token.column + equals + 1;
-      const std::optional<int> number = parse_int(value);
-      if (key == "slots") {
-        if (slots) fail(token.column, "slots given twice for this host");
-        if (!number || *number < 1) {
-          fail(value_column, "expected a positive slot count after 'slots=', got " + quoted(value));
-        }
-        slots = number;
-        slots_column = value_column;
-      } else if (key == "max_slots" || key == "max-slots") {
-        if (max_slots) fail(token.column, "max_slots given twice for this host");
-        if (!number || *number < 1) {
-          fail(value_column, "expected a positive slot count after '" + std::string(key) +
-                                 "=', got " + quoted(value));
-        }
-        max_slots = number;
-        max_slots_column = value_column;
-      } else {
-        fail(token.column, "unknown key " + quoted(key) + ": expected slots=N or max_slots=N");
-      }
-    }
-    if (max_slots && *max_slots < slots.value_or(1)) {
-      fail(max_slots_column, "max_slots=" + std::to_string(*max_slots) +
-                                 " is less than slots=" + std::to_string(slots.value_or(1)));
-    }
-
-    named += hosts.size();
-    if (named > max_hosts) {
-      fail(1, "the hostfile names more than " + std::to_string(max_hosts) + " hosts");
-    }
-    for (std::string& host : hosts) {
-      const int add = slots.value_or(1);
-      if (!tally.add(host, add)) {
-        fail(slots_column == 0 ? 1 : slots_column, "too many slots for host " + quoted(host));
-      }
-    }
-  }
-  if (tally.empty()) {
-    throw ConfigError(std::string(path) +
-                      ": no hosts: expected at least one line naming a host (all lines are "
-                      "blank or comments)");
-  }
-  return tally.take();
+  return HostfileParser(text, path, max_hosts).parse();
 }
 
 Cluster read_hostfile(const std::string& path, const ReadFile& read_file) {

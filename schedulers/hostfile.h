@@ -1,8 +1,8 @@
 #pragma once
-// Hostfiles given with --hostfile: plain (one host per line), Open MPI
-// ("host slots=N max_slots=M"), DeepSpeed ("host slots=N"), "host:N", and lines whose
-// host is a Slurm hostlist expression ("gpu[01-04] slots=8"). The format, including
-// comments, CRLF endings and duplicate hosts, is in docs/schedulers.md ("Hostfiles").
+// Hostfiles given with --hostfile, read as Open MPI 4.1's mpirun reads them ("host
+// slots=N max_slots=M", comments, rankfile lines, repeated hosts), plus "host:N" and
+// lines whose host is a Slurm hostlist expression ("gpu[01-04] slots=8"). The format and
+// every difference from mpirun are in docs/schedulers.md ("Hostfiles").
 
 #include <string>
 #include <string_view>
@@ -15,7 +15,7 @@
 namespace ddprun {
 
 // Parses a hostfile's text. Hosts keep the position of their first line; a host named
-// again has its slots added (like SGE's PE_HOSTFILE). `path` is only used in messages.
+// again counts one more slot, as in mpirun. `path` is only used in messages.
 // Throws ConfigError "path:line:column: what was expected"; returns a complete list of
 // at least one node or throws.
 std::vector<NodeSlots> parse_hostfile(std::string_view text, std::string_view path,

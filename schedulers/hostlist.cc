@@ -21,7 +21,9 @@ std::string describe_char(std::string_view text, std::size_t pos) {
 
 namespace {
 
-constexpr std::size_t kMaxNumberDigits = 18;  // fits in uint64_t with room to add 1
+// Slurm's own limits (src/common/hostlist.c): hosts in one range, and hosts in each
+// bracket group that is followed by another group.
+constexpr std::uint64_t kMaxRange = 65536;
 
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
@@ -30,6 +32,16 @@ bool is_digit(char c) {
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' || c == '.' ||
          c == '_';
+}
+
+// Slurm splits a list at commas, spaces and tabs outside brackets.
+bool is_separator(char c) {
+  return c == ',' || c == ' ' || c == '\t';
+}
+
+// What strtoul skips before a number, which Slurm allows inside brackets.
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
 std::size_t decimal_digits(std::uint64_t value) {
@@ -44,13 +56,14 @@ std::size_t decimal_digits(std::uint64_t value) {
 struct Range {
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
-  std::size_t width = 0;  // digits of the low bound as written
+  std::size_t width = 0;  // characters of the low bound as written, Slurm's zero padding
 };
 
 // One piece of an element: literal text, or a bracket group when `ranges` is not empty.
 struct Segment {
   std::string text;
   std::vector<Range> ranges;
+  std::size_t pos = 0;  // where it starts in the expression
 };
 
 class HostlistParser {
@@ -59,16 +72,15 @@ class HostlistParser {
       : text_(text), max_hosts_(max_hosts) {}
 
   std::vector<std::string> parse() {
-    if (text_.empty()) fail(0, "empty hostlist: expected at least one host name");
     std::vector<std::string> hosts;
     while (true) {
+      while (pos_ < text_.size() && is_separator(text_[pos_])) ++pos_;
+      if (pos_ == text_.size()) break;
       const std::size_t start = pos_;
       std::vector<Segment> segments = parse_element();
       expand(segments, start, hosts);
-      if (pos_ == text_.size()) break;
-      ++pos_;  // the ','
-      if (pos_ == text_.size()) fail(pos_, "empty host name: expected a host name after ','");
     }
+    if (hosts.empty()) fail(0, "empty hostlist: expected at least one host name");
     return hosts;
   }
 
@@ -79,17 +91,17 @@ class HostlistParser {
 
   std::vector<Segment> parse_element() {
     std::vector<Segment> segments;
-    if (pos_ < text_.size() && text_[pos_] == ',') {
-      fail(pos_, "empty host name: expected a host name before ','");
-    }
-    while (pos_ < text_.size() && text_[pos_] != ',') {
+    while (pos_ < text_.size() && !is_separator(text_[pos_])) {
       const char c = text_[pos_];
       if (is_name_char(c)) {
-        if (segments.empty() || !segments.back().ranges.empty()) segments.emplace_back();
+        if (segments.empty() || !segments.back().ranges.empty()) {
+          segments.push_back(Segment{{}, {}, pos_});
+        }
         segments.back().text += c;
         ++pos_;
       } else if (c == '[') {
-        segments.push_back(Segment{{}, parse_group()});
+        const std::size_t open = pos_;
+        segments.push_back(Segment{{}, parse_group(), open});
       } else if (c == ']') {
         fail(pos_, "unexpected ']' without a matching '['");
       } else {
@@ -97,7 +109,36 @@ class HostlistParser {
                        ": host names may contain letters, digits, '-', '.' and '_'");
       }
     }
+    if (segments.size() > 1 && segments.back().ranges.empty()) {
+      fail(segments.back().pos,
+           "unexpected text after ']': a bracket group must end the host name (as in Slurm)");
+    }
+    if (segments.size() == 1 && segments[0].ranges.empty()) {
+      const Segment& name = segments[0];
+      check_suffix(name.text, name.pos + name.text.find_last_not_of("0123456789") + 1);
+    }
     return segments;
+  }
+
+  // Slurm reads a plain name's trailing digits as a number and prints it back, which
+  // changes the name when the number does not fit in 64 bits. Checked on expanded names
+  // too, so that every name ddprun returns reads back as itself.
+  void check_suffix(std::string_view name, std::size_t pos) const {
+    std::size_t begin = name.size();
+    while (begin > 0 && is_digit(name[begin - 1])) --begin;
+    std::uint64_t value = 0;
+    for (std::size_t i = begin; i < name.size(); ++i) {
+      if (!accumulate(value, name[i])) {
+        fail(pos, "number at the end of the name is larger than 2^64-1");
+      }
+    }
+  }
+
+  static bool accumulate(std::uint64_t& value, char digit) {
+    const auto d = static_cast<std::uint64_t>(digit - '0');
+    if (value > (UINT64_MAX - d) / 10) return false;
+    value = value * 10 + d;
+    return true;
   }
 
   // At '['; returns the ranges and leaves pos_ after the ']'.
@@ -105,51 +146,76 @@ class HostlistParser {
     const std::size_t open = pos_++;
     std::vector<Range> ranges;
     while (true) {
-      if (pos_ == text_.size()) fail(open, "unclosed '[': expected ']'");
-      const std::size_t lo_pos = pos_;
-      Range range;
-      std::string_view lo_text;
-      range.lo = parse_number(open, "expected a number", lo_text);
-      range.width = lo_text.size();
-      range.hi = range.lo;
-      std::string_view hi_text = lo_text;
-      if (pos_ < text_.size() && text_[pos_] == '-') {
-        ++pos_;
-        range.hi = parse_number(open, "expected a number after '-'", hi_text);
-      }
-      if (range.lo > range.hi) {
-        fail(lo_pos, "reversed range " + std::string(lo_text) + "-" + std::string(hi_text) +
-                         ": the low bound must not exceed the high bound");
-      }
-      ranges.push_back(range);
-      if (pos_ == text_.size()) fail(open, "unclosed '[': expected ']'");
+      ranges.push_back(parse_range(open));
       if (text_[pos_] == ']') {
         ++pos_;
         return ranges;
       }
-      if (text_[pos_] != ',') {
-        std::string reason = "expected ',' or ']' after a range, got " + describe_char(text_, pos_);
-        if (text_[pos_] == ':') reason += " (range steps are not supported)";
-        fail(pos_, reason);
-      }
-      ++pos_;
+      ++pos_;  // the ','
     }
   }
 
-  std::uint64_t parse_number(std::size_t open, const char* expected, std::string_view& digits) {
-    if (pos_ == text_.size()) fail(open, "unclosed '[': expected ']'");
-    if (!is_digit(text_[pos_]))
-      fail(pos_, std::string(expected) + ", got " + describe_char(text_, pos_));
+  // One "lo[-hi]" item of a group, read as Slurm reads it: strtoul's leading spaces and
+  // '+' are allowed, the width is the length of the low bound's text, and text between
+  // the low bound and '-' is ignored. Leaves pos_ at the ',' or ']' that ends it.
+  Range parse_range(std::size_t open) {
     const std::size_t start = pos_;
+    const std::size_t end = item_end(open);
+    if (const std::size_t x = text_.find('x', start); x < end) {
+      fail(x, "unexpected 'x' in a range (Slurm's dimension boxes are not supported)");
+    }
+    const std::size_t dash = text_.find('-', start);
+    const bool has_dash = dash < end;
+    Range range;
+    range.lo = parse_number(start, "expected a number");
+    if (!has_dash && pos_ != end) {
+      fail(pos_, "expected ',' or ']' after a range, got " + describe_char(text_, pos_));
+    }
+    range.width = (has_dash ? dash : end) - start;
+    range.hi = range.lo;
+    pos_ = has_dash ? dash + 1 : end;
+    if (has_dash && pos_ != end) {
+      if (text_[pos_] == '-') fail(pos_, "expected a number after '-', got '-'");
+      range.hi = parse_number(pos_, "expected a number after '-'");
+      if (pos_ != end) {
+        fail(pos_, "expected ',' or ']' after a range, got " + describe_char(text_, pos_));
+      }
+    }
+    const std::string written(text_.substr(start, end - start));
+    if (range.lo > range.hi) {
+      fail(start, "reversed range " + written + ": the low bound must not exceed the high bound");
+    }
+    if (range.hi - range.lo >= kMaxRange) {
+      fail(start, "range " + written + " has more than " + std::to_string(kMaxRange) +
+                      " hosts (Slurm's limit)");
+    }
+    return range;
+  }
+
+  // Where the item starting at pos_ ends: the next ',' or ']'; nested or missing brackets
+  // are errors.
+  std::size_t item_end(std::size_t open) const {
+    for (std::size_t i = pos_; i < text_.size(); ++i) {
+      if (text_[i] == ',' || text_[i] == ']') return i;
+      if (text_[i] == '[') fail(i, "unexpected '[' inside brackets");
+    }
+    fail(open, "unclosed '[': expected ']'");
+  }
+
+  // Spaces, an optional '+', then at least one digit; at most 2^64-1.
+  std::uint64_t parse_number(std::size_t at, const char* expected) {
+    pos_ = at;
+    while (pos_ < text_.size() && is_space(text_[pos_])) ++pos_;
+    if (pos_ < text_.size() && text_[pos_] == '+') ++pos_;
+    if (pos_ == text_.size() || !is_digit(text_[pos_])) {
+      fail(pos_, std::string(expected) + ", got " + describe_char(text_, pos_));
+    }
+    const std::size_t digits = pos_;
     std::uint64_t value = 0;
     while (pos_ < text_.size() && is_digit(text_[pos_])) {
-      if (pos_ - start == kMaxNumberDigits) {
-        fail(start, "number longer than " + std::to_string(kMaxNumberDigits) + " digits");
-      }
-      value = value * 10 + static_cast<std::uint64_t>(text_[pos_] - '0');
+      if (!accumulate(value, text_[pos_])) fail(digits, "number larger than 2^64-1");
       ++pos_;
     }
-    digits = text_.substr(start, pos_ - start);
     return value;
   }
 
@@ -175,6 +241,11 @@ class HostlistParser {
         }
         count += static_cast<std::size_t>(span) + 1;
         width = std::max({width, range.width, decimal_digits(range.hi)});
+      }
+      const bool last_group = i + 1 == segments.size();
+      if (!last_group && count > kMaxRange) {
+        fail(segment.pos, "bracket group has more than " + std::to_string(kMaxRange) +
+                              " hosts before another group (Slurm's limit)");
       }
       if (count > max_hosts_ / product) too_many(start);
       product *= count;
@@ -219,6 +290,7 @@ class HostlistParser {
           ++g;
         }
       }
+      check_suffix(host, start);
       hosts.push_back(std::move(host));
       std::size_t k = 0;
       for (; k < odometer_order.size(); ++k) {

@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "case_table.h"
 #include "ddprun/contract/errors.h"
 
 namespace ddprun {
@@ -35,19 +37,20 @@ TEST(Hostfile, FormatsCommentsBlankLinesCrlfAndDuplicates) {
       {"open mpi",
        "# cluster\nn1 slots=4 max_slots=8\nn2 slots=2  # small\n",
        {{"n1", 4}, {"n2", 2}}},
-      {"open mpi max-slots spelling", "n1 slots=2 max-slots=2\n", {{"n1", 2}}},
-      {"max_slots only", "n1 max_slots=4\n", {{"n1", 1}}},
+      {"open mpi spellings", "n1 count=2 max-slots=2\nn2 cpu = 3\n", {{"n1", 2}, {"n2", 3}}},
+      {"max_slots only gives the slots", "n1 max_slots=4\n", {{"n1", 4}}},
       {"deepspeed", "worker-1 slots=8\nworker-2 slots=8\n", {{"worker-1", 8}, {"worker-2", 8}}},
       {"host:N", "a:4\nb:2\n", {{"a", 4}, {"b", 2}}},
       {"hostlist", "gpu[01-03] slots=8\n", {{"gpu01", 8}, {"gpu02", 8}, {"gpu03", 8}}},
       {"hostlist with :N", "n[1-2]:3\n", {{"n1", 3}, {"n2", 3}}},
       {"comma list on a line", "a,b\nc\n", {{"a", 1}, {"b", 1}, {"c", 1}}},
       {"crlf, tabs, blank lines", "\r\n  a\tslots=2\r\n\r\n\t\nb\r\n", {{"a", 2}, {"b", 1}}},
-      {"comment-only lines", "#a\n   # b\nc#d\n", {{"c", 1}}},
-      {"duplicates merge, first position kept",
-       "a slots=2\nb\na slots=3\nb:4\n",
-       {{"a", 5}, {"b", 5}}},
+      {"comments", "#a\n   # b\nc#d\nd // e\n/* f\ng */ h\n", {{"c", 1}, {"d", 1}, {"h", 1}}},
+      {"a host named again counts one more slot", "a slots=2\nb\na\nb\nb\n", {{"a", 3}, {"b", 3}}},
       {"duplicates within a hostlist", "n[1-2],n1\n", {{"n1", 2}, {"n2", 1}}},
+      {"other words are ignored, as mpirun does", "a b 5\n", {{"a", 1}}},
+      {"rankfile lines", "rank 0=a slot=0:1\nrank 1=a slot=1\n", {{"a", 2}}},
+      {"addresses", "10.0.0.1 slots=2\nfe80::1\n", {{"10.0.0.1", 2}, {"fe80::1", 1}}},
       {"fully qualified", "n1.cluster.org slots=2\n", {{"n1.cluster.org", 2}}},
   };
   for (const ValidCase& c : cases) {
@@ -69,25 +72,50 @@ TEST(Hostfile, ErrorsNameFileLineColumnAndExpectation) {
       {"# only\n\n",
        "hosts: no hosts: expected at least one line naming a host (all lines are "
        "blank or comments)"},
-      {"a\nb slots=x\n", "hosts:2:9: expected a positive slot count after 'slots=', got 'x'"},
-      {"a slots=0\n", "hosts:1:9: expected a positive slot count after 'slots=', got '0'"},
-      {"a slots=\n", "hosts:1:9: expected a positive slot count after 'slots=', got ''"},
-      {"a:0\n", "hosts:1:3: expected a positive slot count after ':', got '0'"},
-      {"  a:x\n", "hosts:1:5: expected a positive slot count after ':', got 'x'"},
-      {"a:2 slots=2\n", "hosts:1:5: slots given twice for this host"},
-      {"a slots=1 slots=2\n", "hosts:1:11: slots given twice for this host"},
-      {"a max_slots=1 max_slots=2\n", "hosts:1:15: max_slots given twice for this host"},
-      {"a max_slots=x\n", "hosts:1:13: expected a positive slot count after 'max_slots=', got 'x'"},
-      {"a slots=4 max_slots=2\n", "hosts:1:21: max_slots=2 is less than slots=4"},
-      {"a cpu=4\n", "hosts:1:3: unknown key 'cpu': expected slots=N or max_slots=N"},
-      {"a b\n", "hosts:1:3: expected slots=N or max_slots=N after the host, got 'b'"},
+      {"a\nb slots=x\n", "hosts:2:9: expected 'slots=N' with N a number, got 'x'"},
+      {"a slots=\n", "hosts:1:9: expected 'slots=N' with N a number, got end of line"},
+      {"a slots 2\n", "hosts:1:9: expected 'slots=N' with N a number, got '2'"},
+      {"a slots=0\n", "hosts:1:9: expected a slot count from 1 to 1073741824, got '0'"},
+      {"a:0\n", "hosts:1:3: expected a slot count from 1 to 1073741824, got '0'"},
+      {"  a:x\n", "hosts:1:5: expected a slot count after ':', got 'x'"},
+      {"a slots=2147483648\n", "hosts:1:9: number '2147483648' is larger than 2147483647"},
+      {"a:2 slots=2\n",
+       "hosts:1:11: slots given twice for host 'a' (a host named again counts one more slot "
+       "and takes no slots=)"},
+      {"a\na slots=2\n",
+       "hosts:2:9: slots given twice for host 'a' (a host named again counts one more slot "
+       "and takes no slots=)"},
+      {"a slots=4 max_slots=2\n", "hosts:1:21: max_slots=2 is less than slots=4 for host 'a'"},
+      {"a sockets=2\n",
+       "hosts:1:3: unexpected 'sockets': expected slots=N or max_slots=N after "
+       "the host"},
+      {"a b.c\n", "hosts:1:3: unexpected 'b.c': expected slots=N or max_slots=N after the host"},
+      {"a\rb\n",
+       "hosts:1:2: unexpected byte 0x0D: expected slots=N or max_slots=N after the "
+       "host"},
+      {"a port=22\n",
+       "hosts:1:3: 'port' is not supported: ddprun reaches every host with the same ssh "
+       "settings; set them per host in an ssh config (--ssh-config)"},
+      {"bob@a\n",
+       "hosts:1:1: user@host is not supported: ddprun runs every host as the same user; set "
+       "'User' per host in an ssh config (--ssh-config)"},
+      {"n1.example.org:4\n",
+       "hosts:1:1: mpirun reads 'n1.example.org' here and ignores ':4'; write the slots as "
+       "'slots=N' and one host per line"},
+      {"+n0\n",
+       "hosts:1:1: relative host '+n0' needs an earlier allocation (mpirun rejects it in a "
+       "hostfile too)"},
+      {"cpu\n", "hosts:1:1: 'cpu' is a hostfile keyword, not a host name"},
+      {"rank 0 a\n", "hosts:1:1: expected 'rank N=host' on one line"},
       {"\n\n  n[1-2\n", "hosts:3:4: unclosed '[': expected ']'"},
       {"n[3-1] slots=2\n",
-       "hosts:1:3: reversed range 3-1: the low bound must not exceed the "
-       "high bound"},
+       "hosts:1:3: reversed range 3-1: the low bound must not exceed the high bound"},
       {"slots=2\n",
-       "hosts:1:6: unexpected '=': host names may contain letters, digits, '-', '.' and '_'"},
-      {"a\r\nb,,c\r\n", "hosts:2:3: empty host name: expected a host name before ','"},
+       "hosts:1:6: unexpected '=': host names may contain letters, digits, '-', "
+       "'.' and '_'"},
+      {"a*\n",
+       "hosts:1:2: unexpected '*': host names may contain letters, digits, '-', '.' and "
+       "'_'"},
   };
   for (const InvalidCase& c : cases) {
     SCOPED_TRACE(c.text);
@@ -98,6 +126,34 @@ TEST(Hostfile, ErrorsNameFileLineColumnAndExpectation) {
       EXPECT_EQ(std::string(e.what()), c.message);
     }
   }
+}
+
+// The table recorded from mpirun (hostfile_cases.tsv): ddprun reads every row as Open MPI
+// 4.1 does, or as the table's third field says where it knowingly differs. Rejections are
+// one line naming the file and the line.
+TEST(Hostfile, ReadsEveryRecordedRowAsMpirunDoes) {
+  const std::vector<testing::CaseRow> rows = testing::read_case_table("hostfile_cases.tsv");
+  ASSERT_GT(rows.size(), 100u);
+  std::size_t same = 0;
+  for (const testing::CaseRow& row : rows) {
+    ASSERT_GE(row.fields.size(), 2u) << "hostfile_cases.tsv:" << row.line;
+    SCOPED_TRACE("hostfile_cases.tsv:" + std::to_string(row.line) + ": " + row.fields[0]);
+    // The third field is "RESULT: why".
+    const std::string want =
+        row.fields.size() > 2 ? row.fields[2].substr(0, row.fields[2].find(": ")) : row.fields[1];
+    std::string got;
+    try {
+      got = testing::slots_text(pairs(parse_hostfile(testing::unescape(row.fields[0]), "hosts")));
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("hosts", 0), 0u) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+      got = "rejected";
+    }
+    EXPECT_EQ(got, want);
+    same += row.fields.size() == 2;
+  }
+  std::printf("%zu rows, %zu read as mpirun reads them\n", rows.size(), same);
 }
 
 TEST(Hostfile, CapOnHostsCoversTheWholeFile) {
