@@ -16,6 +16,24 @@ bool kubeflow_detected(const Environment& env) {
          first_set(env, {ddprun::env::kRank}) && !first_set(env, {ddprun::env::kLocalRank});
 }
 
+namespace {
+
+// torchrun's PET_NNODES may be "N" or "MIN:MAX"; a fixed set of nodes is N or N:N.
+int node_count(const EnvEntry& nnodes) {
+  const auto colon = nnodes.value.find(':');
+  if (colon == std::string::npos) return env_int(nnodes);
+  const int low = env_int({nnodes.name, nnodes.value.substr(0, colon)});
+  const int high = env_int({nnodes.name, nnodes.value.substr(colon + 1)});
+  if (low != high) {
+    throw SchedulerEnvError(env_message(nnodes.name, nnodes.value,
+                                        "elastic node ranges are not supported; ddprun runs a "
+                                        "fixed set of nodes (N or N:N)"));
+  }
+  return low;
+}
+
+}  // namespace
+
 Cluster read_kubeflow(const ReaderInput& input) {
   const Environment& env = input.env;
   Cluster cluster;
@@ -24,7 +42,7 @@ Cluster read_kubeflow(const ReaderInput& input) {
   if (!nnodes)
     throw SchedulerEnvError(env_missing_message("PET_NNODES", "expected it or WORLD_SIZE"));
   note(cluster, *nnodes);
-  const int count = env_int(*nnodes);
+  const int count = node_count(*nnodes);
   if (count < 1 || count > (1 << 20)) {
     throw SchedulerEnvError(env_message(nnodes->name, nnodes->value, "expected 1 or more nodes"));
   }

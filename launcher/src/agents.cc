@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -174,8 +175,20 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
   if (node != nullptr) {
     args.insert(args.end(), {"--node-rank", std::to_string(node->node_rank), "--agent-stdin"});
   }
-  if (options.log_dir) {
-    args.insert(args.end(), {"--log-dir", *options.log_dir, "--tee", std::to_string(options.tee)});
+  if (options.log_dir) args.insert(args.end(), {"--log-dir", *options.log_dir});
+  if (options.role != "default") args.insert(args.end(), {"--role", options.role});
+  if (options.redirects.any()) {
+    args.insert(args.end(), {"--redirects", format_stream_choice(options.redirects)});
+  }
+  if (options.tee.any()) args.insert(args.end(), {"--tee", format_stream_choice(options.tee)});
+  if (options.local_ranks_filter) {
+    args.insert(args.end(), {"--local-ranks-filter", format_rank_set(*options.local_ranks_filter)});
+  }
+  if (!options.signals_to_handle.empty()) {
+    args.insert(args.end(), {"--signals-to-handle", format_signal_list(options.signals_to_handle)});
+  }
+  if (options.exit_timeout_s) {
+    args.insert(args.end(), {"--exit-timeout", seconds_text(*options.exit_timeout_s)});
   }
   if (options.tag_output) args.emplace_back("--tag-output");
   if (options.check) args.emplace_back("--check");  // answer the preflight, run nothing
@@ -192,7 +205,13 @@ std::vector<std::string> ssh_command(const std::string& host, const Options& opt
   // No terminal and no password prompt; a node that stops answering is noticed within
   // seconds rather than at the next TCP timeout.
   argv.insert(argv.end(), {"-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=1", "-o",
-                           "ServerAliveCountMax=3", "--", host});
+                           "ServerAliveCountMax=3"});
+  if (options.rdzv_conf.join_timeout_s) {
+    // torchrun's join_timeout: how long a node may take to join; here, ssh's connection.
+    const double seconds = std::max(1.0, std::ceil(*options.rdzv_conf.join_timeout_s));
+    argv.insert(argv.end(), {"-o", "ConnectTimeout=" + seconds_text(seconds)});
+  }
+  argv.insert(argv.end(), {"--", host});
   std::string command = "cd -- " + shell_quote(cwd) + " && exec";
   for (const auto& word : remote_argv) command += " " + shell_quote(word);
   argv.push_back(std::move(command));

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
 #include "options.h"
 #include "schedulers.h"
+#include "torchrun_values.h"
 
 namespace ddprun {
 namespace {
@@ -17,6 +20,7 @@ Examples:
   ddprun --nproc-per-node 4 --tag-output python3 train.py --epochs 3   # a torchrun script
   ddprun --nproc-per-node gpu --log-dir logs --tee 3 ./my_worker
   ddprun --nproc-per-node 8 --dry-run --format json ./my_worker
+  ddprun --standalone --nproc_per_node=2 train.py   # torchrun's command line works as is
 
 Each worker gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, ...); see docs/environment.md. Exit codes: docs/exit-codes.md.
@@ -24,6 +28,7 @@ MASTER_PORT, ...); see docs/environment.md. Exit codes: docs/exit-codes.md.
 
 std::string validate_nproc(const std::string& value) {
   if (value == "auto" || value == "cpu" || value == "gpu") return {};
+  if (value == "xpu") return "xpu: ddprun counts CUDA GPUs only; give a number of workers";
   std::size_t used = 0;
   long parsed = 0;
   try {
@@ -39,19 +44,94 @@ std::string validate_nproc(const std::string& value) {
 
 }  // namespace
 
-CommandLine parse_command_line(int argc, const char* const* argv) {
+namespace {
+
+// The strings of torchrun's options whose values need more than CLI11's checks; parsed
+// after CLI11 (torchrun_values.h) so that each error is one line naming the option.
+struct TorchrunStrings {
+  std::optional<std::string> nnodes;
+  std::optional<std::string> rdzv_endpoint;
+  std::string rdzv_conf;
+  std::optional<std::string> redirects;
+  std::optional<std::string> tee;
+  std::optional<std::string> local_ranks_filter;
+  std::optional<std::string> signals_to_handle;
+  std::string event_log_handler = "null";
+  std::optional<std::string> logs_specs;
+  std::optional<std::string> numa_binding;
+  bool standalone = false;
+  bool virtual_local_rank = false;
+};
+
+struct Parser {
   CLI::App app{
       "ddprun: launch and supervise a distributed (DDP) training job.\n"
       "Usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...]",
       "ddprun"};
+  Options options;
+  TorchrunStrings torchrun;
+  double monitor_interval_s = 0.1;
+  std::string start_method = "spawn";
+
+  Parser();
+};
+
+// torchrun reads each of its options also from PET_<NAME> (what Kubeflow's PyTorchJob
+// sets); the command line wins. PET_NNODES and PET_NODE_RANK describe the job and are read
+// by the Kubeflow reader (schedulers/kubeflow.cc); PET_MASTER_ADDR and PET_MASTER_PORT with
+// the job's inputs (job_inputs.cc), next to their plain names.
+struct PetVariable {
+  const char* variable;
+  const char* option;
+  bool flag;
+};
+constexpr PetVariable kPetVariables[] = {
+    {"PET_NPROC_PER_NODE", "--nproc-per-node", false},
+    {"PET_RDZV_BACKEND", "--rdzv-backend", false},
+    {"PET_RDZV_ENDPOINT", "--rdzv-endpoint", false},
+    {"PET_RDZV_ID", "--rdzv-id", false},
+    {"PET_RDZV_CONF", "--rdzv-conf", false},
+    {"PET_STANDALONE", "--standalone", true},
+    {"PET_MAX_RESTARTS", "--max-restarts", false},
+    {"PET_MONITOR_INTERVAL", "--monitor-interval", false},
+    {"PET_START_METHOD", "--start-method", false},
+    {"PET_ROLE", "--role", false},
+    {"PET_MODULE", "--module", true},
+    {"PET_NO_PYTHON", "--no-python", true},
+    {"PET_RUN_PATH", "--run-path", true},
+    {"PET_LOG_DIR", "--log-dir", false},
+    {"PET_REDIRECTS", "--redirects", false},
+    {"PET_TEE", "--tee", false},
+    {"PET_LOCAL_RANKS_FILTER", "--local-ranks-filter", false},
+    {"PET_LOCAL_ADDR", "--local-addr", false},
+    {"PET_SIGNALS_TO_HANDLE", "--signals-to-handle", false},
+};
+
+std::string seconds_check(const std::string& value, double low, double high) {
+  const auto seconds = parse_seconds(value);
+  if (!seconds || *seconds < low || *seconds > high) {
+    char range[64];
+    std::snprintf(range, sizeof range, "%g to %g", low, high);
+    return "expected " + std::string(range) + " seconds; got '" + value + "'";
+  }
+  return {};
+}
+
+CLI::Validator seconds_validator(double low, double high) {
+  return CLI::Validator(
+      [low, high](const std::string& value) { return seconds_check(value, low, high); }, "SECONDS",
+      "seconds");
+}
+
+Parser::Parser() {
   app.footer(kExamples);
   app.prefix_command();  // everything from PROGRAM on belongs to the worker
   app.set_version_flag("--version", std::string("ddprun ") + kVersion);
 
-  Options options;
   app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_per_node,
                  "Workers on this node: a number, 'gpu' (one per visible GPU), 'cpu' (one "
-                 "per CPU) or 'auto' (GPUs if any, else 1)")
+                 "per CPU) or 'auto' (GPUs if any, else the scheduler's slots, else one per "
+                 "CPU)")
       ->check(CLI::Validator(validate_nproc, "N|auto|cpu|gpu", "nproc"))
       ->capture_default_str();
   app.add_option("--scheduler", options.scheduler,
@@ -69,9 +149,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--hostfile", options.hostfile,
                  "Nodes of the job, one per line (plain, 'host slots=N', 'host:N' or a Slurm "
                  "hostlist); see docs/schedulers.md");
-  app.add_option("--nnodes", options.nnodes,
-                 "Number of nodes; checked against what the scheduler or hostfile says")
-      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--nnodes", torchrun.nnodes,
+                 "Number of nodes (N, or torchrun's N:N); checked against what the scheduler "
+                 "or hostfile says");
   app.add_option("--node-rank,--node_rank", options.node_rank,
                  "This node's index, when neither the scheduler nor the host name tells")
       ->check(CLI::Range(0, 1 << 20));
@@ -83,6 +163,16 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
          "Port of the rendezvous store (default: MASTER_PORT, else derived from the job id, "
          "else a free port)")
       ->check(CLI::Range(1, 65535));
+  app.add_option("--rdzv-backend,--rdzv_backend", options.rdzv_backend,
+                 "torchrun's rendezvous backend: c10d or static (both mean rank 0's TCPStore "
+                 "here)")
+      ->capture_default_str();
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", torchrun.rdzv_endpoint,
+                 "HOST[:PORT] of the rendezvous store, as --master-addr/--master-port; port 0 "
+                 "or none with c10d: a free port (c10d's default is 29400)");
+  app.add_option("--rdzv-conf,--rdzv_conf", torchrun.rdzv_conf,
+                 "torchrun's KEY=VALUE,... rendezvous settings; join_timeout (or timeout) bounds "
+                 "how long nodes may take to report");
   app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", options.run_id,
                  "Job identifier passed to workers as TORCHELASTIC_RUN_ID (default: random)")
       ->check([](const std::string& value) -> std::string {
@@ -95,40 +185,64 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
         }
         return {};
       });
+  app.add_flag("--standalone", torchrun.standalone,
+               "One node, this machine, on a free port (torchrun's --standalone)");
   app.add_option("--max-restarts,--max_restarts", options.max_restarts,
                  "Restart the whole job up to this many times after a worker fails")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  app.add_option("--monitor-interval,--monitor_interval", monitor_interval_s,
+                 "Accepted for torchrun; ddprun learns of every exit at once (no polling)")
+      ->check(seconds_validator(0, 86400));
+  app.add_option("--start-method,--start_method", start_method,
+                 "Accepted for torchrun (spawn, fork, forkserver); every worker is a fresh "
+                 "process")
+      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+  app.add_option("--event-log-handler,--event_log_handler", torchrun.event_log_handler,
+                 "Accepted for torchrun: only 'null'");
+  app.add_option("--role", options.role, "The workers' ROLE_NAME")->capture_default_str();
+  app.add_flag("-m,--module", options.module,
+               "Run PROGRAM as a Python module (python -u -m PROGRAM)");
+  app.add_flag("--no-python,--no_python", options.no_python,
+               "Run PROGRAM as it is, even if it ends in .py");
+  app.add_flag("--run-path,--run_path", options.run_path,
+               "Run PROGRAM as a Python script path (python -u PROGRAM)");
   app.add_option("--shutdown-timeout,--shutdown_timeout", options.shutdown_timeout_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
-      ->check(CLI::Validator(
-          [](const std::string& value) -> std::string {
-            double seconds = 0;
-            try {
-              seconds = std::stod(value);
-            } catch (const std::exception&) {
-              return "expected a number of seconds; got '" + value + "'";
-            }
-            if (!std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
-              return "expected 0 to 86400 seconds; got '" + value + "'";
-            }
-            return {};
-          },
-          "SECONDS", "seconds"))
+      ->check(seconds_validator(0, 86400))
       ->capture_default_str();
+  app.add_option("--exit-timeout,--exit_timeout", options.exit_timeout_s,
+                 "Once any rank has exited (even with 0), stop the others after this many "
+                 "seconds and fail (exit 124); off by default")
+      ->check(seconds_validator(0, 31536000));
   app.add_option("--log-dir,--log_dir", options.log_dir,
-                 "Write each rank's stdout and stderr to files under this folder");
-  app.add_option("--tee", options.tee,
-                 "With --log-dir, also show on the console: 0 nothing, 1 stdout, 2 stderr, "
-                 "3 both")
-      ->check(CLI::Range(0, 3));
+                 "Also write each rank's stdout and stderr to files under this folder");
+  app.add_option("-r,--redirects", torchrun.redirects,
+                 "Keep these streams off the console (files only): 0 none, 1 stdout, 2 "
+                 "stderr, 3 both, or LOCAL_RANK:N,...");
+  app.add_option("-t,--tee", torchrun.tee,
+                 "Write these streams to files and the console (as -r); both need --log-dir "
+                 "or use a folder under TMPDIR");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", torchrun.local_ranks_filter,
+                 "Show only these local ranks on the console, e.g. 0 or 0,3 (files keep all)");
   app.add_flag("--tag-output,--tag_output", options.tag_output,
                "Prefix every output line with [host:rank]");
+  app.add_option("--local-addr,--local_addr", options.local_addr,
+                 "This node's address; the master address when this node runs rank 0");
+  app.add_option("--logs-specs,--logs_specs", torchrun.logs_specs,
+                 "torchrun's Python plugin for logs: not supported")
+      ->group("");
+  app.add_option("--numa-binding,--numa_binding", torchrun.numa_binding,
+                 "torchrun's NUMA binding: not supported")
+      ->group("");
+  app.add_option("--signals-to-handle,--signals_to_handle", torchrun.signals_to_handle,
+                 "Also catch these signals (e.g. SIGXCPU,SIGUSR1), pass them to the workers "
+                 "and stop the job; SIGUSR1 and SIGUSR2 are always passed on without a stop");
+  app.add_flag("--virtual-local-rank,--virtual_local_rank", torchrun.virtual_local_rank,
+               "torchrun's virtual local rank: not supported yet")
+      ->group("");
   app.add_flag("-q,--quiet", options.quiet,
                "Print no start summary and no per-rank table at the end (errors still)");
-  bool standalone = false;
-  app.add_flag("--standalone", standalone,
-               "Accepted for torchrun compatibility (one node is the default)");
   app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
   app.add_flag("--check", options.check,
                "Ask every node whether it can take part (reachable, same master address, "
@@ -166,64 +280,158 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--restart-count", options.restart_count, "The head's restart round")
       ->check(CLI::Range(0, 1000000))
       ->group("");
+}
 
+CommandLine usage_error(const std::string& message) {
+  CommandLine result;
+  result.message = "ddprun: error: " + message + "\n";
+  result.exit_code = kExitLauncherError;
+  return result;
+}
+
+// What CLI11 cannot check alone: torchrun's compound values, and options that only make
+// sense together. Throws UsageError.
+void finish_options(Parser& parser) {
+  Options& options = parser.options;
+  TorchrunStrings& torchrun = parser.torchrun;
+  const CLI::App& app = parser.app;
+  if (torchrun.nnodes) options.nnodes = parse_nnodes(*torchrun.nnodes);
+  check_rendezvous_backend(options.rdzv_backend);
+  options.rdzv_conf = parse_rendezvous_conf(torchrun.rdzv_conf);
+  if (torchrun.rdzv_endpoint && !torchrun.standalone) {
+    const Endpoint endpoint = parse_endpoint("--rdzv-endpoint", *torchrun.rdzv_endpoint);
+    if (options.master_addr && *options.master_addr != endpoint.host) {
+      throw UsageError("--rdzv-endpoint " + *torchrun.rdzv_endpoint + " and --master-addr " +
+                       *options.master_addr + " name different hosts; give one of them");
+    }
+    options.master_addr = endpoint.host;
+    // torchrun's c10d store listens on 29400 unless told otherwise.
+    const int port = endpoint.port.value_or(options.rdzv_backend == "c10d" ? 29400 : 0);
+    if (port == 0) {
+      options.free_master_port = !options.master_port;
+    } else {
+      if (options.master_port && *options.master_port != port) {
+        throw UsageError("--rdzv-endpoint " + *torchrun.rdzv_endpoint + " and --master-port " +
+                         std::to_string(*options.master_port) + " name different ports");
+      }
+      options.master_port = port;
+    }
+  }
+  if (torchrun.standalone) {
+    // torchrun's --standalone: a store on this machine, on a free port, whatever else says.
+    if (options.nnodes.value_or(1) != 1) {
+      throw UsageError("--standalone runs one node; --nnodes " + std::to_string(*options.nnodes) +
+                       " asks for more");
+    }
+    if (!options.scheduler) options.scheduler = "local";
+    if (!options.master_addr) options.master_addr = "127.0.0.1";
+    if (!options.master_port) options.free_master_port = true;
+  }
+  if (torchrun.redirects)
+    options.redirects = parse_stream_choice("--redirects", *torchrun.redirects);
+  if (torchrun.tee) options.tee = parse_stream_choice("--tee", *torchrun.tee);
+  if (torchrun.local_ranks_filter) {
+    options.local_ranks_filter = parse_local_ranks_filter(*torchrun.local_ranks_filter);
+  }
+  if (torchrun.signals_to_handle) {
+    options.signals_to_handle = parse_signal_list(*torchrun.signals_to_handle);
+  }
+  if (torchrun.event_log_handler != "null") {
+    throw UsageError("--event-log-handler " + torchrun.event_log_handler +
+                     ": torchrun's Python event handlers are not supported; only 'null'");
+  }
+  if (torchrun.logs_specs) {
+    throw UsageError("--logs-specs " + *torchrun.logs_specs +
+                         ": torchrun's Python log plugins are not supported",
+                     "use --log-dir with --redirects/--tee, and --tag-output");
+  }
+  if (torchrun.numa_binding) {
+    throw UsageError("--numa-binding " + *torchrun.numa_binding + ": not supported yet",
+                     "bind in a wrapper script, e.g. numactl --cpunodebind=N --membind=N");
+  }
+  if (torchrun.virtual_local_rank) {
+    throw UsageError("--virtual-local-rank: not supported yet",
+                     "read LOCAL_RANK and select the device in the script");
+  }
+  if (options.module && options.no_python) {
+    throw UsageError("--module and --no-python cannot go together (as in torchrun)");
+  }
+  if (options.agent != options.agent_nodes.has_value()) {
+    throw UsageError(
+        "--agent and --agent-nodes go together (they are set by a head ddprun, not by hand)");
+  }
+  (void)app;
+}
+
+}  // namespace
+
+CommandLine parse_command_line(int argc, const char* const* argv, const Environment& env) {
   // Split at the first bare "--": what follows is the program and its arguments, even if
   // they look like options. (CLI11 would drop the "--" and lose that distinction.)
   const auto separator = std::find(argv + std::min(argc, 1), argv + argc, std::string_view("--"));
   const bool separated = separator != argv + argc;
-  std::vector<std::string> ours(argv + std::min(argc, 1), separator);
-  std::reverse(ours.begin(), ours.end());  // CLI11 takes a vector in reverse order
+  const std::vector<std::string> given(argv + std::min(argc, 1), separator);
   std::vector<std::string> after_separator(separated ? separator + 1 : separator, argv + argc);
 
+  auto parser = std::make_unique<Parser>();
+  const auto parse = [&](std::vector<std::string> args) {
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+    parser->app.parse(args);
+  };
   CommandLine result;
   try {
-    app.parse(ours);
+    parse(given);
+    // PET_* values for the options the command line left out, placed before the user's
+    // arguments; parsed again from a fresh parser so defaults stay defaults.
+    std::vector<std::string> with_pet;
+    for (const PetVariable& pet : kPetVariables) {
+      const auto value = lookup(env, pet.variable);
+      if (!value || parser->app.count(pet.option) > 0) continue;
+      if (!pet.flag) {
+        with_pet.push_back(std::string(pet.option) + "=" + *value);
+      } else if (*value != "0" && !value->empty()) {
+        with_pet.emplace_back(pet.option);
+      }
+    }
+    if (!with_pet.empty()) {
+      with_pet.insert(with_pet.end(), given.begin(), given.end());
+      parser = std::make_unique<Parser>();
+      parse(with_pet);
+    }
   } catch (const CLI::CallForHelp&) {
-    result.message = app.help();
+    result.message = parser->app.help();
     return result;
   } catch (const CLI::CallForVersion&) {
     result.message = std::string("ddprun ") + kVersion + "\n";
     return result;
   } catch (const CLI::ParseError& e) {
-    result.message = std::string("ddprun: error: ") + e.what() + " (see ddprun --help)\n";
-    result.exit_code = kExitLauncherError;
-    return result;
+    return usage_error(std::string(e.what()) + " (see ddprun --help)");
   }
-  auto rest = app.remaining();
+  auto rest = parser->app.remaining();
   if (separated) {
-    // A program named before the "--" keeps the "--" as one of its own arguments.
-    if (!rest.empty()) rest.emplace_back("--");
+    // A program named before the "--" keeps it as one of its own arguments, except right
+    // after the program's name, where torchrun (argparse) drops it: `torchrun -m pkg.train
+    // -- --depth=20` gives the module `--depth=20`.
+    if (rest.size() > 1) rest.emplace_back("--");
     rest.insert(rest.end(), after_separator.begin(), after_separator.end());
   }
+  Options& options = parser->options;
   if (rest.empty() && !options.doctor) {
-    result.message =
-        "ddprun: error: no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] "
-        "(see ddprun --help)\n";
-    result.exit_code = kExitLauncherError;
-    return result;
+    return usage_error(
+        "no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] (see ddprun "
+        "--help)");
   }
   const bool looks_like_option =
       !rest.empty() && rest.front().size() > 1 && rest.front().front() == '-';
-  if (looks_like_option && !(separated && app.remaining().empty())) {
-    result.message = "ddprun: error: unknown option '" + rest.front() +
-                     "'; put '--' before the program if it starts with '-' (see ddprun "
-                     "--help)\n";
-    result.exit_code = kExitLauncherError;
-    return result;
+  if (looks_like_option && !(separated && parser->app.remaining().empty())) {
+    return usage_error("unknown option '" + rest.front() +
+                       "'; put '--' before the program if it starts with '-' (see ddprun "
+                       "--help)");
   }
-  if (app.count("--tee") > 0 && !options.log_dir) {
-    result.message =
-        "ddprun: error: --tee needs --log-dir (without it, all output goes to "
-        "the console)\n";
-    result.exit_code = kExitLauncherError;
-    return result;
-  }
-  if (options.agent != options.agent_nodes.has_value()) {
-    result.message =
-        "ddprun: error: --agent and --agent-nodes go together (they are set by a "
-        "head ddprun, not by hand)\n";
-    result.exit_code = kExitLauncherError;
-    return result;
+  try {
+    finish_options(*parser);
+  } catch (const UsageError& e) {
+    return usage_error(e.what() + (e.hint().empty() ? std::string() : " (" + e.hint() + ")"));
   }
   options.program = std::move(rest);
   result.options = std::move(options);

@@ -8,14 +8,11 @@
 #include "ddprun/common/files.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
+#include "error_digest.h"
 #include "report.h"
 
 namespace ddprun {
 namespace {
-
-bool is_stop_signal(int sig) {
-  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
-}
 
 bool exited_with(int status, int code) {
   return WIFEXITED(status) && WEXITSTATUS(status) == code;
@@ -74,6 +71,15 @@ class Round {
     }
   }
 
+  bool is_stop_signal(int sig) const {
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
+    const auto& extra = policy_.extra_stop_signals;
+    return std::find(extra.begin(), extra.end(), sig) != extra.end() && sig != SIGUSR1 &&
+           sig != SIGUSR2;
+  }
+
+  bool stopping() const { return first_failure_ || stop_signal_ != 0 || killed_ || timed_out_; }
+
   void wait_for_all() {
     for (;;) {
       const bool none_live = live() == 0;
@@ -84,13 +90,25 @@ class Round {
         begin_stop(SIGKILL);
         continue;
       }
+      if (exit_deadline_ && now >= *exit_deadline_) {
+        exit_deadline_.reset();
+        if (!none_live && !stopping()) {
+          timed_out_ = true;
+          for (std::size_t i = 0; i < ranks_.size(); ++i) {
+            if (ranks_[i].started && !ranks_[i].exited) still_running_.push_back(i);
+          }
+          begin_stop(SIGTERM);
+        }
+        continue;
+      }
       if (drain_deadline_ && now >= *drain_deadline_) {
         runner_.close_output();
         continue;
       }
       std::optional<RunnerClock::time_point> deadline = kill_deadline_;
-      if (drain_deadline_ && (!deadline || *drain_deadline_ < *deadline))
-        deadline = drain_deadline_;
+      for (const auto& other : {drain_deadline_, exit_deadline_}) {
+        if (other && (!deadline || *other < *deadline)) deadline = other;
+      }
       handle(runner_.wait(deadline));
     }
   }
@@ -138,8 +156,12 @@ class Round {
     const bool preempted = exited_with(event.wait_status, kExitPreempted);
     preempted_ = preempted_ || preempted;
     const bool failed = !exited_with(event.wait_status, 0) && !preempted;
+    if (policy_.exit_timeout && !first_exit_) {
+      first_exit_ = event.child;
+      exit_deadline_ = runner_.now() + *policy_.exit_timeout;
+    }
     // Children ddprun killed itself (a failed start) are no root cause.
-    if (failed && !first_failure_ && stop_signal_ == 0 && !killed_) {
+    if (failed && !stopping()) {
       first_failure_ = event.child;
       begin_stop(SIGTERM);
     }
@@ -158,6 +180,10 @@ class Round {
     if (first_failure_) {
       result.outcome = Outcome::kWorkerFailed;
       result.first_failure = first_failure_;
+    } else if (timed_out_) {
+      result.outcome = Outcome::kTimedOut;
+      result.first_exit = first_exit_;
+      result.still_running = still_running_;
     } else if (preempted_ && all_ended_cleanly) {
       result.outcome = Outcome::kPreempted;
       result.stop_signal = stop_signal_;
@@ -175,7 +201,11 @@ class Round {
   bool lost_head_ = false;
   bool preempted_ = false;
   bool killed_ = false;
+  bool timed_out_ = false;
   int stop_signal_ = 0;
+  std::optional<std::size_t> first_exit_;
+  std::vector<std::size_t> still_running_;
+  std::optional<RunnerClock::time_point> exit_deadline_;
   std::optional<std::size_t> first_failure_;
   std::optional<RunnerClock::time_point> kill_deadline_;
   std::optional<RunnerClock::time_point> drain_deadline_;
@@ -196,6 +226,8 @@ int exit_code_for(const RoundResult& result) {
       return 128 + result.stop_signal;
     case Outcome::kPreempted:
       return kExitPreempted;
+    case Outcome::kTimedOut:
+      return kExitTimedOut;
     case Outcome::kWorkerFailed: {
       const int status = result.ranks.at(*result.first_failure).wait_status;
       if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -213,9 +245,20 @@ int run_job(Runner& runner, const JobSettings& settings,
     if (settings.summaries) messages << setup.summary;
     const RoundResult result = run_round(runner, setup.children, settings.round);
     if (settings.tables) messages << format_rank_table(result);
-    if (result.outcome == Outcome::kWorkerFailed) {
-      const RankResult& failed = result.ranks.at(*result.first_failure);
-      messages << format_failure_report(failed, read_file_head(failed.error_file), settings.colour);
+    if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut) {
+      if (result.outcome == Outcome::kWorkerFailed) {
+        const RankResult& failed = result.ranks.at(*result.first_failure);
+        messages << format_failure_report(failed, read_file_head(failed.error_file),
+                                          settings.colour);
+        std::vector<std::string> error_files;
+        for (const RankResult& rank : result.ranks) {
+          error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
+        }
+        messages << format_error_digest(result, error_files);
+      } else {
+        messages << format_exit_timeout_report(result, *settings.round.exit_timeout,
+                                               settings.colour);
+      }
       if (round < settings.max_restarts && !settings.agent) {
         messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
                  << settings.max_restarts << ")\n";

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ struct RoundPolicy {
   // After the last child exits, its output still in flight is drained for at most this
   // long (a grandchild that escaped its process group may hold a pipe open forever).
   std::chrono::milliseconds drain_after_exit{2000};
+  // --exit-timeout: once a child has exited, the live ones get this long, then the round
+  // is stopped and fails (Outcome::kTimedOut).
+  std::optional<std::chrono::milliseconds> exit_timeout;
+  // --signals-to-handle: more signals that stop the job like SIGTERM does.
+  std::vector<int> extra_stop_signals;
 };
 
 // Starts `children` in order and returns when every started one has ended. When a start

@@ -95,6 +95,8 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   if (!env_addr) env_addr = lookup(env, env::kPetMasterAddr);
   if (options.master_addr) {
     inputs.master_addr = *options.master_addr;
+  } else if (options.local_addr && cluster.this_node.value_or(0) == 0) {
+    inputs.master_addr = *options.local_addr;  // torchrun: rank 0's node names itself
   } else if (env_addr && !env_addr->empty()) {
     inputs.master_addr = *env_addr;
   } else if (nodes > 1) {
@@ -124,7 +126,15 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   auto env_port = lookup(env, env::kMasterPort);
   if (!env_port) env_port = lookup(env, env::kPetMasterPort);
   bool fixed_port = true;
-  if (options.master_port) {
+  if (options.free_master_port) {
+    // An endpoint with port 0, or --standalone: any free port on rank 0's node.
+    if (nodes > 1 && !head_on_rank0) {
+      throw UsageError("a free master port (port 0) needs one node, or this node to start them all",
+                       "give --master-port or --rdzv-endpoint HOST:PORT (the same on every node)");
+    }
+    inputs.master_port = services.pick_free_port();
+    fixed_port = false;
+  } else if (options.master_port) {
     inputs.master_port = *options.master_port;
   } else if (env_port && !env_port->empty()) {
     const auto port = parse_int(*env_port);

@@ -15,6 +15,7 @@
 #include "plan_format.h"
 #include "preflight.h"
 #include "process_runner.h"
+#include "program_command.h"
 #include "report.h"
 #include "round_setup.h"
 #include "scratch_dir.h"
@@ -28,8 +29,9 @@ std::string tmpdir(const Environment& env) {
   return lookup(env, "TMPDIR").value_or("/tmp");
 }
 
-int run(const Options& options, Environment env) {
+int run(Options options, Environment env) {
   if (options.agent_stdin) read_agent_hello(STDIN_FILENO, env);
+  options.program = worker_command(options, env, probe_file);
   forwarded_environment(env, options.env_vars);  // a bad --env fails here, on any node count
   // --env NAME=VALUE holds for every worker, the head's own included.
   for (const auto& item : options.env_vars) {
@@ -55,6 +57,10 @@ int run(const Options& options, Environment env) {
 
   const std::string program_path = resolve_program(options.program.front(), env);
   const std::string self = this_executable();
+  if (!options.log_dir && (options.redirects.any() || options.tee.any())) {
+    // torchrun keeps redirected output in a temporary folder when given none.
+    options.log_dir = tmpdir(env) + "/ddprun-logs-" + inputs.run_id;
+  }
   std::optional<ScratchDir> scratch;
   if (!options.log_dir) scratch.emplace(tmpdir(env), inputs.run_id);
   inputs.scratch_dir = scratch ? scratch->path() : std::string();
@@ -62,12 +68,15 @@ int run(const Options& options, Environment env) {
   ProcessRunnerConfig runner_config;
   runner_config.relay.console_is_tty = inputs.stdout_is_tty;
   runner_config.tag_output = options.tag_output;
-  runner_config.stdout_to_console = !options.log_dir || (options.tee & 1) != 0;
-  runner_config.stderr_to_console = !options.log_dir || (options.tee & 2) != 0;
   runner_config.head_fd = options.agent_stdin ? STDIN_FILENO : -1;
   JobSettings settings;
   settings.round.shutdown_grace =
       std::chrono::milliseconds(static_cast<long long>(options.shutdown_timeout_s * 1000.0));
+  if (options.exit_timeout_s) {
+    settings.round.exit_timeout =
+        std::chrono::milliseconds(static_cast<long long>(*options.exit_timeout_s * 1000.0));
+  }
+  settings.round.extra_stop_signals = options.signals_to_handle;
   settings.max_restarts = options.max_restarts;
   settings.agent = options.agent;
   // Agents print their node's table (the head relays it) but no start line of their own.
@@ -75,7 +84,7 @@ int run(const Options& options, Environment env) {
   settings.tables = !options.quiet;
   settings.colour = colour_wanted(STDERR_FILENO, env);
 
-  SignalChannel signals;
+  SignalChannel signals(options.signals_to_handle);
   Guardian guardian(inputs.scratch_dir);
   ProcessRunner runner(signals, guardian, runner_config);
   return run_job(
@@ -90,7 +99,7 @@ int run(const Options& options, Environment env) {
 int main(int argc, char** argv) {
   const ddprun::Environment env = ddprun::snapshot_environment(environ);
   const bool colour = ddprun::colour_wanted(STDERR_FILENO, env);
-  const auto command_line = ddprun::parse_command_line(argc, argv);
+  const auto command_line = ddprun::parse_command_line(argc, argv, env);
   if (!command_line.options) {
     std::string message = command_line.message;
     const std::string plain = ddprun::error_label(false);

@@ -3,8 +3,12 @@
 // validated there, so the rest of ddprun can trust every field.
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "ddprun/contract/environment.h"
+#include "torchrun_values.h"
 
 namespace ddprun {
 
@@ -23,15 +27,30 @@ struct Options {
   int max_restarts = 0;
   double shutdown_timeout_s = 15.0;  // grace between SIGTERM and SIGKILL
   std::optional<std::string> log_dir;
-  // Which streams also go to the console when --log-dir is set: 0 none, 1 stdout,
-  // 2 stderr, 3 both (torchrun's numbering). Without --log-dir everything goes there.
-  int tee = 0;
+  // torchrun's -r and -t: a stream redirected and not teed stays off the console. With
+  // --log-dir every stream also goes to its file, whatever these say.
+  StreamChoice redirects;
+  StreamChoice tee;
+  std::optional<std::set<int>> local_ranks_filter;  // console only; files keep every rank
   bool tag_output = false;
   bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
   bool check = false;   // preflight every node, print a table, start nothing
   bool doctor = false;  // print what ddprun sees on this node; PROGRAM is optional
   PlanFormat format = PlanFormat::kText;
+  // torchrun's rendezvous options, as ddprun reads them (docs/torchrun.md). An endpoint
+  // is folded into master_addr/master_port by the parser.
+  std::string rdzv_backend = "static";
+  RendezvousConf rdzv_conf;
+  std::string role = "default";           // ROLE_NAME
+  std::optional<std::string> local_addr;  // this node's address, when it hosts rank 0
+  bool free_master_port = false;          // an endpoint with port 0, or --standalone
+  // How PROGRAM runs (program_command.h): as a Python module, as is, or as a script path.
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::vector<int> signals_to_handle;    // beyond ddprun's own; they stop the job
+  std::optional<double> exit_timeout_s;  // after the first exit, the others get this long
   // Head-node mode (docs/multinode.md): how to reach the other nodes, and what they get.
   std::string launcher = "auto";          // auto, ssh, mpirun, srun, local
   std::vector<std::string> env_vars;      // --env NAME or NAME=VALUE, for remote agents
@@ -53,6 +72,7 @@ struct CommandLine {
 };
 
 // Parses argv. Never exits; never throws for bad input (that becomes exit_code != 0).
-CommandLine parse_command_line(int argc, const char* const* argv);
+// `env` gives torchrun's PET_* defaults (the command line wins).
+CommandLine parse_command_line(int argc, const char* const* argv, const Environment& env = {});
 
 }  // namespace ddprun

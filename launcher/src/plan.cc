@@ -21,7 +21,7 @@ int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& no
     if (visible_gpus > 0) return visible_gpus;
     // A local machine's CPU count is no grant; a scheduler's slots are.
     if (cluster.scheduler != "local") return std::max(1, node.slots);
-    return 1;
+    return std::max(1, host.cpu_count);  // torchrun's "auto" without a GPU
   }
   return std::stoi(spec);  // validated by the command line parser
 }
@@ -42,7 +42,9 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   plan.logs_to_dir = options.log_dir.has_value();
   plan.threads.cpu_count = inputs.host.cpu_count;
   plan.threads.set_omp = !lookup(env, env::kOmpNumThreads);
-  plan.threads.set_openblas = plan.threads.set_omp && !lookup(env, env::kOpenblasNumThreads);
+  plan.role = options.role;
+  plan.nccl_async_error_handling =
+      lookup(env, env::kTorchNcclAsyncErrorHandling).value_or(plan.nccl_async_error_handling);
   const std::string base = options.log_dir ? *options.log_dir : inputs.scratch_dir;
   plan.attempt_dir = base + "/attempt_" + std::to_string(inputs.restart_count);
 
@@ -75,6 +77,12 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
         rank.stderr_log = stem + ".stderr.log";
       }
       rank.error_file = stem + ".error.json";
+      // torchrun's rule: a stream redirected to its file and not teed stays off the console.
+      rank.console_streams =
+          3 & ~(options.redirects.for_local_rank(local) & ~options.tee.for_local_rank(local));
+      if (options.local_ranks_filter && options.local_ranks_filter->count(local) == 0) {
+        rank.console_streams = 0;
+      }
       plan.ranks.push_back(std::move(rank));
     }
   }

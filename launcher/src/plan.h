@@ -27,14 +27,14 @@ struct RankPlan {
   std::string host;
   std::string stdout_log;  // empty: no log file
   std::string stderr_log;
-  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  std::string error_file;   // TORCHELASTIC_ERROR_FILE
+  int console_streams = 3;  // which streams reach the console: 1 stdout, 2 stderr, 3 both
 };
 
 // Thread defaults for the workers (rank_environment.h).
 struct ThreadDefaults {
-  int cpu_count = 1;          // CPUs of a node, shared among its workers
-  bool set_omp = false;       // OMP_NUM_THREADS was not set by the user
-  bool set_openblas = false;  // neither was OPENBLAS_NUM_THREADS (it falls back to OMP's)
+  int cpu_count = 1;     // CPUs of a node, shared among its workers
+  bool set_omp = false;  // OMP_NUM_THREADS was not set by the user
 };
 
 // The whole job. Each rank's contract variables (docs/environment.md) are computed from
@@ -51,8 +51,10 @@ struct LaunchPlan {
   int this_node = 0;        // index into nodes
   std::string attempt_dir;  // folder of this round's log and error files
   std::vector<NodePlan> nodes;
-  std::vector<RankPlan> ranks;       // the whole job, in rank order
-  std::vector<std::string> program;  // argv of every worker
+  std::vector<RankPlan> ranks;                  // the whole job, in rank order
+  std::vector<std::string> program;             // argv of every worker
+  std::string role = "default";                 // ROLE_NAME
+  std::string nccl_async_error_handling = "1";  // TORCH_NCCL_ASYNC_ERROR_HANDLING
   ThreadDefaults threads;
   bool stdout_is_tty = false;  // ddprun's stdout, for DDPRUN_STDOUT_TTY
   bool logs_to_dir = false;    // --log-dir given: DDPRUN_LOG_DIR is set

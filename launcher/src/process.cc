@@ -21,12 +21,13 @@ namespace {
 }
 
 // The signals ddprun takes over: child exits, and those it forwards to workers.
-sigset_t handled_signals() {
+sigset_t handled_signals(const std::vector<int>& extra) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
     sigaddset(&set, sig);
   }
+  for (int sig : extra) sigaddset(&set, sig);
   return set;
 }
 
@@ -54,8 +55,8 @@ UniqueFd open_log_file(const std::string& path) {
   return UniqueFd(fd);
 }
 
-SignalChannel::SignalChannel() {
-  const sigset_t set = handled_signals();
+SignalChannel::SignalChannel(const std::vector<int>& extra) {
+  const sigset_t set = handled_signals(extra);
   if (::sigprocmask(SIG_BLOCK, &set, &original_mask_) != 0) throw_errno("sigprocmask");
   const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (fd < 0) throw_errno("signalfd");

@@ -32,7 +32,8 @@ UniqueFd open_log_file(const std::string& path);
 // at a time.
 class SignalChannel {
  public:
-  SignalChannel();
+  // `extra`: signals to catch beyond ddprun's own (--signals-to-handle).
+  explicit SignalChannel(const std::vector<int>& extra = {});
   ~SignalChannel();
   SignalChannel(const SignalChannel&) = delete;
   SignalChannel& operator=(const SignalChannel&) = delete;

@@ -50,8 +50,8 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   } else {
     if (config_.tag_output)
       target.prefix = "[" + spec.host + ":" + std::to_string(spec.rank) + "] ";
-    target.stdout_to_console = config_.stdout_to_console;
-    target.stderr_to_console = config_.stderr_to_console;
+    target.stdout_to_console = spec.stdout_to_console;
+    target.stderr_to_console = spec.stderr_to_console;
     if (!spec.stdout_log.empty()) target.stdout_log = open_log_file(spec.stdout_log);
     if (!spec.stderr_log.empty()) target.stderr_log = open_log_file(spec.stderr_log);
   }

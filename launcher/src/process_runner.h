@@ -17,9 +17,7 @@ namespace ddprun {
 struct ProcessRunnerConfig {
   RelayConfig relay;
   bool tag_output = false;  // prefix workers' console lines with "[host:rank] "
-  bool stdout_to_console = true;
-  bool stderr_to_console = true;
-  int head_fd = -1;  // agent mode: messages from the head; EOF = the head is gone
+  int head_fd = -1;         // agent mode: messages from the head; EOF = the head is gone
 };
 
 class ProcessRunner : public Runner {

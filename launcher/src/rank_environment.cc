@@ -20,22 +20,25 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
       {env::kGroupWorldSize, str(static_cast<int>(plan.nodes.size()))},
       {env::kRoleRank, str(rank.rank)},
       {env::kRoleWorldSize, str(plan.world_size)},
-      {env::kRoleName, "default"},
+      {env::kRoleName, plan.role},
       {env::kMasterAddr, plan.master_addr},
       {env::kMasterPort, str(plan.master_port)},
       {env::kRunId, plan.run_id},
       {env::kRestartCount, str(plan.restart_count)},
       {env::kMaxRestarts, str(plan.max_restarts)},
       {env::kErrorFile, rank.error_file},
+      {env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling},
       {env::kDdprunHost, rank.host},
       {env::kDdprunVersion, kVersion},
       {env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0"},
   };
   if (plan.logs_to_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
   if (plan.threads.set_omp) {
-    const std::string share = str(std::max(1, plan.threads.cpu_count / std::max(1, node.nproc)));
-    vars.emplace_back(env::kOmpNumThreads, share);
-    if (plan.threads.set_openblas) vars.emplace_back(env::kOpenblasNumThreads, share);
+    // torchrun's rule, so that Python scripts see what they would under torchrun; ddp-train
+    // reads its share of the CPUs from DDPRUN_THREADS_PER_RANK instead.
+    if (node.nproc > 1) vars.emplace_back(env::kOmpNumThreads, "1");
+    vars.emplace_back(env::kDdprunThreadsPerRank,
+                      str(std::max(1, plan.threads.cpu_count / std::max(1, node.nproc))));
   }
   return vars;
 }

@@ -7,6 +7,7 @@
 
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/error_file.h"
+#include "error_digest.h"
 
 namespace ddprun {
 
@@ -72,6 +73,27 @@ bool colour_wanted(int fd, const Environment& env) {
   if (no_colour && !no_colour->empty()) return false;
   if (lookup(env, "TERM").value_or("") == "dumb") return false;
   return ::isatty(fd) == 1;
+}
+
+std::string format_exit_timeout_report(const RoundResult& result, std::chrono::milliseconds timeout,
+                                       bool colour) {
+  const RankResult& first = result.ranks.at(result.first_exit.value_or(0));
+  std::vector<int> ranks, nodes;
+  for (const std::size_t child : result.still_running) {
+    const RankResult& rank = result.ranks.at(child);
+    (rank.agent ? nodes : ranks).push_back(rank.agent ? rank.node_rank : rank.rank);
+  }
+  std::string running = ranks.empty() ? "" : format_number_set("rank", ranks);
+  if (!nodes.empty()) {
+    running += (running.empty() ? "" : " and ") + format_number_set("node", nodes);
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(timeout.count()) / 1000.0);
+  return error_label(colour) + child_label(first) + " on " + first.host + " exited (" +
+         describe_wait_status(first.wait_status) + ") and " + running +
+         (result.still_running.size() == 1 ? " was" : " were") + " still running " + seconds +
+         " s later (--exit-timeout); stopped " +
+         (result.still_running.size() == 1 ? "it" : "them") + "\n";
 }
 
 std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,

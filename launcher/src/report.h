@@ -3,6 +3,7 @@
 // at the end, and the report of a failure. Pure formatting; the job decides what to print
 // (nothing with --quiet but errors).
 
+#include <chrono>
 #include <string>
 
 #include "ddprun/contract/environment.h"
@@ -27,6 +28,10 @@ std::string child_label(const RankResult& child);
 // Which rank failed and how, the message from its error file when `error_file_text` (the
 // file's content, or empty) holds one, and the last lines of its stderr. With `colour`,
 // "error:" is bold red.
+// --exit-timeout ran out: who exited first, and who was still running `timeout` later.
+std::string format_exit_timeout_report(const RoundResult& result, std::chrono::milliseconds timeout,
+                                       bool colour);
+
 std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
                                   bool colour = false);
 

@@ -32,6 +32,7 @@ enum class Outcome {
   kWorkerFailed,  // a worker failed first; the others were stopped
   kStopped,       // ddprun was told to stop (a signal); not a candidate for restart
   kPreempted,     // workers exited kExitPreempted (checkpoint saved), none failed
+  kTimedOut,      // --exit-timeout: a child exited and others were still running after it
 };
 
 struct RoundResult {
@@ -39,7 +40,10 @@ struct RoundResult {
   int stop_signal = 0;                       // with kStopped and kPreempted
   bool lost_head = false;                    // agent: the head's connection closed
   std::optional<std::size_t> first_failure;  // index into ranks, with kWorkerFailed
-  std::vector<RankResult> ranks;             // workers in local rank order, then agents
+  // With kTimedOut: the child that exited first, and those still running at the timeout.
+  std::optional<std::size_t> first_exit;
+  std::vector<std::size_t> still_running;
+  std::vector<RankResult> ranks;  // workers in local rank order, then agents
 };
 
 }  // namespace ddprun

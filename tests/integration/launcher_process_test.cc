@@ -241,12 +241,15 @@ TEST(Output, TaggedLinesAreWholeAndInOrderPerRank) {
   }
 }
 
-TEST(Output, LogDirHoldsEachRanksStreamsAndTeeControlsTheConsole) {
+TEST(Output, LogDirHoldsEachRanksStreamsAndRedirectsAndTeeControlTheConsole) {
+  // torchrun's rules: --log-dir alone leaves the console as it is; -r keeps streams off
+  // it; -t puts them back. The files hold every stream either way.
   TempDir dir;
-  const auto quiet = run_ddprun(
+  const auto plain = run_ddprun(
       with_child({"--nproc-per-node", "2", "--log-dir", dir.path()}, {"print:2", "stderr:oops"}));
-  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
-  EXPECT_EQ(quiet.out, "");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(split_lines(plain.out).size(), 4u);
+  EXPECT_NE(plain.err.find("oops"), std::string::npos);
   for (int rank = 0; rank < 2; ++rank) {
     const std::string stem = dir.path() + "/attempt_0/rank_" + std::to_string(rank);
     std::ifstream out(stem + ".stdout.log"), err(stem + ".stderr.log");
@@ -257,11 +260,20 @@ TEST(Output, LogDirHoldsEachRanksStreamsAndTeeControlsTheConsole) {
     EXPECT_EQ(err_text, "oops\n");
   }
   TempDir dir2;
+  const auto quiet = run_ddprun(with_child(
+      {"--nproc-per-node", "2", "--log-dir", dir2.path(), "-r", "3"}, {"print:2", "stderr:oops"}));
+  EXPECT_EQ(quiet.out, "");
+  EXPECT_EQ(quiet.err.find("oops"), std::string::npos);
+  TempDir dir3;
   const auto teed =
-      run_ddprun(with_child({"--nproc-per-node", "2", "--log-dir", dir2.path(), "--tee", "1"},
+      run_ddprun(with_child({"--nproc-per-node", "2", "--log-dir", dir3.path(), "--redirects", "3",
+                             "--tee", "1", "--local-ranks-filter", "1"},
                             {"print:2", "stderr:oops"}));
-  EXPECT_EQ(split_lines(teed.out).size(), 4u);
+  EXPECT_EQ(split_lines(teed.out), (std::vector<std::string>{"rank 1 line 0", "rank 1 line 1"}));
   EXPECT_EQ(teed.err.find("oops"), std::string::npos);
+  std::ifstream filtered_out(dir3.path() + "/attempt_0/rank_0.stdout.log");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(filtered_out)), {}),
+            "rank 0 line 0\nrank 0 line 1\n");  // the filter is for the console only
 }
 
 TEST(Restarts, FailedRoundIsRestartedWithNextRestartCountAndNewPort) {

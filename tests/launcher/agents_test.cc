@@ -139,6 +139,43 @@ TEST(SshCommand, QuotesEveryWordOnceAndEndsOptionsBeforeTheHost) {
   EXPECT_EQ(argv.back(), "cd -- '/work dir' && exec '/bin/ddprun' 'it'\\''s'");
 }
 
+TEST(SshCommand, RendezvousJoinTimeoutBoundsTheConnection) {
+  Options options;
+  const auto plain = ssh_command("n1", options, "/", {"x"});
+  EXPECT_EQ(std::count_if(plain.begin(), plain.end(),
+                          [](const std::string& w) { return w.rfind("ConnectTimeout", 0) == 0; }),
+            0);
+  options.rdzv_conf = parse_rendezvous_conf("join_timeout=12.5");
+  const auto argv = ssh_command("n1", options, "/", {"x"});
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "ConnectTimeout=13"), argv.end());
+}
+
+TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
+  Options options;
+  options.role = "trainer";
+  options.redirects = parse_stream_choice("-r", "3");
+  options.tee = parse_stream_choice("-t", "0:1");
+  options.local_ranks_filter = std::set<int>{0};
+  options.signals_to_handle = {SIGXCPU};
+  options.exit_timeout_s = 30;
+  LaunchPlan plan;
+  plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 2, 2}};
+  plan.program = {"python3", "-u", "train.py"};
+  const auto args = agent_arguments(options, plan, nullptr);
+  const auto after = [&](const std::string& flag) {
+    const auto it = std::find(args.begin(), args.end(), flag);
+    return it == args.end() || it + 1 == args.end() ? std::string("(missing)") : *(it + 1);
+  };
+  EXPECT_EQ(after("--role"), "trainer");
+  EXPECT_EQ(after("--redirects"), "3");
+  EXPECT_EQ(after("--tee"), "0:1");
+  EXPECT_EQ(after("--local-ranks-filter"), "0");
+  EXPECT_EQ(after("--signals-to-handle"), "SIGXCPU");
+  EXPECT_EQ(after("--exit-timeout"), "30");
+  EXPECT_EQ(std::vector<std::string>(args.end() - 4, args.end()),
+            (std::vector<std::string>{"--", "python3", "-u", "train.py"}));
+}
+
 TEST(LauncherCommands, SrunAndMpirunStartOneAgentPerNode) {
   LaunchPlan plan;
   plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 2, 2}};

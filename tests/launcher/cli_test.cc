@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
@@ -7,9 +8,9 @@
 namespace ddprun {
 namespace {
 
-CommandLine parse(std::vector<const char*> args) {
+CommandLine parse(std::vector<const char*> args, const Environment& env = {}) {
   args.insert(args.begin(), "ddprun");
-  return parse_command_line(static_cast<int>(args.size()), args.data());
+  return parse_command_line(static_cast<int>(args.size()), args.data(), env);
 }
 
 TEST(CommandLine, DefaultsAreTorchrunsForOneNode) {
@@ -52,7 +53,7 @@ TEST(CommandLine, LogDirWithTeeAndFormat) {
       parse({"--log-dir", "/tmp/l", "--tee", "2", "--dry-run", "--format", "json", "w"});
   ASSERT_TRUE(result.options) << result.message;
   EXPECT_EQ(result.options->log_dir, "/tmp/l");
-  EXPECT_EQ(result.options->tee, 2);
+  EXPECT_EQ(result.options->tee.all, 2);
   EXPECT_TRUE(result.options->dry_run);
   EXPECT_EQ(result.options->format, PlanFormat::kJson);
 }
@@ -74,6 +75,33 @@ TEST(CommandLine, BadValuesAreOneLineErrors) {
                                              {"--master-port", "65536", "w"},
                                              {"--shutdown-timeout", "nan", "w"},
                                              {"--tee", "4", "--log-dir", "d", "w"},
+                                             {"--nnodes", "1:4", "w"},
+                                             {"--nnodes", "0", "w"},
+                                             {"--nnodes=2:1", "w"},
+                                             {"--rdzv-backend", "etcd-v2", "w"},
+                                             {"--rdzv_backend=zookeeper", "w"},
+                                             {"--rdzv-endpoint", ":29400", "w"},
+                                             {"--rdzv-endpoint", "h:99999", "w"},
+                                             {"--rdzv-endpoint", "::1:5", "w"},
+                                             {"--rdzv-conf", "join_timeout", "w"},
+                                             {"--rdzv-conf", "read_timeout=-1", "w"},
+                                             {"--rdzv-endpoint", "a:1", "--master-addr", "b", "w"},
+                                             {"--rdzv-endpoint", "a:1", "--master-port", "2", "w"},
+                                             {"--standalone", "--nnodes", "2", "w"},
+                                             {"-r", "5", "w"},
+                                             {"-t", "0:1,x:2", "w"},
+                                             {"--local-ranks-filter", "0,,1", "w"},
+                                             {"--local-ranks-filter=", "w"},
+                                             {"--signals-to-handle", "SIGKILL", "w"},
+                                             {"--start-method", "thread", "w"},
+                                             {"--monitor-interval", "-1", "w"},
+                                             {"--exit-timeout", "soon", "w"},
+                                             {"--event-log-handler", "console", "w"},
+                                             {"--logs-specs", "mine", "w"},
+                                             {"--numa-binding", "node", "w"},
+                                             {"--virtual-local-rank", "w"},
+                                             {"--nproc-per-node", "xpu", "w"},
+                                             {"-m", "--no-python", "w"},
                                              {"--run-id", "../../etc", "w"},
                                              {"--max-restarts"},
                                              {}}) {
@@ -83,6 +111,133 @@ TEST(CommandLine, BadValuesAreOneLineErrors) {
     EXPECT_EQ(result.message.rfind("ddprun: error: ", 0), 0u) << result.message;
     EXPECT_EQ(result.message.find('\n'), result.message.size() - 1) << result.message;
   }
+}
+
+TEST(CommandLine, TorchrunRendezvousOptionsBecomeTheMasterAddressAndPort) {
+  const auto c10d = parse({"--nnodes=1", "--nproc_per_node=2", "--rdzv_id=100",
+                           "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:29400", "w"});
+  ASSERT_TRUE(c10d.options) << c10d.message;
+  EXPECT_EQ(c10d.options->nnodes, 1);
+  EXPECT_EQ(c10d.options->master_addr, "localhost");
+  EXPECT_EQ(c10d.options->master_port, 29400);
+  EXPECT_EQ(c10d.options->run_id, "100");
+  // c10d's own default port; static has none (ddprun picks one as usual).
+  const auto bare = parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "head", "w"});
+  ASSERT_TRUE(bare.options) << bare.message;
+  EXPECT_EQ(bare.options->master_port, 29400);
+  const auto any = parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "w"});
+  ASSERT_TRUE(any.options) << any.message;
+  EXPECT_FALSE(any.options->master_port);
+  EXPECT_TRUE(any.options->free_master_port);
+  const auto v6 = parse({"--rdzv-endpoint", "[::1]:29500", "--nnodes", "2:2", "w"});
+  ASSERT_TRUE(v6.options) << v6.message;
+  EXPECT_EQ(v6.options->master_addr, "::1");
+  EXPECT_EQ(v6.options->master_port, 29500);
+  EXPECT_EQ(v6.options->nnodes, 2);
+}
+
+TEST(CommandLine, StandaloneIsOneLocalNodeOnAFreePort) {
+  const auto result = parse({"--standalone", "--rdzv-endpoint", "elsewhere:1", "w"});
+  ASSERT_TRUE(result.options) << result.message;
+  EXPECT_EQ(result.options->scheduler, "local");
+  EXPECT_EQ(result.options->master_addr, "127.0.0.1");
+  EXPECT_TRUE(result.options->free_master_port);
+}
+
+TEST(CommandLine, EveryTorchrunOptionIsAcceptedInBothSpellings) {
+  const auto dashes = parse({"--nproc-per-node",
+                             "2",
+                             "--rdzv-conf",
+                             "join_timeout=900,is_host=1",
+                             "--max-restarts",
+                             "1",
+                             "--monitor-interval",
+                             "5",
+                             "--start-method",
+                             "fork",
+                             "--role",
+                             "trainer",
+                             "--log-dir",
+                             "/tmp/l",
+                             "--redirects",
+                             "3",
+                             "--tee",
+                             "0:1",
+                             "--local-ranks-filter",
+                             "0,2",
+                             "--node-rank",
+                             "0",
+                             "--local-addr",
+                             "10.0.0.1",
+                             "--signals-to-handle",
+                             "SIGTERM,SIGUSR1,XCPU",
+                             "--event-log-handler",
+                             "null",
+                             "--exit-timeout",
+                             "30",
+                             "--run-path",
+                             "/abs/train.py"});
+  const auto underscores =
+      parse({"--nproc_per_node=2", "--rdzv_conf=join_timeout=900,is_host=1", "--max_restarts=1",
+             "--monitor_interval=5", "--start_method=fork", "--role=trainer", "--log_dir=/tmp/l",
+             "-r", "3", "-t", "0:1", "--local_ranks_filter=0,2", "--node_rank=0",
+             "--local_addr=10.0.0.1", "--signals_to_handle=SIGTERM,SIGUSR1,XCPU",
+             "--event_log_handler=null", "--exit_timeout=30", "--run_path", "/abs/train.py"});
+  for (const auto* result : {&dashes, &underscores}) {
+    ASSERT_TRUE(result->options) << result->message;
+    const Options& o = *result->options;
+    EXPECT_EQ(o.nproc_per_node, "2");
+    EXPECT_EQ(o.rdzv_conf.join_timeout_s, 900.0);
+    EXPECT_EQ(o.role, "trainer");
+    EXPECT_EQ(o.redirects.all, 3);
+    EXPECT_EQ(o.tee.for_local_rank(0), 1);
+    EXPECT_EQ(o.tee.for_local_rank(1), 0);
+    EXPECT_EQ(o.local_ranks_filter, (std::set<int>{0, 2}));
+    EXPECT_EQ(o.local_addr, "10.0.0.1");
+    EXPECT_EQ(o.signals_to_handle, (std::vector<int>{SIGTERM, SIGUSR1, SIGXCPU}));
+    EXPECT_EQ(o.exit_timeout_s, 30.0);
+    EXPECT_TRUE(o.run_path);
+    EXPECT_EQ(o.program, std::vector<std::string>{"/abs/train.py"});
+  }
+}
+
+TEST(CommandLine, ADoubleDashRightAfterTheProgramIsDroppedAsTorchrunDrops) {
+  const auto right_after = parse({"-m", "scripts.base_train", "--", "--depth=20"});
+  ASSERT_TRUE(right_after.options) << right_after.message;
+  EXPECT_EQ(right_after.options->program,
+            (std::vector<std::string>{"scripts.base_train", "--depth=20"}));
+  const auto later = parse({"./w", "a", "--", "b"});
+  ASSERT_TRUE(later.options) << later.message;
+  EXPECT_EQ(later.options->program, (std::vector<std::string>{"./w", "a", "--", "b"}));
+}
+
+TEST(CommandLine, ModuleAndNoPythonFlagsComeBeforeTheProgram) {
+  const auto module = parse({"--nproc-per-node=2", "-m", "pkg.train", "--epochs", "3"});
+  ASSERT_TRUE(module.options) << module.message;
+  EXPECT_TRUE(module.options->module);
+  EXPECT_EQ(module.options->program, (std::vector<std::string>{"pkg.train", "--epochs", "3"}));
+  const auto direct = parse({"--no_python", "./run.sh", "-m"});
+  ASSERT_TRUE(direct.options) << direct.message;
+  EXPECT_TRUE(direct.options->no_python);
+  EXPECT_FALSE(direct.options->module);  // the program's own -m
+}
+
+TEST(CommandLine, PetVariablesFillTheOptionsTheCommandLineLeftOut) {
+  const Environment env{{"PET_NPROC_PER_NODE", "3"},
+                        {"PET_RDZV_BACKEND", "c10d"},
+                        {"PET_RDZV_ENDPOINT", "head:29600"},
+                        {"PET_STANDALONE", "0"},
+                        {"PET_MAX_RESTARTS", "2"}};
+  const auto result = parse({"--max-restarts", "5", "w"}, env);
+  ASSERT_TRUE(result.options) << result.message;
+  EXPECT_EQ(result.options->nproc_per_node, "3");
+  EXPECT_EQ(result.options->master_addr, "head");
+  EXPECT_EQ(result.options->master_port, 29600);
+  EXPECT_EQ(result.options->max_restarts, 5);  // the command line wins
+  EXPECT_FALSE(result.options->scheduler);     // PET_STANDALONE=0 is no --standalone
+  const auto bad = parse({"w"}, {{"PET_TEE", "9"}});
+  EXPECT_FALSE(bad.options);
+  EXPECT_NE(bad.message.find("--tee 9: expected"), std::string::npos) << bad.message;
 }
 
 }  // namespace

@@ -179,6 +179,17 @@ TEST(JobInputs, EnvironmentMasterIsRespectedAndOptionsWin) {
   EXPECT_EQ(inputs.master_port, 24000);
 }
 
+TEST(JobInputs, TorchrunsFreePortAndLocalAddressFeedTheMaster) {
+  Options options = options_for();
+  options.free_master_port = true;
+  options.local_addr = "10.9.9.9";
+  const auto inputs =
+      resolve_plan_inputs(options, {}, files({}), host_named("laptop"), fake_services(), true);
+  EXPECT_EQ(inputs.master_addr, "10.9.9.9");  // this node runs rank 0
+  EXPECT_EQ(inputs.master_port, 41000);
+  EXPECT_FALSE(inputs.fixed_port);  // a restart may pick anew
+}
+
 struct BadJob {
   std::string name;
   Environment env;
@@ -229,6 +240,15 @@ INSTANTIATE_TEST_SUITE_P(
                "laptop",
                [](Options& o) { o.nnodes = 2; },
                "--nnodes 2 does not match this machine"},
+        BadJob{"FreePortOnANodeThatDoesNotStartTheOthers",
+               kTwoNodeSlurm,
+               {},
+               "node2",
+               [](Options& o) {
+                 o.launcher = "local";
+                 o.free_master_port = true;
+               },
+               "a free master port (port 0) needs one node"},
         BadJob{"NodeRankOutOfRange",
                kTwoNodeSlurm,
                {},

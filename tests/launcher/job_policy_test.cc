@@ -261,6 +261,85 @@ TEST(JobPolicy, AFailedStartKillsTheChildrenAlreadyStartedAndRethrows) {
   EXPECT_EQ(runner.rounds_ended, 1);
 }
 
+TEST(JobPolicy, ExitTimeoutStopsTheRanksStillRunningAfterAnEarlyCleanExit) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(100), exited(0)) : runs_until_stopped();
+  };
+  JobSettings settings;
+  settings.round.exit_timeout = Ms(3000);
+  settings.max_restarts = 0;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, kExitTimedOut);
+  for (std::size_t child : {0u, 2u, 3u}) {
+    const auto sent = runner.sent_to(child);
+    ASSERT_EQ(sent.size(), 1u) << "child " << child;
+    EXPECT_EQ(sent[0].signal_number, SIGTERM);
+    EXPECT_EQ(sent[0].at, Ms(3100));  // the exit, then exactly the timeout
+  }
+  EXPECT_NE(job.messages.find("rank 1 on node0 exited (exit code 0) and ranks 0, 2-3 were still "
+                              "running 3 s later (--exit-timeout)"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicy, WithoutExitTimeoutAnEarlyExitStopsNobody) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(100), exited(0)) : exits_after(Ms(60000), exited(0));
+  };
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_TRUE(runner.sent.empty());
+}
+
+TEST(JobPolicy, ExitTimeoutIsNotTriggeredWhenTheOthersFinishInTime) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return exits_after(Ms(100 + 500 * static_cast<long>(child)), exited(0));
+  };
+  JobSettings settings;
+  settings.round.exit_timeout = Ms(3000);
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_TRUE(runner.sent.empty());
+}
+
+TEST(JobPolicy, ATimedOutRoundIsRestartedLikeAFailure) {
+  FakeRunner runner;
+  runner.behaviour = [](int round, std::size_t child) {
+    if (round == 1) return exits_after(Ms(10), exited(0));
+    return child == 0 ? exits_after(Ms(10), exited(0)) : runs_until_stopped();
+  };
+  JobSettings settings;
+  settings.round.exit_timeout = Ms(1000);
+  settings.max_restarts = 1;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_EQ(runner.started.size(), 2u);
+}
+
+TEST(JobPolicy, SignalsToHandleAreForwardedAndStopTheJob) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  runner.signal_at(0, Ms(50), SIGXCPU);
+  JobSettings settings;
+  settings.round.extra_stop_signals = {SIGXCPU};
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 128 + SIGXCPU);
+  for (std::size_t child = 0; child < 4; ++child) {
+    // The signal itself first (as torchrun passes it on), SIGKILL after the grace to
+    // workers that do not stop on it.
+    const auto sent = runner.sent_to(child);
+    ASSERT_EQ(sent.size(), 2u);
+    EXPECT_EQ(sent[0].signal_number, SIGXCPU);
+    EXPECT_EQ(sent[0].at, Ms(50));
+    EXPECT_EQ(sent[1].signal_number, SIGKILL);
+    EXPECT_EQ(sent[1].at, Ms(50) + kGrace);
+  }
+  EXPECT_NE(job.messages.find("ddprun: stopped by SIGXCPU"), std::string::npos) << job.messages;
+}
+
 TEST(JobPolicy, ExitCodesFollowTheFirstFailure) {
   for (const auto& [status, code] : std::vector<std::pair<int, int>>{
            {exited(1), 1}, {exited(127), 127}, {killed(SIGKILL), 128 + SIGKILL}}) {

@@ -44,7 +44,7 @@ TEST(ResolveNproc, NumbersCpuGpuAndAuto) {
   EXPECT_EQ(resolve_nproc("cpu", 0, local.nodes[0], local, host), 6);
   EXPECT_EQ(resolve_nproc("gpu", 4, local.nodes[0], local, host), 4);
   EXPECT_EQ(resolve_nproc("auto", 2, local.nodes[0], local, host), 2);
-  EXPECT_EQ(resolve_nproc("auto", 0, local.nodes[0], local, host), 1);
+  EXPECT_EQ(resolve_nproc("auto", 0, local.nodes[0], local, host), 6);  // torchrun: CPUs
   EXPECT_EQ(resolve_nproc("auto", 0, slurm.nodes[0], slurm, host), 3);
   EXPECT_THROW(resolve_nproc("gpu", 0, local.nodes[0], local, host), UsageError);
 }
@@ -65,20 +65,54 @@ TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
     EXPECT_EQ(env.at("WORLD_SIZE"), "4");
     EXPECT_EQ(env.at("MASTER_PORT"), "29500");
     EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "run1");
-    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "2");  // 8 CPUs over 4 workers
-    EXPECT_EQ(env.at("OPENBLAS_NUM_THREADS"), "2");
+    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");          // torchrun's rule
+    EXPECT_EQ(env.at("DDPRUN_THREADS_PER_RANK"), "2");  // 8 CPUs over 4 workers
+    EXPECT_EQ(env.count("OPENBLAS_NUM_THREADS"), 0u);
+    EXPECT_EQ(env.at("ROLE_NAME"), "default");
+    EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+    EXPECT_EQ(env.count("TORCHELASTIC_USE_AGENT_STORE"), 0u);
     EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"),
               "/tmp/s/attempt_0/rank_" + std::to_string(i) + ".error.json");
     EXPECT_TRUE(rank.stdout_log.empty());
   }
 }
 
-TEST(BuildPlan, ThreadShareIsAtLeastOneAndUserSettingsWin) {
+TEST(BuildPlan, ThreadsFollowTorchrunAndUserSettingsWin) {
   const auto crowded = build_plan(options_with("16"), local_inputs(2), {});
-  EXPECT_EQ(env_map(crowded, crowded.ranks[0]).at("OMP_NUM_THREADS"), "1");
-  const auto user = build_plan(options_with("2"), local_inputs(8), {{"OPENBLAS_NUM_THREADS", "3"}});
-  EXPECT_EQ(env_map(user, user.ranks[0]).at("OMP_NUM_THREADS"), "4");
-  EXPECT_EQ(env_map(user, user.ranks[0]).count("OPENBLAS_NUM_THREADS"), 0u);
+  EXPECT_EQ(env_map(crowded, crowded.ranks[0]).at("DDPRUN_THREADS_PER_RANK"), "1");
+  // One worker: torchrun leaves OMP_NUM_THREADS alone; ddp-train still gets its share.
+  const auto single = build_plan(options_with("1"), local_inputs(8), {});
+  EXPECT_EQ(env_map(single, single.ranks[0]).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(env_map(single, single.ranks[0]).at("DDPRUN_THREADS_PER_RANK"), "8");
+  // The user's own setting: neither variable is set, whatever the worker count.
+  const auto user = build_plan(options_with("2"), local_inputs(8), {{"OMP_NUM_THREADS", "3"}});
+  EXPECT_EQ(env_map(user, user.ranks[0]).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(env_map(user, user.ranks[0]).count("DDPRUN_THREADS_PER_RANK"), 0u);
+}
+
+TEST(BuildPlan, RoleAndNcclErrorHandlingFollowTheUser) {
+  Options options = options_with("2");
+  options.role = "trainer";
+  const auto plan = build_plan(options, local_inputs(), {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
+  const auto env = env_map(plan, plan.ranks[1]);
+  EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+}
+
+TEST(BuildPlan, ConsoleStreamsFollowRedirectsTeeAndTheFilter) {
+  Options options = options_with("4");
+  options.redirects = parse_stream_choice("-r", "3");
+  options.tee = parse_stream_choice("-t", "0:1,2:3");
+  options.local_ranks_filter = std::set<int>{0, 1, 3};
+  const auto plan = build_plan(options, local_inputs(), {});
+  // rank: redirected 3 everywhere; teed stdout on 0, both on 2; 2 filtered out.
+  const int expected[] = {1, 0, 0, 0};
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(plan.ranks[i].console_streams, expected[i]) << i;
+  const auto plain = build_plan(options_with("2"), local_inputs(), {});
+  EXPECT_EQ(plain.ranks[0].console_streams, 3);
+  Options errors_off = options_with("2");
+  errors_off.redirects = parse_stream_choice("-r", "2");
+  EXPECT_EQ(build_plan(errors_off, local_inputs(), {}).ranks[1].console_streams, 1);
 }
 
 TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {

@@ -4,6 +4,7 @@
 
 #include "ddprun/common/signal_name.h"
 #include "doctor.h"
+#include "fake_runner.h"
 #include "job.h"
 #include "report.h"
 
@@ -12,13 +13,8 @@
 namespace ddprun {
 namespace {
 
-// Wait statuses as the kernel encodes them.
-int exited(int code) {
-  return (code & 0xff) << 8;
-}
-int killed(int sig) {
-  return sig & 0x7f;
-}
+using testing::exited;  // wait statuses as the kernel encodes them
+using testing::killed;
 
 TEST(WaitStatus, DescribesExitCodesAndSignals) {
   ASSERT_TRUE(WIFEXITED(exited(3)));

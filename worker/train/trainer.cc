@@ -20,6 +20,7 @@
 #include "objective.h"
 #include "progress.h"
 #include "stop_check.h"
+#include "threads.h"
 
 namespace ddprun::worker {
 namespace {
@@ -80,8 +81,11 @@ TrainingResult Trainer::run() {
   // Installed first: a notice during start-up stops the job after its first step.
   const StopSignals stop_signals(stop_signal_numbers(config_.preemption));
   const int threads =
-      config_.runtime.threads > 0 ? config_.runtime.threads : env_.omp_num_threads.value_or(0);
-  if (threads > 0) at::set_num_threads(threads);
+      choose_threads(config_.runtime.threads, env_.threads_per_rank, env_.omp_num_threads);
+  if (threads > 0) {
+    at::set_num_threads(threads);
+    set_blas_threads(threads);
+  }
 
   comm_ = Communicator::connect(env_, to_comm_options(config_.runtime));
   const int rank = comm_->rank();

@@ -57,6 +57,9 @@ WorkerEnv read_worker_env(const Environment& env) {
   if (const auto* v = find(env, ddprun::env::kOmpNumThreads); v != nullptr && !v->empty()) {
     out.omp_num_threads = int_in_range(*v, ddprun::env::kOmpNumThreads, 1, 4096);
   }
+  if (const auto* v = find(env, ddprun::env::kDdprunThreadsPerRank); v != nullptr && !v->empty()) {
+    out.threads_per_rank = int_in_range(*v, ddprun::env::kDdprunThreadsPerRank, 1, 4096);
+  }
   if (const auto* v = find(env, ddprun::env::kGlooSocketIfname)) out.gloo_socket_ifname = *v;
   if (const auto* v = find(env, ddprun::env::kDdprunStdoutTty)) out.stdout_is_terminal = *v == "1";
 

@@ -31,9 +31,14 @@ inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
 // The GPUs a worker may use, as CUDA reads it; set by the site or the scheduler.
 inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 
-// Threading defaults, set only when the user has not set them.
+// Threading: OMP_NUM_THREADS is set to 1 with more than one worker on a node when the
+// user has not set it (torchrun's rule); OPENBLAS_NUM_THREADS is only reported.
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 inline constexpr const char* kOpenblasNumThreads = "OPENBLAS_NUM_THREADS";
+
+// torchrun sets it to 1 unless the user did (PyTorch 2.x's name; 1.13 read
+// NCCL_ASYNC_ERROR_HANDLING): NCCL errors then end the process instead of hanging it.
+inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 
 // Read by the worker only (set by the user or the site): gloo's network interface.
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
@@ -45,5 +50,8 @@ inline constexpr const char* kDdprunVersion = "DDPRUN_VERSION";  // launcher ver
 // "1" when ddprun's own stdout is a terminal (workers write to a pipe, so they cannot
 // tell by themselves whether redrawing a progress line makes sense).
 inline constexpr const char* kDdprunStdoutTty = "DDPRUN_STDOUT_TTY";
+// The node's CPUs divided among its workers; set only when the user has not set
+// OMP_NUM_THREADS, so that ddp-train can use its share where torchrun's rule gives 1.
+inline constexpr const char* kDdprunThreadsPerRank = "DDPRUN_THREADS_PER_RANK";
 
 }  // namespace ddprun::env

@@ -18,6 +18,9 @@ inline constexpr int kExitProgramNotFound = 127;
 // checkpoint: sysexits' EX_TEMPFAIL, "try again later". ddprun exits with it too and
 // does not restart (docs/fault-tolerance.md).
 inline constexpr int kExitPreempted = 75;
+// --exit-timeout ran out: a rank exited and the others were still running that long
+// later (124, as timeout(1) exits).
+inline constexpr int kExitTimedOut = 124;
 
 // Base of everything ddprun reports as its own error. `what()` is the message; `hint()`
 // the next step for the user (may be empty).

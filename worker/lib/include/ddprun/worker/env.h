@@ -21,11 +21,12 @@ struct WorkerEnv {
   int master_port = 0;  // 0: standalone, the store picks a free port
   std::string run_id = "standalone";
   int restart_count = 0;
-  std::string error_file;              // empty: none
-  std::optional<int> omp_num_threads;  // OMP_NUM_THREADS when set
-  std::string gloo_socket_ifname;      // GLOO_SOCKET_IFNAME when set
-  bool standalone = false;             // no rank variable was set
-  bool stdout_is_terminal = false;     // DDPRUN_STDOUT_TTY=1, or standalone on a terminal
+  std::string error_file;               // empty: none
+  std::optional<int> omp_num_threads;   // OMP_NUM_THREADS when set
+  std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
+  std::string gloo_socket_ifname;       // GLOO_SOCKET_IFNAME when set
+  bool standalone = false;              // no rank variable was set
+  bool stdout_is_terminal = false;      // DDPRUN_STDOUT_TTY=1, or standalone on a terminal
 };
 
 // Reads the contract in one place. When none of RANK, LOCAL_RANK, WORLD_SIZE,
