@@ -8,6 +8,7 @@
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
 #include "options.h"
+#include "restart_policy.h"
 #include "schedulers.h"
 #include "torchrun_values.h"
 
@@ -191,6 +192,13 @@ Parser::Parser() {
                  "Restart the whole job up to this many times after a worker fails")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  app.add_option("--restart-on", options.restart_on,
+                 "Which failures a restart may fix: any (default), or a comma list of "
+                 "'signals' (a worker killed by a signal, a node lost) and exit codes")
+      ->capture_default_str();
+  app.add_flag("--restart-repeated", options.restart_repeated,
+               "Restart even when a round fails as the one before it did and reached no "
+               "newer step (by default that ends the restarts)");
   app.add_option("--monitor-interval,--monitor_interval", monitor_interval_s,
                  "Accepted for torchrun; ddprun learns of every exit at once (no polling)")
       ->check(seconds_validator(0, 86400));
@@ -296,6 +304,7 @@ void finish_options(Parser& parser) {
   TorchrunStrings& torchrun = parser.torchrun;
   const CLI::App& app = parser.app;
   if (torchrun.nnodes) options.nnodes = parse_nnodes(*torchrun.nnodes);
+  parse_restart_on(options.restart_on);  // checked here, used by main
   check_rendezvous_backend(options.rdzv_backend);
   options.rdzv_conf = parse_rendezvous_conf(torchrun.rdzv_conf);
   if (torchrun.rdzv_endpoint && !torchrun.standalone) {

@@ -33,6 +33,7 @@ class Round {
         rank.local_rank = spec.local_rank;
         rank.host = spec.host;
         rank.error_file = spec.error_file;
+        rank.progress_file = spec.progress_file;
         rank.pid = runner_.start(spec);
         rank.started = true;
       }
@@ -238,31 +239,64 @@ int exit_code_for(const RoundResult& result) {
   return 1;
 }
 
+namespace {
+
+// The furthest step this node's workers reported in their progress files this round.
+std::optional<long long> reported_step(const RoundResult& result) {
+  std::optional<long long> best;
+  for (const RankResult& rank : result.ranks) {
+    if (rank.agent || rank.progress_file.empty()) continue;
+    const auto step = parse_progress(read_file_head(rank.progress_file, 64));
+    if (step && (!best || *step > *best)) best = step;
+  }
+  return best;
+}
+
+}  // namespace
+
 int run_job(Runner& runner, const JobSettings& settings,
             const std::function<RoundSetup(int round)>& make_round, std::ostream& messages) {
+  std::string previous_failure;  // how the last restarted round failed
+  std::optional<long long> best_step;
   for (int round = 0;; ++round) {
     const RoundSetup setup = make_round(round);
     if (settings.summaries) messages << setup.summary;
     const RoundResult result = run_round(runner, setup.children, settings.round);
     if (settings.tables) messages << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut) {
+      std::vector<std::string> error_files;
+      for (const RankResult& rank : result.ranks) {
+        error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
+      }
+      const std::string first_error =
+          result.first_failure ? error_files.at(*result.first_failure) : std::string();
       if (result.outcome == Outcome::kWorkerFailed) {
         const RankResult& failed = result.ranks.at(*result.first_failure);
-        messages << format_failure_report(failed, read_file_head(failed.error_file),
-                                          settings.colour);
-        std::vector<std::string> error_files;
-        for (const RankResult& rank : result.ranks) {
-          error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
-        }
+        messages << format_failure_report(failed, first_error, settings.colour);
         messages << format_error_digest(result, error_files);
       } else {
         messages << format_exit_timeout_report(result, *settings.round.exit_timeout,
                                                settings.colour);
       }
+      const std::string failure = failure_signature(result, first_error);
+      const auto step = reported_step(result);
+      const bool progressed = step && (!best_step || *step > *best_step);
+      if (progressed) best_step = step;
       if (round < settings.max_restarts && !settings.agent) {
-        messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
-                 << settings.max_restarts << ")\n";
-        continue;
+        std::string why;
+        if (!restart_covers(settings.restart, result, why)) {
+          messages << "ddprun: not restarting: " << why << "\n";
+        } else if (!settings.restart.allow_repeats && failure == previous_failure && !progressed) {
+          messages << "ddprun: not restarting: round " << round
+                   << " failed as the one before it did (" << failure
+                   << ") and reached no newer step (DDPRUN_PROGRESS_FILE); --restart-repeated "
+                      "restarts anyway\n";
+        } else {
+          previous_failure = failure;
+          messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
+                   << settings.max_restarts << ")\n";
+          continue;
+        }
       }
       if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
     } else if (result.outcome == Outcome::kPreempted) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "restart_policy.h"
 #include "round_result.h"
 #include "runner.h"
 
@@ -41,6 +42,7 @@ int exit_code_for(const RoundResult& result);
 struct JobSettings {
   RoundPolicy round;
   int max_restarts = 0;
+  RestartRule restart;    // which failures a restart may fix (restart_policy.h)
   bool agent = false;     // runs one round of the head's: the head decides on restarts
   bool summaries = true;  // print each round's summary before it starts
   bool tables = true;     // print the rank table after each round

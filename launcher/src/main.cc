@@ -17,6 +17,7 @@
 #include "process_runner.h"
 #include "program_command.h"
 #include "report.h"
+#include "restart_policy.h"
 #include "round_setup.h"
 #include "scratch_dir.h"
 
@@ -78,6 +79,8 @@ int run(Options options, Environment env) {
   }
   settings.round.extra_stop_signals = options.signals_to_handle;
   settings.max_restarts = options.max_restarts;
+  settings.restart = parse_restart_on(options.restart_on);
+  settings.restart.allow_repeats = options.restart_repeated;
   settings.agent = options.agent;
   // Agents print their node's table (the head relays it) but no start line of their own.
   settings.summaries = !options.quiet && !options.agent;

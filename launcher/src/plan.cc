@@ -77,6 +77,7 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
         rank.stderr_log = stem + ".stderr.log";
       }
       rank.error_file = stem + ".error.json";
+      rank.progress_file = stem + ".progress";
       // torchrun's rule: a stream redirected to its file and not teed stays off the console.
       rank.console_streams =
           3 & ~(options.redirects.for_local_rank(local) & ~options.tee.for_local_rank(local));

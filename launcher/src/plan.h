@@ -27,8 +27,9 @@ struct RankPlan {
   std::string host;
   std::string stdout_log;  // empty: no log file
   std::string stderr_log;
-  std::string error_file;   // TORCHELASTIC_ERROR_FILE
-  int console_streams = 3;  // which streams reach the console: 1 stdout, 2 stderr, 3 both
+  std::string error_file;     // TORCHELASTIC_ERROR_FILE
+  std::string progress_file;  // DDPRUN_PROGRESS_FILE
+  int console_streams = 3;    // which streams reach the console: 1 stdout, 2 stderr, 3 both
 };
 
 // Thread defaults for the workers (rank_environment.h).

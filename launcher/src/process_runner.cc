@@ -57,6 +57,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   }
   // A stale file from an earlier run is no report.
   if (!spec.error_file.empty()) ::unlink(spec.error_file.c_str());
+  if (!spec.progress_file.empty()) ::unlink(spec.progress_file.c_str());
   SpawnSpec process{spec.path, spec.argv, spec.env};
   const std::size_t child =
       children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());

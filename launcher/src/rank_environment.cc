@@ -27,6 +27,7 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
       {env::kRestartCount, str(plan.restart_count)},
       {env::kMaxRestarts, str(plan.max_restarts)},
       {env::kErrorFile, rank.error_file},
+      {env::kDdprunProgressFile, rank.progress_file},
       {env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling},
       {env::kDdprunHost, rank.host},
       {env::kDdprunVersion, kVersion},

@@ -25,6 +25,7 @@ struct RankResult {
   long max_rss_kb = 0;
   std::deque<std::string> stderr_tail;
   std::string error_file;
+  std::string progress_file;
 };
 
 enum class Outcome {

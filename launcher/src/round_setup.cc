@@ -26,6 +26,7 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
     child.stdout_log = rank.stdout_log;
     child.stderr_log = rank.stderr_log;
     child.error_file = rank.error_file;
+    child.progress_file = rank.progress_file;
     child.stdout_to_console = (rank.console_streams & 1) != 0;
     child.stderr_to_console = (rank.console_streams & 2) != 0;
   }

@@ -306,6 +306,58 @@ TEST(Restarts, GivesUpAfterMaxRestarts) {
   EXPECT_EQ(reports, 2u) << done.err;
 }
 
+std::size_t rounds_started(const std::string& err) {
+  std::size_t rounds = 0;
+  for (const auto& line : split_lines(err)) rounds += line.rfind("ddprun: run ", 0) == 0;
+  return rounds;
+}
+
+TEST(Restarts, AFailureThatRepeatsWithoutProgressEndsTheRestarts) {
+  const auto done =
+      run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "5"},
+                            {"stderr:ValueError: bad config@1", "exit:3@1", "sleep@0"}));
+  EXPECT_EQ(done.exit_code, 3);
+  EXPECT_EQ(rounds_started(done.err), 2u) << done.err;
+  EXPECT_NE(done.err.find("ddprun: not restarting: round 1 failed as the one before it did (rank "
+                          "1: exit code 3: ValueError: bad config)"),
+            std::string::npos)
+      << done.err;
+}
+
+TEST(Restarts, AFailureAfterProgressIsRestartedEveryTime) {
+  // Each round reports a newer step before failing the same way: every restart is used.
+  const auto done = run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "2"},
+                                          {"progress", "exit:3@1", "sleep@0"}));
+  EXPECT_EQ(done.exit_code, 3);
+  EXPECT_EQ(rounds_started(done.err), 3u) << done.err;
+  EXPECT_EQ(done.err.find("not restarting"), std::string::npos) << done.err;
+}
+
+TEST(Restarts, RestartOnSignalsLeavesAnExitCodeAlone) {
+  const auto done = run_ddprun(
+      with_child({"--nproc-per-node", "2", "--max-restarts", "2", "--restart-on", "signals"},
+                 {"exit:3@1", "sleep@0"}));
+  EXPECT_EQ(done.exit_code, 3);
+  EXPECT_EQ(rounds_started(done.err), 1u) << done.err;
+  EXPECT_NE(done.err.find("which --restart-on does not list"), std::string::npos) << done.err;
+  const auto crash = run_ddprun(
+      with_child({"--nproc-per-node", "2", "--max-restarts", "1", "--restart-on", "signals"},
+                 {"fail-round:1:0", "raise:11@1", "sleep@0"}));
+  EXPECT_EQ(crash.exit_code, 0) << crash.err;  // round 0 crashes, round 1 exits 0
+  EXPECT_EQ(rounds_started(crash.err), 2u) << crash.err;
+}
+
+TEST(ExitTimeout, AnEarlyCleanExitNoLongerLeavesTheOthersHanging) {
+  const auto done = run_ddprun(
+      with_child({"--nproc-per-node", "3", "--exit-timeout", "0.5"}, {"exit:0@0", "sleep"}));
+  EXPECT_EQ(done.exit_code, 124);
+  EXPECT_NE(done.err.find("rank 0 on "), std::string::npos) << done.err;
+  EXPECT_NE(done.err.find("exited (exit code 0) and ranks 1-2 were still running 0.5 s later "
+                          "(--exit-timeout)"),
+            std::string::npos)
+      << done.err;
+}
+
 TEST(DryRun, PrintsTheJsonPlanAndStartsNothing) {
   Launched job(
       with_child({"--nproc-per-node", "3", "--dry-run", "--format", "json", "--run-id", "abc"},

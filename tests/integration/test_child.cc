@@ -14,6 +14,7 @@
 //   exit:N         exit with status N
 //   raise:SIG      kill itself with signal number SIG
 //   fail-round:K:N exit with N when TORCHELASTIC_RESTART_COUNT is K
+//   progress       write (TORCHELASTIC_RESTART_COUNT + 1) * 100 to $DDPRUN_PROGRESS_FILE
 #include <signal.h>
 #include <unistd.h>
 
@@ -100,6 +101,14 @@ void do_action(std::string_view action, int rank) {
     const int sig = std::atoi(arg.c_str());
     ::signal(sig, SIG_DFL);
     ::raise(sig);
+  } else if (verb == "progress") {
+    const char* path = std::getenv("DDPRUN_PROGRESS_FILE");
+    const char* round = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    if (path == nullptr || round == nullptr) std::exit(98);
+    std::FILE* file = std::fopen(path, "w");
+    if (file == nullptr) std::exit(97);
+    std::fprintf(file, "%d\n", (std::atoi(round) + 1) * 100);
+    std::fclose(file);
   } else if (verb == "fail-round") {
     const auto sep = arg.find(':');
     const char* round = std::getenv("TORCHELASTIC_RESTART_COUNT");

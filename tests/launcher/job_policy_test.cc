@@ -3,6 +3,10 @@
 // process is started; the whole file runs in milliseconds.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "ddprun/contract/errors.h"
@@ -126,8 +130,10 @@ TEST(JobPolicy, TheRootCauseIsTheFirstFailureNotTheWorkersStoppedAfterIt) {
 
 TEST(JobPolicy, FailedRoundsRestartUpToMaxRestartsThenTheLastFailureIsTheExitCode) {
   FakeRunner runner;
-  runner.behaviour = [](int, std::size_t child) {
-    return child == 1 ? exits_after(Ms(10), exited(7)) : runs_until_stopped();
+  // A different rank fails each round: not the same failure again.
+  runner.behaviour = [](int round, std::size_t child) {
+    return child == static_cast<std::size_t>(round) ? exits_after(Ms(10), exited(7))
+                                                    : runs_until_stopped();
   };
   JobSettings settings;
   settings.max_restarts = 2;
@@ -138,6 +144,120 @@ TEST(JobPolicy, FailedRoundsRestartUpToMaxRestartsThenTheLastFailureIsTheExitCod
   EXPECT_NE(job.messages.find("restart 1 of 2"), std::string::npos);
   EXPECT_NE(job.messages.find("restart 2 of 2"), std::string::npos);
   EXPECT_EQ(job.messages.find("restart 3"), std::string::npos);
+}
+
+// Rounds whose workers report `step_of_round(round)` in their progress files (real files
+// in a temporary folder; no process is started).
+JobRun run_with_progress(FakeRunner& runner, JobSettings settings,
+                         const std::function<std::optional<long long>(int)>& step_of_round) {
+  settings.round.shutdown_grace = kGrace;
+  char pattern[] = "/tmp/ddprun-policy-XXXXXX";
+  const std::string dir = ::mkdtemp(pattern);
+  std::ostringstream messages;
+  JobRun result;
+  result.exit_code = run_job(
+      runner, settings,
+      [&](int round) {
+        auto children = workers(2);
+        for (auto& child : children) {
+          child.progress_file = dir + "/rank_" + std::to_string(child.rank) + ".progress";
+          std::ofstream out(child.progress_file, std::ios::trunc);
+          if (const auto step = step_of_round(round)) out << *step << "\n";
+        }
+        return RoundSetup{children, "", ""};
+      },
+      messages);
+  std::filesystem::remove_all(dir);
+  result.messages = messages.str();
+  return result;
+}
+
+FakeBehaviour rank1_exits_7(int, std::size_t child) {
+  return child == 1 ? exits_after(Ms(10), exited(7)) : runs_until_stopped();
+}
+
+TEST(JobPolicy, TheSameFailureTwiceWithoutProgressEndsTheRestarts) {
+  FakeRunner runner;
+  runner.behaviour = rank1_exits_7;
+  JobSettings settings;
+  settings.max_restarts = 5;
+  const JobRun job = run_with_progress(runner, settings, [](int) { return std::nullopt; });
+  EXPECT_EQ(runner.started.size(), 2u);
+  EXPECT_EQ(job.exit_code, 7);
+  EXPECT_NE(job.messages.find("ddprun: not restarting: round 1 failed as the one before it did "
+                              "(rank 1: exit code 7: exit code 7) and reached no newer step"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicy, TheSameFailureAfterProgressIsRestartedAgain) {
+  FakeRunner runner;
+  runner.behaviour = rank1_exits_7;
+  JobSettings settings;
+  settings.max_restarts = 3;
+  // Steps 100, 200, 300, 300: the fourth round reached nothing newer, but it is the last.
+  const JobRun job =
+      run_with_progress(runner, settings, [](int round) { return std::min(3, round + 1) * 100LL; });
+  EXPECT_EQ(runner.started.size(), 4u);
+  EXPECT_EQ(job.messages.find("not restarting"), std::string::npos) << job.messages;
+  FakeRunner stuck;
+  stuck.behaviour = rank1_exits_7;
+  settings.max_restarts = 5;
+  // 100 in round 0, then 100 again: no progress in round 1, so no third round.
+  run_with_progress(stuck, settings, [](int) { return 100LL; });
+  EXPECT_EQ(stuck.started.size(), 2u);
+}
+
+TEST(JobPolicy, RestartRepeatedKeepsRestartingTheSameFailure) {
+  FakeRunner runner;
+  runner.behaviour = rank1_exits_7;
+  JobSettings settings;
+  settings.max_restarts = 3;
+  settings.restart.allow_repeats = true;
+  run_with_progress(runner, settings, [](int) { return std::nullopt; });
+  EXPECT_EQ(runner.started.size(), 4u);
+}
+
+TEST(JobPolicy, RestartOnSignalsRestartsACrashButNotAnExitCode) {
+  JobSettings settings;
+  settings.max_restarts = 1;
+  settings.restart = parse_restart_on("signals,3");
+  FakeRunner crash;
+  crash.behaviour = [](int round, std::size_t child) {
+    return child == 0 && round == 0 ? exits_after(Ms(5), killed(SIGSEGV))
+                                    : exits_after(Ms(5), exited(0));
+  };
+  EXPECT_EQ(run(crash, settings).exit_code, 0);
+  EXPECT_EQ(crash.started.size(), 2u);
+  FakeRunner listed;
+  listed.behaviour = [](int round, std::size_t child) {
+    return child == 0 && round == 0 ? exits_after(Ms(5), exited(3)) : exits_after(Ms(5), exited(0));
+  };
+  EXPECT_EQ(run(listed, settings).exit_code, 0);
+  FakeRunner other;
+  other.behaviour = rank1_exits_7;
+  const JobRun job = run(other, settings);
+  EXPECT_EQ(other.started.size(), 1u);
+  EXPECT_EQ(job.exit_code, 7);
+  EXPECT_NE(job.messages.find("ddprun: not restarting: rank 1 ended with exit code 7, which "
+                              "--restart-on does not list"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicy, RestartOnParsesAnyAListOrRefuses) {
+  EXPECT_TRUE(parse_restart_on("any").any);
+  const RestartRule rule = parse_restart_on("signals,1,255");
+  EXPECT_FALSE(rule.any);
+  EXPECT_TRUE(rule.signals);
+  EXPECT_EQ(rule.exit_codes, (std::set<int>{1, 255}));
+  for (const char* bad : {"", "0", "256", "sig", "signals,", ",3", "any,3", "3,,4"}) {
+    EXPECT_THROW(parse_restart_on(bad), UsageError) << bad;
+  }
+  EXPECT_EQ(parse_progress("42\n"), 42);
+  EXPECT_EQ(parse_progress(""), std::nullopt);
+  EXPECT_EQ(parse_progress("-1"), std::nullopt);
+  EXPECT_EQ(parse_progress("12x"), std::nullopt);
 }
 
 TEST(JobPolicy, ARestartThatSucceedsEndsTheJobWithZero) {

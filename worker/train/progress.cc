@@ -9,6 +9,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "ddprun/worker/atomic_file.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -72,6 +74,20 @@ std::string metrics_line(const EpochSummary& summary) {
       {"test_loss", summary.test_loss},    {"samples_per_s", samples_per_second(summary)},
       {"epoch_seconds", summary.seconds},  {"world_size", summary.world_size}};
   return j.dump();
+}
+
+void ProgressFile::reached(std::int64_t step) {
+  if (path_.empty()) return;
+  const auto slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+  try {
+    write_file_atomically(dir, name, std::to_string(step) + "\n", 0644);
+  } catch (const std::exception& e) {
+    if (!warned_)
+      err_ << "ddp-train: warning: cannot write the progress file: " << e.what() << "\n";
+    warned_ = true;
+  }
 }
 
 void append_metrics_line(const std::string& path, const EpochSummary& summary) {

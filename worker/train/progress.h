@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 
 namespace ddprun::worker {
 
@@ -59,6 +60,20 @@ std::string epoch_line(const EpochSummary& summary);
 // One JSON object (no newline) with epoch (1-based), step, train_loss, test_accuracy,
 // test_loss, samples_per_s, epoch_seconds and world_size.
 std::string metrics_line(const EpochSummary& summary);
+
+// Tells the launcher how far training got (DDPRUN_PROGRESS_FILE; empty `path`: nothing to
+// do): the step, replacing the file atomically. A failure to write is reported once on
+// `err` and otherwise ignored: it costs a restart decision, not the training.
+class ProgressFile {
+ public:
+  ProgressFile(std::string path, std::ostream& err) : path_(std::move(path)), err_(err) {}
+  void reached(std::int64_t step);
+
+ private:
+  std::string path_;
+  std::ostream& err_;
+  bool warned_ = false;
+};
 
 // Appends metrics_line and a newline to `path` (created if missing). Throws
 // std::system_error "write PATH: reason" when it cannot be opened or written.

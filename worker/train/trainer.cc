@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <ostream>
 
 #include "checkpointing.h"
@@ -127,6 +128,7 @@ TrainingResult Trainer::run() {
 
   ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
                             config_.progress.log_every);
+  ProgressFile progress_file(env_.progress_file, std::cerr);
   StopCheck stop_check(*comm_, config_.preemption.check_every_steps,
                        !config_.preemption.signals.empty());
   bool done = false;
@@ -166,7 +168,10 @@ TrainingResult Trainer::run() {
                     stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
                     std::chrono::duration<double>(Clock::now() - start).count(), world);
       const auto interval = config_.checkpoint.interval_steps;
-      if (interval > 0 && position_.step % interval == 0) checkpoints.save(position_);
+      if (interval > 0 && position_.step % interval == 0) {
+        checkpoints.save(position_);
+        progress_file.reached(position_.step);
+      }
       if (stop_check.after_step()) {
         done = preempted = true;
         break;
@@ -179,6 +184,7 @@ TrainingResult Trainer::run() {
     progress.end_epoch();
     // A preempted epoch is reported when it is finished, after the resume.
     if (!preempted && (stats.samples > 0 || !done)) report_epoch(epoch, stats, seconds);
+    progress_file.reached(position_.step);
   }
 
   // The last step is always checkpointed (with checkpoint.dir), unless it already was.

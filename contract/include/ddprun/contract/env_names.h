@@ -53,5 +53,9 @@ inline constexpr const char* kDdprunStdoutTty = "DDPRUN_STDOUT_TTY";
 // The node's CPUs divided among its workers; set only when the user has not set
 // OMP_NUM_THREADS, so that ddp-train can use its share where torchrun's rule gives 1.
 inline constexpr const char* kDdprunThreadsPerRank = "DDPRUN_THREADS_PER_RANK";
+// Where a worker may write the training step it has reached (a decimal number, replaced
+// atomically); ddprun reads it after a failed round: a round that reached a newer step made
+// progress, and its failure is worth a restart even when it repeats.
+inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
 
 }  // namespace ddprun::env

@@ -22,6 +22,7 @@ struct WorkerEnv {
   std::string run_id = "standalone";
   int restart_count = 0;
   std::string error_file;               // empty: none
+  std::string progress_file;            // DDPRUN_PROGRESS_FILE; empty: none
   std::optional<int> omp_num_threads;   // OMP_NUM_THREADS when set
   std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
   std::string gloo_socket_ifname;       // GLOO_SOCKET_IFNAME when set

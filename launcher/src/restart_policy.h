@@ -1,0 +1,37 @@
+#pragma once
+// Which failed rounds are worth a restart (docs/fault-tolerance.md): by default any
+// failure, up to --max-restarts, except a round that failed the same way as the round
+// before it and made no progress (a deterministic crash would only burn the allocation).
+// --restart-on narrows it to signals and lost nodes, or to listed exit codes. Pure.
+
+#include <optional>
+#include <set>
+#include <string>
+
+#include "round_result.h"
+
+namespace ddprun {
+
+struct RestartRule {
+  bool any = true;             // every failure ("any", the default)
+  bool signals = false;        // a worker killed by a signal, or a node lost
+  std::set<int> exit_codes;    // workers exiting with one of these
+  bool allow_repeats = false;  // --restart-repeated: restart even the same failure again
+};
+
+// "any", or a comma list of "signals" and exit codes 1-255. Throws UsageError.
+RestartRule parse_restart_on(const std::string& text);
+
+// How a failed round failed, to compare with the round before: who failed first, how,
+// and its error line (error_digest_line). Empty for rounds that did not fail.
+std::string failure_signature(const RoundResult& result, const std::string& error_file_text);
+
+// Whether `rule` allows restarting after `result` (a failed or timed-out round); when not,
+// `why` says so in a few words.
+bool restart_covers(const RestartRule& rule, const RoundResult& result, std::string& why);
+
+// The step a worker reported in its DDPRUN_PROGRESS_FILE: a decimal number (trailing
+// whitespace allowed); nullopt when the text is anything else.
+std::optional<long long> parse_progress(const std::string& text);
+
+}  // namespace ddprun
