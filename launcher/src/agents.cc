@@ -187,6 +187,10 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
   if (!options.signals_to_handle.empty()) {
     args.insert(args.end(), {"--signals-to-handle", format_signal_list(options.signals_to_handle)});
   }
+  if (plan.job_end_unix) {
+    // The agents' workers learn the end too; the head alone sends the notice.
+    args.insert(args.end(), {"--deadline", std::to_string(*plan.job_end_unix)});
+  }
   if (options.exit_timeout_s) {
     args.insert(args.end(), {"--exit-timeout", seconds_text(*options.exit_timeout_s)});
   }

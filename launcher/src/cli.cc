@@ -7,6 +7,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
+#include "deadline.h"
 #include "options.h"
 #include "restart_policy.h"
 #include "schedulers.h"
@@ -57,6 +58,8 @@ struct TorchrunStrings {
   std::optional<std::string> tee;
   std::optional<std::string> local_ranks_filter;
   std::optional<std::string> signals_to_handle;
+  std::optional<std::string> drain_before;
+  std::optional<std::string> drain_signal;
   std::string event_log_handler = "null";
   std::optional<std::string> logs_specs;
   std::optional<std::string> numa_binding;
@@ -223,6 +226,16 @@ Parser::Parser() {
                  "Once any rank has exited (even with 0), stop the others after this many "
                  "seconds and fail (exit 124); off by default")
       ->check(seconds_validator(0, 31536000));
+  app.add_option("--deadline", options.deadline,
+                 "When the scheduler will end the job: unix seconds or local "
+                 "YYYY-MM-DDTHH:MM[:SS] (default: what Slurm, Grid Engine, PBS or LSF say)");
+  app.add_option("--time-limit", options.time_limit,
+                 "The job's walltime from now: seconds or [[D-]HH:]MM:SS");
+  app.add_option("--drain-before", torchrun.drain_before,
+                 "Send the workers --drain-signal this long before the job's end, so they "
+                 "checkpoint and exit 75 (seconds or [[D-]HH:]MM:SS; default 300; 0: off)");
+  app.add_option("--drain-signal", torchrun.drain_signal,
+                 "The notice sent before the job's end (default SIGUSR1)");
   app.add_option("--log-dir,--log_dir", options.log_dir,
                  "Also write each rank's stdout and stderr to files under this folder");
   app.add_option("-r,--redirects", torchrun.redirects,
@@ -258,6 +271,9 @@ Parser::Parser() {
   app.add_flag("--doctor", options.doctor,
                "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
                "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");
+  app.add_flag("--print-job-end", options.print_job_end,
+               "Print when the scheduler will end this job (unix seconds, then where ddprun "
+               "learnt it) and exit; 1 when it cannot tell. PROGRAM is optional");
   app.add_option("--format", options.format, "Format of --dry-run output: text or json")
       ->transform(CLI::CheckedTransformer(std::map<std::string, PlanFormat>{
           {"text", PlanFormat::kText}, {"json", PlanFormat::kJson}}));
@@ -345,6 +361,19 @@ void finish_options(Parser& parser) {
   if (torchrun.signals_to_handle) {
     options.signals_to_handle = parse_signal_list(*torchrun.signals_to_handle);
   }
+  if (options.deadline && options.time_limit) {
+    throw UsageError("--deadline and --time-limit both give the job's end; give one");
+  }
+  if (options.deadline) parse_deadline(*options.deadline);  // checked here, used by main
+  if (options.time_limit) parse_duration("--time-limit", *options.time_limit);
+  if (torchrun.drain_before) {
+    options.drain_before_s = parse_duration("--drain-before", *torchrun.drain_before);
+  }
+  if (torchrun.drain_signal) {
+    const auto signals = parse_signal_list(*torchrun.drain_signal);
+    if (signals.size() != 1) throw UsageError("--drain-signal: give one signal");
+    options.drain_signal = signals.front();
+  }
   if (torchrun.event_log_handler != "null") {
     throw UsageError("--event-log-handler " + torchrun.event_log_handler +
                      ": torchrun's Python event handlers are not supported; only 'null'");
@@ -425,7 +454,7 @@ CommandLine parse_command_line(int argc, const char* const* argv, const Environm
     rest.insert(rest.end(), after_separator.begin(), after_separator.end());
   }
   Options& options = parser->options;
-  if (rest.empty() && !options.doctor) {
+  if (rest.empty() && !options.doctor && !options.print_job_end) {
     return usage_error(
         "no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] (see ddprun "
         "--help)");

@@ -91,6 +91,11 @@ class Round {
         begin_stop(SIGKILL);
         continue;
       }
+      if (policy_.drain_at && !drained_ && now >= *policy_.drain_at) {
+        drained_ = true;
+        if (!none_live && !stopping()) signal_live(policy_.drain_signal);
+        continue;
+      }
       if (exit_deadline_ && now >= *exit_deadline_) {
         exit_deadline_.reset();
         if (!none_live && !stopping()) {
@@ -107,7 +112,8 @@ class Round {
         continue;
       }
       std::optional<RunnerClock::time_point> deadline = kill_deadline_;
-      for (const auto& other : {drain_deadline_, exit_deadline_}) {
+      const auto drain_at = drained_ ? std::nullopt : policy_.drain_at;
+      for (const auto& other : {drain_deadline_, exit_deadline_, drain_at}) {
         if (other && (!deadline || *other < *deadline)) deadline = other;
       }
       handle(runner_.wait(deadline));
@@ -154,7 +160,10 @@ class Round {
     rank.run_seconds = event.run_seconds;
     // A preempted worker is done, not failed: its peers agreed to stop at the same step
     // and are saving the same checkpoint, so they must not be interrupted.
-    const bool preempted = exited_with(event.wait_status, kExitPreempted);
+    // A worker the walltime notice ended by its default action was drained, not failed.
+    const bool preempted = exited_with(event.wait_status, kExitPreempted) ||
+                           (drained_ && WIFSIGNALED(event.wait_status) &&
+                            WTERMSIG(event.wait_status) == policy_.drain_signal);
     preempted_ = preempted_ || preempted;
     const bool failed = !exited_with(event.wait_status, 0) && !preempted;
     if (policy_.exit_timeout && !first_exit_) {
@@ -170,9 +179,11 @@ class Round {
 
   RoundResult finish() {
     RoundResult result;
-    const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [](auto& r) {
+    const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
       return r.exited &&
-             (exited_with(r.wait_status, 0) || exited_with(r.wait_status, kExitPreempted));
+             (exited_with(r.wait_status, 0) || exited_with(r.wait_status, kExitPreempted) ||
+              (drained_ && WIFSIGNALED(r.wait_status) &&
+               WTERMSIG(r.wait_status) == policy_.drain_signal));
     });
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       ranks_[i].stderr_tail = runner_.stderr_tail(i);
@@ -193,6 +204,7 @@ class Round {
       result.stop_signal = stop_signal_;
     }
     result.lost_head = lost_head_;
+    result.drained = drained_;
     return result;
   }
 
@@ -203,6 +215,7 @@ class Round {
   bool preempted_ = false;
   bool killed_ = false;
   bool timed_out_ = false;
+  bool drained_ = false;
   int stop_signal_ = 0;
   std::optional<std::size_t> first_exit_;
   std::vector<std::size_t> still_running_;
@@ -301,7 +314,10 @@ int run_job(Runner& runner, const JobSettings& settings,
       if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
     } else if (result.outcome == Outcome::kPreempted) {
       messages << "ddprun: workers stopped on a preemption notice"
-               << (result.stop_signal != 0 ? " (" + signal_name(result.stop_signal) + ")" : "")
+               << (result.drained ? " (" + signal_name(settings.round.drain_signal) +
+                                        ", sent --drain-before the job's end)"
+                   : result.stop_signal != 0 ? " (" + signal_name(result.stop_signal) + ")"
+                                             : "")
                << "; exit " << kExitPreempted
                << ": run the same command again to resume from their last checkpoint\n";
     } else if (result.lost_head) {

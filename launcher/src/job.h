@@ -6,6 +6,7 @@
 // No system calls here: the policy tests run it with a fake runner in microseconds.
 
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -28,6 +29,10 @@ struct RoundPolicy {
   std::optional<std::chrono::milliseconds> exit_timeout;
   // --signals-to-handle: more signals that stop the job like SIGTERM does.
   std::vector<int> extra_stop_signals;
+  // Before the job's walltime end: the workers get `drain_signal` once at `drain_at`, and
+  // those it ends (exit 75, or killed by it) count as preempted, not failed.
+  std::optional<RunnerClock::time_point> drain_at;
+  int drain_signal = SIGUSR1;
 };
 
 // Starts `children` in order and returns when every started one has ended. When a start

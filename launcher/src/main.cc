@@ -1,11 +1,16 @@
 // ddprun: wires command line -> environment -> cluster and plan inputs -> job -> exit code.
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <ctime>
 
 #include <iostream>
 #include <optional>
 
 #include "agents.h"
+#include "child_set.h"
 #include "ddprun/contract/errors.h"
+#include "deadline.h"
 #include "doctor.h"
 #include "host_facts.h"
 #include "job.h"
@@ -16,6 +21,7 @@
 #include "preflight.h"
 #include "process_runner.h"
 #include "program_command.h"
+#include "rank_environment.h"
 #include "report.h"
 #include "restart_policy.h"
 #include "round_setup.h"
@@ -28,6 +34,25 @@ namespace {
 
 std::string tmpdir(const Environment& env) {
   return lookup(env, "TMPDIR").value_or("/tmp");
+}
+
+// A scheduler's tool (squeue, qstat, bjobs) for walltime.h: its stdout when it exits 0
+// within a few seconds.
+RunCommand tool_runner(const Environment& env) {
+  return [&env](const std::vector<std::string>& argv) -> std::optional<std::string> {
+    try {
+      SpawnSpec spec{resolve_program(argv.front(), env), argv, merge_environment(env, {})};
+      SignalChannel signals;
+      const auto runs = run_all_captured(signals, {std::move(spec)}, {}, 5000);
+      const CapturedRun& run = runs.front();
+      if (run.timed_out || !WIFEXITED(run.wait_status) || WEXITSTATUS(run.wait_status) != 0) {
+        return std::nullopt;
+      }
+      return run.out;
+    } catch (const std::exception&) {
+      return std::nullopt;  // not installed: no end time from it
+    }
+  };
 }
 
 int run(Options options, Environment env) {
@@ -44,8 +69,22 @@ int run(Options options, Environment env) {
               << format_doctor(gather_doctor_rows(options, env, doctor_program(options, env)));
     return kExitOk;
   }
-  PlanInputs inputs = resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
-                                          system_services(env), !options.dry_run);
+  PlanInputs inputs =
+      resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
+                          system_services(env), !options.dry_run && !options.print_job_end);
+  const auto now_unix = static_cast<std::int64_t>(std::time(nullptr));
+  // Agents learn the end from the head (--deadline); --drain-before 0 asks nobody.
+  const bool ask =
+      options.print_job_end || options.drain_before_s > 0 || options.deadline || options.time_limit;
+  const auto job_end =
+      ask ? resolve_job_end(options.deadline, options.time_limit, inputs.cluster.scheduler,
+                            inputs.cluster.job_id, env, tool_runner(env), now_unix)
+          : std::nullopt;
+  if (options.print_job_end) {
+    if (!job_end) return 1;
+    std::cout << job_end->unix_seconds << " " << job_end->source << "\n";
+    return kExitOk;
+  }
   inputs.stdout_is_tty = ::isatty(STDOUT_FILENO) == 1;
   if (options.dry_run || options.check) {
     inputs.scratch_dir = tmpdir(env) + "/ddprun-" + inputs.run_id;
@@ -62,6 +101,7 @@ int run(Options options, Environment env) {
     // torchrun keeps redirected output in a temporary folder when given none.
     options.log_dir = tmpdir(env) + "/ddprun-logs-" + inputs.run_id;
   }
+  if (job_end) inputs.job_end_unix = job_end->unix_seconds;
   std::optional<ScratchDir> scratch;
   if (!options.log_dir) scratch.emplace(tmpdir(env), inputs.run_id);
   inputs.scratch_dir = scratch ? scratch->path() : std::string();
@@ -78,6 +118,17 @@ int run(Options options, Environment env) {
         std::chrono::milliseconds(static_cast<long long>(*options.exit_timeout_s * 1000.0));
   }
   settings.round.extra_stop_signals = options.signals_to_handle;
+  if (job_end && options.drain_before_s > 0 && !options.agent) {
+    // The head alone keeps the clock; its agents pass the notice on.
+    settings.round.drain_signal = options.drain_signal;
+    settings.round.drain_at =
+        RunnerClock::now() +
+        std::chrono::seconds(job_end->unix_seconds - options.drain_before_s - now_unix);
+    if (!options.quiet) {
+      std::cerr << format_drain_line(*job_end, options.drain_before_s, options.drain_signal,
+                                     now_unix);
+    }
+  }
   settings.max_restarts = options.max_restarts;
   settings.restart = parse_restart_on(options.restart_on);
   settings.restart.allow_repeats = options.restart_repeated;

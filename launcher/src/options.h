@@ -2,6 +2,8 @@
 // What the user asked for on the command line. Filled by parse_command_line (cli.cc);
 // validated there, so the rest of ddprun can trust every field.
 
+#include <csignal>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,8 +39,9 @@ struct Options {
   bool tag_output = false;
   bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
-  bool check = false;   // preflight every node, print a table, start nothing
-  bool doctor = false;  // print what ddprun sees on this node; PROGRAM is optional
+  bool check = false;          // preflight every node, print a table, start nothing
+  bool doctor = false;         // print what ddprun sees on this node; PROGRAM is optional
+  bool print_job_end = false;  // print the job's end time ("UNIX SOURCE") and exit
   PlanFormat format = PlanFormat::kText;
   // torchrun's rendezvous options, as ddprun reads them (docs/torchrun.md). An endpoint
   // is folded into master_addr/master_port by the parser.
@@ -53,6 +56,11 @@ struct Options {
   bool run_path = false;
   std::vector<int> signals_to_handle;    // beyond ddprun's own; they stop the job
   std::optional<double> exit_timeout_s;  // after the first exit, the others get this long
+  // The job's clock (deadline.h): its end by hand, and the notice before it.
+  std::optional<std::string> deadline;    // --deadline: unix seconds or local time
+  std::optional<std::string> time_limit;  // --time-limit: from ddprun's start
+  std::int64_t drain_before_s = 300;      // --drain-before; 0: no drain
+  int drain_signal = SIGUSR1;             // --drain-signal
   // Head-node mode (docs/multinode.md): how to reach the other nodes, and what they get.
   std::string launcher = "auto";          // auto, ssh, mpirun, srun, local
   std::vector<std::string> env_vars;      // --env NAME or NAME=VALUE, for remote agents

@@ -43,6 +43,7 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   plan.threads.cpu_count = inputs.host.cpu_count;
   plan.threads.set_omp = !lookup(env, env::kOmpNumThreads);
   plan.role = options.role;
+  plan.job_end_unix = inputs.job_end_unix;
   plan.nccl_async_error_handling =
       lookup(env, env::kTorchNcclAsyncErrorHandling).value_or(plan.nccl_async_error_handling);
   const std::string base = options.log_dir ? *options.log_dir : inputs.scratch_dir;

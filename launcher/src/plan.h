@@ -4,6 +4,8 @@
 // rank's environment is computed from it when needed (rank_environment.h). A round starts
 // only the part of it that belongs to this node (round_setup.h); --dry-run prints it.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,8 +59,9 @@ struct LaunchPlan {
   std::string role = "default";                 // ROLE_NAME
   std::string nccl_async_error_handling = "1";  // TORCH_NCCL_ASYNC_ERROR_HANDLING
   ThreadDefaults threads;
-  bool stdout_is_tty = false;  // ddprun's stdout, for DDPRUN_STDOUT_TTY
-  bool logs_to_dir = false;    // --log-dir given: DDPRUN_LOG_DIR is set
+  bool stdout_is_tty = false;                // ddprun's stdout, for DDPRUN_STDOUT_TTY
+  bool logs_to_dir = false;                  // --log-dir given: DDPRUN_LOG_DIR is set
+  std::optional<std::int64_t> job_end_unix;  // DDPRUN_JOB_END_TIME
 };
 
 // How this ddprun reaches the job's other nodes: kLocal runs this node's workers only
@@ -80,6 +83,7 @@ struct PlanInputs {
   std::string scratch_dir;  // error files go here when there is no --log-dir
   bool stdout_is_tty = false;
   LauncherKind launcher = LauncherKind::kLocal;
+  std::optional<std::int64_t> job_end_unix;  // the job's walltime end, when known
 };
 
 // How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these

@@ -34,6 +34,9 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
       {env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0"},
   };
   if (plan.logs_to_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
+  if (plan.job_end_unix) {
+    vars.emplace_back(env::kDdprunJobEndTime, std::to_string(*plan.job_end_unix));
+  }
   if (plan.threads.set_omp) {
     // torchrun's rule, so that Python scripts see what they would under torchrun; ddp-train
     // reads its share of the CPUs from DDPRUN_THREADS_PER_RANK instead.

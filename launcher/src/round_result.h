@@ -40,6 +40,7 @@ struct RoundResult {
   Outcome outcome = Outcome::kSucceeded;
   int stop_signal = 0;                       // with kStopped and kPreempted
   bool lost_head = false;                    // agent: the head's connection closed
+  bool drained = false;                      // the walltime notice went out this round
   std::optional<std::size_t> first_failure;  // index into ranks, with kWorkerFailed
   // With kTimedOut: the child that exited first, and those still running at the timeout.
   std::optional<std::size_t> first_exit;

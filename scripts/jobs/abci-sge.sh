@@ -24,9 +24,18 @@ if [[ -z $hosts ]]; then
 fi
 # No job id reaches ddprun under mpirun: the port is derived here from JOB_ID, once.
 port=$((20000 + JOB_ID % 10000))
+# The job's end, learnt once here (qstat) and given to every node's ddprun, which sends
+# the workers SIGUSR1 --drain-before it (default 300 s): they checkpoint and exit 75.
+job_end=$("$DDPRUN" --print-job-end 2>/dev/null | cut -d' ' -f1) || job_end=
 rc=0
 mpirun ${MPIRUN_ARGS:-} -hostfile "$hosts" -npernode 1 -x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} \
   "$DDPRUN" --hostfile "$hosts" --master-port "$port" --nproc-per-node "$NPROC_PER_NODE" \
+  ${job_end:+--deadline "$job_end"} \
   "${ddprun_args[@]}" -- "$WORKER" --config "$CONFIG" "${worker_args[@]}" || rc=$?
 echo "job: mpirun exited with status $rc" >&2
+if ((rc == 75)); then
+  # Exit status 99 asks Grid Engine to run the job again; it resumes from the checkpoint.
+  echo "job: stopped before h_rt with a checkpoint; rescheduling (exit 99)" >&2
+  exit 99
+fi
 exit "$rc"

@@ -102,6 +102,13 @@ TEST(CommandLine, BadValuesAreOneLineErrors) {
                                              {"--virtual-local-rank", "w"},
                                              {"--nproc-per-node", "xpu", "w"},
                                              {"-m", "--no-python", "w"},
+                                             {"--deadline", "tomorrow", "w"},
+                                             {"--time-limit", "1:60", "w"},
+                                             {"--deadline", "1", "--time-limit", "5", "w"},
+                                             {"--drain-before", "-1", "w"},
+                                             {"--drain-signal", "SIGKILL", "w"},
+                                             {"--drain-signal", "USR1,USR2", "w"},
+                                             {"--restart-on", "sig", "w"},
                                              {"--run-id", "../../etc", "w"},
                                              {"--max-restarts"},
                                              {}}) {

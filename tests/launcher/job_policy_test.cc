@@ -347,6 +347,41 @@ TEST(JobPolicy, APreemptionNoticeIsForwardedAndWorkersExiting75EndTheJobWith75) 
   EXPECT_NE(job.messages.find("preemption notice; exit 75"), std::string::npos) << job.messages;
 }
 
+TEST(JobPolicy, TheWalltimeNoticeGoesOutOnceAtTheDrainTimeAndEndsTheJobWith75) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    FakeBehaviour b;
+    // Rank 3 is a script without a handler: SIGUSR1's default action ends it.
+    b.status_on_notice = child == 3 ? killed(SIGUSR1) : exited(kExitPreempted);
+    return b;
+  };
+  JobSettings settings;
+  settings.max_restarts = 2;
+  settings.round.drain_at = runner.now() + Ms(5000);
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, kExitPreempted);
+  EXPECT_EQ(runner.started.size(), 1u);
+  for (std::size_t child = 0; child < 4; ++child) {
+    const auto sent = runner.sent_to(child);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].signal_number, SIGUSR1);
+    EXPECT_EQ(sent[0].at, Ms(5000));
+  }
+  EXPECT_NE(job.messages.find("preemption notice (SIGUSR1, sent --drain-before the job's end)"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicy, AJobThatEndsBeforeTheDrainTimeIsNotDisturbed) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return exits_after(Ms(100), exited(0)); };
+  JobSettings settings;
+  settings.round.drain_at = runner.now() + Ms(5000);
+  settings.round.drain_signal = SIGUSR2;
+  EXPECT_EQ(run(runner, settings).exit_code, 0);
+  EXPECT_TRUE(runner.sent.empty());
+}
+
 TEST(JobPolicy, APreemptedWorkerDoesNotStopItsPeersButAFailureAmongThemStillCounts) {
   FakeRunner runner;
   runner.behaviour = [](int, std::size_t child) {

@@ -57,5 +57,8 @@ inline constexpr const char* kDdprunThreadsPerRank = "DDPRUN_THREADS_PER_RANK";
 // atomically); ddprun reads it after a failed round: a round that reached a newer step made
 // progress, and its failure is worth a restart even when it repeats.
 inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
+// When the scheduler will end the job (unix seconds), when ddprun knows it (--deadline,
+// --time-limit, or the scheduler): workers may plan their last checkpoint by it.
+inline constexpr const char* kDdprunJobEndTime = "DDPRUN_JOB_END_TIME";
 
 }  // namespace ddprun::env

@@ -1,0 +1,35 @@
+#pragma once
+// The job's end (its walltime) and when to drain before it (docs/fault-tolerance.md):
+// --deadline, --time-limit, or what the scheduler says (schedulers/walltime.h). Parsing
+// is pure; the scheduler's tools run through the RunCommand passed in.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ddprun/contract/environment.h"
+#include "walltime.h"
+
+namespace ddprun {
+
+// --deadline: unix seconds ("1795000000") or local time "YYYY-MM-DDTHH:MM[:SS]" (a space
+// may stand for the T). Throws UsageError.
+std::int64_t parse_deadline(const std::string& text);
+
+// --time-limit and --drain-before: seconds ("600", "90.5" rounds down), or [[D-]HH:]MM:SS
+// as Slurm writes limits ("1:30:00", "2-00:00:00"). Throws UsageError naming `option`.
+std::int64_t parse_duration(const std::string& option, const std::string& text);
+
+// The job's end: --deadline, else --time-limit from `now_unix`, else the scheduler's.
+std::optional<JobEndTime> resolve_job_end(const std::optional<std::string>& deadline,
+                                          const std::optional<std::string>& time_limit,
+                                          const std::string& scheduler, const std::string& job_id,
+                                          const Environment& env, const RunCommand& run,
+                                          std::int64_t now_unix);
+
+// "ddprun: the job ends at 2026-11-23 19:00:00 (squeue); workers get SIGUSR1 at 18:55:00,
+// 300 s before" (and a warning when less than that is left), with a newline.
+std::string format_drain_line(const JobEndTime& end, std::int64_t drain_before_s, int drain_signal,
+                              std::int64_t now_unix);
+
+}  // namespace ddprun
