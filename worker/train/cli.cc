@@ -24,6 +24,8 @@ std::optional<CommandLine> parse_command_line(const std::vector<std::string>& ar
       ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-file", cl.metrics_file, "Override /metrics/file");
   app.add_option("--final-params", cl.final_params_file, "Override /diagnostics/final_params_file");
+  app.add_option("--init-method", cl.init_method,
+                 "Override /runtime/init_method: env://, tcp://HOST:PORT or file:///PATH");
   app.add_option("--threads", cl.threads, "Override /runtime/threads")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("-q,--quiet", cl.quiet, "No progress reports (per-epoch lines stay)");
@@ -56,6 +58,7 @@ Config load_config(const CommandLine& cl) {
   if (cl.metrics_file) c.metrics.file = *cl.metrics_file;
   if (cl.final_params_file) c.diagnostics.final_params_file = *cl.final_params_file;
   if (cl.threads) c.runtime.threads = *cl.threads;
+  if (cl.init_method) c.runtime.init_method = *cl.init_method;
   if (cl.check_replicas) c.diagnostics.check_replicas = true;
   if (cl.quiet) c.progress.quiet = true;
   if (cl.log_every) c.progress.log_every = *cl.log_every;

@@ -20,6 +20,7 @@ struct CommandLine {
   std::optional<std::string> metrics_file;
   std::optional<std::string> final_params_file;
   std::optional<int> threads;
+  std::optional<std::string> init_method;
   bool check_replicas = false;
   bool quiet = false;
   std::optional<std::int64_t> log_every;

@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include "ddprun/contract/errors.h"
+#include "ddprun/worker/init_method.h"
 
 #include <nlohmann/json.hpp>
 
@@ -169,6 +170,11 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
   check_one_of(c.runtime.backend, {"gloo", "nccl"}, src, "/runtime/backend");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
+  try {
+    parse_init_method(c.runtime.init_method);
+  } catch (const ddprun::ConfigError& e) {
+    fail(src, "/runtime/init_method", e.what());
+  }
   check(!(c.diagnostics.no_gradient_sync && c.diagnostics.check_replicas), src,
         "/diagnostics/no_gradient_sync", "contradicts /diagnostics/check_replicas");
   check(c.runtime.bucket_cap_mb > 0 && c.runtime.bucket_cap_mb <= 4096, src,
@@ -242,7 +248,7 @@ Config parse_config(const std::string& text, const std::string& source) {
   });
   section("runtime", false,
           {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
-           "find_unused_parameters", "shared_memory"},
+           "find_unused_parameters", "shared_memory", "init_method"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
@@ -252,6 +258,7 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("overlap", c.runtime.overlap);
             r.read("find_unused_parameters", c.runtime.find_unused_parameters);
             r.read("shared_memory", c.runtime.shared_memory);
+            r.read("init_method", c.runtime.init_method);
           });
   section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
   section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {

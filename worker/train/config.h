@@ -58,6 +58,7 @@ struct RuntimeConfig {
   bool overlap = true;                  // all-reduce buckets during backward (false: after it)
   bool find_unused_parameters = false;  // parameters without a gradient count as zero
   bool shared_memory = true;            // gloo on one node: all-reduce through shared memory
+  std::string init_method = "env://";   // env://, tcp://HOST:PORT, file:///PATH (init_method.h)
 };
 
 // Preemption notices: signals that stop training cleanly at a step all ranks agree on,

@@ -38,6 +38,7 @@ CommOptions to_comm_options(const RuntimeConfig& runtime) {
   options.timeout = to_milliseconds(runtime.timeout_s);
   options.unresponsive_wait = to_milliseconds(runtime.unresponsive_wait_s);
   options.shared_memory = runtime.shared_memory;
+  options.init_method = runtime.init_method;
   return options;
 }
 

@@ -12,6 +12,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
@@ -38,7 +41,8 @@ int free_port() {
 // Runs `body` on ranks 0..world-1, one thread each; an exception escaping a rank fails the
 // test. A rank that waits for a collective its peer never starts fails after the timeout.
 // `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE, so all-reduces go through shared memory.
-void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node) {
+void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node,
+               const std::string& init_method = "env://") {
   const int port = free_port();
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
@@ -53,6 +57,7 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, bool s
         if (same_node) env.local_world_size = world;
         CommOptions options;
         options.timeout = std::chrono::seconds(30);
+        options.init_method = init_method;
         auto comm = Communicator::connect(env, options);
         EXPECT_EQ(comm->transport(), same_node && world > 1 ? "gloo + shared memory" : "gloo");
         body(*comm);
@@ -140,6 +145,22 @@ void expect_bit_identical(const std::vector<at::Tensor>& x, const std::vector<at
   ASSERT_EQ(x.size(), y.size());
   for (std::size_t i = 0; i < x.size(); ++i)
     EXPECT_TRUE(torch::equal(x[i], y[i])) << what << " #" << i;
+}
+
+// init_method: a FileStore in a fresh folder, and a TCPStore at an address given in the
+// URL rather than MASTER_ADDR/MASTER_PORT (which point nowhere here).
+TEST(InitMethod, FileAndTcpStoresRendezvousAndAllReduce) {
+  char pattern[] = "/tmp/ddprun-filestore-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const auto sum_of_ranks = [](Communicator& comm) {
+    auto t = torch::full({4}, static_cast<float>(comm.rank() + 1));
+    comm.allreduce(t, ReduceOp::kSum);
+    EXPECT_TRUE(torch::equal(t, torch::full({4}, 3.0f)));
+  };
+  run_ranks(2, sum_of_ranks, false, "file://" + dir + "/store");
+  run_ranks(2, sum_of_ranks, false, "tcp://127.0.0.1:" + std::to_string(free_port()));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_P(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath) {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/init_method.h"
 
 namespace ddprun::worker {
 namespace {
@@ -99,6 +101,26 @@ TEST(EnvTest, SnapshotSplitsAtTheFirstEquals) {
   const Environment env = ddprun::snapshot_environment(envp);
   EXPECT_EQ(env.at("A"), "b=c");
   EXPECT_EQ(env.at("EMPTY"), "");
+}
+
+TEST(InitMethodTest, EnvTcpAndFileUrlsOrOneClearError) {
+  EXPECT_EQ(parse_init_method("").kind, InitMethod::Kind::kEnv);
+  EXPECT_EQ(parse_init_method("env://").kind, InitMethod::Kind::kEnv);
+  const InitMethod tcp = parse_init_method("tcp://head:29500");
+  EXPECT_EQ(tcp.kind, InitMethod::Kind::kTcp);
+  EXPECT_EQ(tcp.host, "head");
+  EXPECT_EQ(tcp.port, 29500);
+  const InitMethod v6 = parse_init_method("tcp://[fe80::1]:5");
+  EXPECT_EQ(v6.host, "fe80::1");
+  EXPECT_EQ(v6.port, 5);
+  const InitMethod file = parse_init_method("file:///shared/run7/store");
+  EXPECT_EQ(file.kind, InitMethod::Kind::kFile);
+  EXPECT_EQ(file.path, "/shared/run7/store");
+  for (const char* bad :
+       {"file://relative", "file://", "file:///dir/", "tcp://head", "tcp://:1", "tcp://h:0",
+        "tcp://h:65536", "tcp://fe80::1:5", "tcp://[::1]", "http://h:1", "env:/"}) {
+    EXPECT_THROW(parse_init_method(bad), ddprun::ConfigError) << bad;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/init_method.h"
 #include "ddprun/worker/shm_allreduce.h"
 #include "ddprun/worker/stop_signals.h"
 #include "net.h"
@@ -231,15 +232,25 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   impl->unresponsive_wait = options.unresponsive_wait;
   impl->timeout = options.timeout;
   impl->backend_name = options.backend;
-  const bool server = env.rank == 0;
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  if (!server && !wait_for_listener(env.master_addr, env.master_port, options.timeout)) {
-    throw EnvError("rank " + std::to_string(env.rank) + ": no rendezvous store at " + where +
-                       " after " + std::to_string(options.timeout.count() / 1000) + " s",
-                   "is rank 0 running? check MASTER_ADDR and MASTER_PORT");
+  const InitMethod method = parse_init_method(options.init_method);
+  c10::intrusive_ptr<c10d::Store> store;
+  if (method.kind == InitMethod::Kind::kFile) {
+    store = compat::make_file_store(method.path, env.world_size, options.timeout);
+  } else {
+    const bool server = env.rank == 0;
+    const bool from_env = method.kind == InitMethod::Kind::kEnv;
+    const std::string host = from_env ? env.master_addr : method.host;
+    const int port = from_env ? env.master_port : method.port;
+    const std::string where = host + ":" + std::to_string(port);
+    if (!server && !wait_for_listener(host, port, options.timeout)) {
+      throw EnvError("rank " + std::to_string(env.rank) + ": no rendezvous store at " + where +
+                         " after " + std::to_string(options.timeout.count() / 1000) + " s",
+                     from_env ? "is rank 0 running? check MASTER_ADDR and MASTER_PORT"
+                              : "is rank 0 running? check the init_method address");
+    }
+    store = compat::make_tcp_store(host, static_cast<std::uint16_t>(port), server, env.world_size,
+                                   options.timeout);
   }
-  auto store = compat::make_tcp_store(env.master_addr, static_cast<std::uint16_t>(env.master_port),
-                                      server, env.world_size, options.timeout);
   // A worker of another run, or of an earlier restart round, uses other keys: it can
   // never complete this round's rendezvous.
   impl->store = compat::make_prefix_store(

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -24,6 +25,13 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
   options.waitWorkers = false;
   options.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
+c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
+                                                std::chrono::milliseconds timeout) {
+  auto store = c10::make_intrusive<c10d::FileStore>(path, world_size);
+  store->setTimeout(timeout);
+  return store;
 }
 
 c10::intrusive_ptr<c10d::Store> make_prefix_store(const std::string& prefix,

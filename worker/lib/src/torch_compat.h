@@ -42,6 +42,10 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
                                                bool is_server, int world_size,
                                                std::chrono::milliseconds timeout);
 
+// A FileStore at `path` shared by `world_size` ranks (init_method file://).
+c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
+                                                std::chrono::milliseconds timeout);
+
 // `prefix`/key for every key of `store`.
 c10::intrusive_ptr<c10d::Store> make_prefix_store(const std::string& prefix,
                                                   c10::intrusive_ptr<c10d::Store> store);

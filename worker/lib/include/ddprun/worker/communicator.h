@@ -24,6 +24,8 @@ struct CommOptions {
   // CPU tensors through shared memory (shm_allreduce.h) instead of loopback TCP. Every rank
   // must join it, or all use gloo.
   bool shared_memory = true;
+  // How the ranks meet (init_method.h): env:// (the default), tcp://HOST:PORT, file:///PATH.
+  std::string init_method = "env://";
 };
 
 // A collective in flight. wait() blocks until it is done and throws CollectiveError (see
