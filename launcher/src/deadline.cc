@@ -1,5 +1,6 @@
 #include "deadline.h"
 
+#include <algorithm>
 #include <ctime>
 #include <vector>
 
@@ -108,17 +109,21 @@ std::optional<JobEndTime> resolve_job_end(const std::optional<std::string>& dead
   return job_end_time(scheduler, job_id, env, run, now_unix);
 }
 
+std::int64_t drain_time(std::int64_t end_unix, std::int64_t drain_before_s, std::int64_t now_unix) {
+  return std::max(end_unix - drain_before_s, now_unix + (end_unix - now_unix) / 2);
+}
+
 std::string format_drain_line(const JobEndTime& end, std::int64_t drain_before_s, int drain_signal,
                               std::int64_t now_unix) {
-  const std::int64_t drain_at = end.unix_seconds - drain_before_s;
+  const std::int64_t drain_at = drain_time(end.unix_seconds, drain_before_s, now_unix);
   std::string line = "ddprun: the job ends at " + local_time(end.unix_seconds, true) + " (" +
                      end.source + "); workers get " + signal_name(drain_signal) + " at " +
-                     local_time(drain_at, false) + ", " + std::to_string(drain_before_s) +
-                     " s before\n";
-  if (drain_at <= now_unix) {
+                     local_time(drain_at, false) + ", " +
+                     std::to_string(end.unix_seconds - drain_at) + " s before\n";
+  if (drain_at != end.unix_seconds - drain_before_s) {
     line += "ddprun: warning: only " + std::to_string(end.unix_seconds - now_unix) +
-            " s are left, less than --drain-before " + std::to_string(drain_before_s) +
-            ": the workers get " + signal_name(drain_signal) + " at once\n";
+            " s are left, less than twice --drain-before " + std::to_string(drain_before_s) +
+            ": the notice comes when half of that has passed\n";
   }
   return line;
 }

@@ -27,8 +27,13 @@ std::optional<JobEndTime> resolve_job_end(const std::optional<std::string>& dead
                                           const Environment& env, const RunCommand& run,
                                           std::int64_t now_unix);
 
+// When the notice goes out: `drain_before_s` before the end, but never before half of
+// what is left at `now_unix` has passed (a short job, or a restart late in it, still
+// trains before it is told to stop).
+std::int64_t drain_time(std::int64_t end_unix, std::int64_t drain_before_s, std::int64_t now_unix);
+
 // "ddprun: the job ends at 2026-11-23 19:00:00 (squeue); workers get SIGUSR1 at 18:55:00,
-// 300 s before" (and a warning when less than that is left), with a newline.
+// 300 s before" (and a warning when less than twice that is left), with a newline.
 std::string format_drain_line(const JobEndTime& end, std::int64_t drain_before_s, int drain_signal,
                               std::int64_t now_unix);
 

@@ -123,7 +123,8 @@ int run(Options options, Environment env) {
     settings.round.drain_signal = options.drain_signal;
     settings.round.drain_at =
         RunnerClock::now() +
-        std::chrono::seconds(job_end->unix_seconds - options.drain_before_s - now_unix);
+        std::chrono::seconds(drain_time(job_end->unix_seconds, options.drain_before_s, now_unix) -
+                             now_unix);
     if (!options.quiet) {
       std::cerr << format_drain_line(*job_end, options.drain_before_s, options.drain_signal,
                                      now_unix);

@@ -80,10 +80,18 @@ TEST_F(DeadlineTest, TheStartLineSaysWhenAndWarnsWhenTooLittleIsLeft) {
             "ddprun: the job ends at 2026-11-23 19:00:00 (squeue); workers get SIGUSR1 at "
             "18:55:00, 300 s before\n");
   const std::string late = format_drain_line(end, 300, SIGUSR1, 1795460300);
-  EXPECT_NE(late.find("ddprun: warning: only 100 s are left, less than --drain-before 300: the "
-                      "workers get SIGUSR1 at once\n"),
+  EXPECT_NE(late.find("workers get SIGUSR1 at 18:59:10, 50 s before\n"), std::string::npos) << late;
+  EXPECT_NE(late.find("ddprun: warning: only 100 s are left, less than twice --drain-before "
+                      "300: the notice comes when half of that has passed\n"),
             std::string::npos)
       << late;
+}
+
+TEST_F(DeadlineTest, TheNoticeNeverComesBeforeHalfOfWhatIsLeft) {
+  EXPECT_EQ(drain_time(10000, 300, 0), 9700);       // plenty of time: 300 s before the end
+  EXPECT_EQ(drain_time(10000, 300, 9500), 9750);    // 500 s left: after 250 s
+  EXPECT_EQ(drain_time(10000, 300, 9999), 9999);    // a second left: at once
+  EXPECT_EQ(drain_time(10000, 300, 10500), 10250);  // already past: at once
 }
 
 }  // namespace
