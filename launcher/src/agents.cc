@@ -195,7 +195,10 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
     args.insert(args.end(), {"--exit-timeout", seconds_text(*options.exit_timeout_s)});
   }
   if (options.tag_output) args.emplace_back("--tag-output");
-  if (options.check) args.emplace_back("--check");  // answer the preflight, run nothing
+  if (options.check) {
+    args.emplace_back("--check");  // answer the preflight, run nothing
+    for (const auto& path : options.check_paths) args.insert(args.end(), {"--check-path", path});
+  }
   args.emplace_back("--");
   args.insert(args.end(), plan.program.begin(), plan.program.end());
   return args;

@@ -267,7 +267,12 @@ Parser::Parser() {
   app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
   app.add_flag("--check", options.check,
                "Ask every node whether it can take part (reachable, same master address, "
-               "master port reachable, program found); print a table, start nothing");
+               "master port reachable, program found, clock, GPUs, /dev/shm, --log-dir and "
+               "--check-path writable); print a table, start nothing");
+  app.add_option("--check-path", options.check_paths,
+                 "With --check: a folder the job writes (checkpoints, data, ...); every node "
+                 "says whether it can write there and how much room is left; repeatable")
+      ->allow_extra_args(false);
   app.add_flag("--doctor", options.doctor,
                "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
                "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");

@@ -39,9 +39,10 @@ struct Options {
   bool tag_output = false;
   bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
-  bool check = false;          // preflight every node, print a table, start nothing
-  bool doctor = false;         // print what ddprun sees on this node; PROGRAM is optional
-  bool print_job_end = false;  // print the job's end time ("UNIX SOURCE") and exit
+  bool check = false;                    // preflight every node, print a table, start nothing
+  std::vector<std::string> check_paths;  // --check-path: folders --check tries on every node
+  bool doctor = false;                   // print what ddprun sees on this node; PROGRAM is optional
+  bool print_job_end = false;            // print the job's end time ("UNIX SOURCE") and exit
   PlanFormat format = PlanFormat::kText;
   // torchrun's rendezvous options, as ddprun reads them (docs/torchrun.md). An endpoint
   // is folded into master_addr/master_port by the parser.

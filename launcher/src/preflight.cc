@@ -1,6 +1,12 @@
 #include "preflight.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "agents.h"
@@ -10,6 +16,7 @@
 #include "host_facts.h"
 #include "ports.h"
 #include "report.h"
+#include "schedulers.h"
 
 namespace ddprun {
 namespace {
@@ -52,12 +59,91 @@ void collect_checks(const CapturedRun& run, std::vector<NodeReport>& reports, in
   reports[static_cast<std::size_t>(node_rank)].failure = why;
 }
 
+std::int64_t free_mb(const std::string& path) {
+  struct statvfs info {};
+  if (::statvfs(path.c_str(), &info) != 0) return -1;
+  return static_cast<std::int64_t>(info.f_bavail) * static_cast<std::int64_t>(info.f_frsize) /
+         (1024 * 1024);
+}
+
+std::string mb_text(std::int64_t mb) {
+  return mb < 0 ? std::string("?") : std::to_string(mb) + " MB";
+}
+
+// The problems of one node that answered, each a short phrase after "node N (host): ".
+std::vector<std::string> node_problems(const LaunchPlan& plan, const NodePlan& node,
+                                       const NodeCheck& check, const PreflightExpect& expect) {
+  std::vector<std::string> problems;
+  if (!check.master_reachable) {
+    problems.push_back("cannot connect to " + plan.master_addr + ":" +
+                       std::to_string(plan.master_port));
+  }
+  if (check.program.empty()) problems.push_back(check.program_error);
+  if (expect.answered_by > 0) {
+    if (check.unix_time < expect.asked_at - expect.clock_bound_s) {
+      problems.push_back("its clock is " + std::to_string(expect.asked_at - check.unix_time) +
+                         " s behind this node's (check NTP/chrony there)");
+    } else if (check.unix_time > expect.answered_by + expect.clock_bound_s) {
+      problems.push_back("its clock is " + std::to_string(check.unix_time - expect.answered_by) +
+                         " s ahead of this node's (check NTP/chrony there)");
+    }
+  }
+  if (expect.gpu_per_worker && check.gpus != node.nproc) {
+    problems.push_back("sees " + std::to_string(check.gpus) + " GPU(s), the plan gives it " +
+                       std::to_string(node.nproc) + " workers, one per GPU (check " +
+                       "CUDA_VISIBLE_DEVICES and the scheduler's GPU request)");
+  }
+  if (check.shm_free_mb >= 0 && check.shm_free_mb < expect.min_shm_mb) {
+    problems.push_back("/dev/shm has " + mb_text(check.shm_free_mb) +
+                       " free; the shared-memory all-reduce needs room (free it, or set "
+                       "runtime.shared_memory false)");
+  }
+  for (const PathCheck& path : check.paths) {
+    if (!path.writable) {
+      problems.push_back(path.path + " cannot be written: " + path.error);
+    } else if (path.free_mb >= 0 && path.free_mb < expect.min_free_mb) {
+      problems.push_back(path.path + " has only " + mb_text(path.free_mb) + " free");
+    }
+  }
+  return problems;
+}
+
 }  // namespace
+
+PathCheck check_path(const std::string& path) {
+  PathCheck check;
+  check.path = path;
+  // A folder that does not exist yet is made by the job: its nearest parent must take it.
+  std::string existing = path;
+  while (::access(existing.c_str(), F_OK) != 0) {
+    const auto slash = existing.find_last_of('/');
+    if (slash == std::string::npos) {
+      existing = ".";
+      break;
+    }
+    existing = slash == 0 ? "/" : existing.substr(0, slash);
+  }
+  // Made and removed for real: access() says yes to root even on a read-only mount.
+  std::string probe = (existing == "/" ? "" : existing) + "/.ddprun-check-XXXXXX";
+  check.writable = ::mkdtemp(probe.data()) != nullptr;
+  if (check.writable) {
+    ::rmdir(probe.c_str());
+  } else {
+    check.error = existing + ": " + std::strerror(errno);
+  }
+  check.free_mb = free_mb(existing);
+  return check;
+}
 
 NodeCheck check_this_node(int node_rank, const std::string& hostname,
                           const std::string& master_addr, int master_port,
-                          const std::string& program, const Environment& env) {
+                          const std::string& program, const Environment& env, int gpus,
+                          const std::vector<std::string>& paths) {
   NodeCheck check;
+  check.unix_time = static_cast<std::int64_t>(std::time(nullptr));
+  check.gpus = gpus;
+  check.shm_free_mb = free_mb("/dev/shm");
+  for (const auto& path : paths) check.paths.push_back(check_path(path));
   check.node_rank = node_rank;
   check.hostname = hostname;
   check.master_addresses = resolve_addresses(master_addr);
@@ -71,13 +157,24 @@ NodeCheck check_this_node(int node_rank, const std::string& hostname,
 }
 
 std::string node_check_line(const NodeCheck& check) {
-  const nlohmann::json doc = {{"ddprun_check", 1},
-                              {"node_rank", check.node_rank},
-                              {"hostname", check.hostname},
-                              {"master_addresses", check.master_addresses},
-                              {"master_reachable", check.master_reachable},
-                              {"program", check.program},
-                              {"program_error", check.program_error}};
+  nlohmann::json doc = {{"ddprun_check", 1},
+                        {"node_rank", check.node_rank},
+                        {"hostname", check.hostname},
+                        {"master_addresses", check.master_addresses},
+                        {"master_reachable", check.master_reachable},
+                        {"program", check.program},
+                        {"program_error", check.program_error},
+                        {"unix_time", check.unix_time},
+                        {"gpus", check.gpus},
+                        {"shm_free_mb", check.shm_free_mb},
+                        {"paths", nlohmann::json::array()}};
+  auto& paths = doc["paths"];
+  for (const PathCheck& path : check.paths) {
+    paths.push_back({{"path", path.path},
+                     {"writable", path.writable},
+                     {"free_mb", path.free_mb},
+                     {"error", path.error}});
+  }
   return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
@@ -92,20 +189,29 @@ std::optional<NodeCheck> parse_node_check(std::string_view line) {
     check.master_reachable = doc.at("master_reachable").get<bool>();
     check.program = doc.at("program").get<std::string>();
     check.program_error = doc.at("program_error").get<std::string>();
+    check.unix_time = doc.at("unix_time").get<std::int64_t>();
+    check.gpus = doc.at("gpus").get<int>();
+    check.shm_free_mb = doc.at("shm_free_mb").get<std::int64_t>();
+    for (const auto& path : doc.at("paths")) {
+      check.paths.push_back({path.at("path").get<std::string>(), path.at("writable").get<bool>(),
+                             path.at("free_mb").get<std::int64_t>(),
+                             path.at("error").get<std::string>()});
+    }
     return check;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
 }
 
-PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports) {
+PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports,
+                                  const PreflightExpect& expect) {
   PreflightSummary summary;
   std::vector<std::string> problems;
   std::string text = "ddprun: preflight of " + std::to_string(plan.nodes.size()) +
                      " node(s), master " + plan.master_addr + ":" +
                      std::to_string(plan.master_port) + "\n";
   text += "  node  " + pad("host", 16) + pad("reached", 9) + pad("master resolves to", 20) +
-          pad("master port", 13) + "program\n";
+          pad("master port", 13) + pad("gpus", 6) + pad("/dev/shm", 10) + "program\n";
   std::optional<std::vector<std::string>> first_addresses;
   for (const NodePlan& node : plan.nodes) {
     const auto index = static_cast<std::size_t>(node.node_rank);
@@ -124,7 +230,12 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
     std::sort(addresses.begin(), addresses.end());
     text += pad("yes", 9) + pad(joined(addresses), 20) +
             pad(check.master_reachable ? "open" : "NOT open", 13) +
+            pad(std::to_string(check.gpus), 6) + pad(mb_text(check.shm_free_mb), 10) +
             (check.program.empty() ? "NOT found" : check.program) + "\n";
+    for (const PathCheck& path : check.paths) {
+      text += "        " + path.path + ": " + (path.writable ? "writable" : "NOT writable") + ", " +
+              mb_text(path.free_mb) + " free\n";
+    }
     const std::string who = "node " + std::to_string(node.node_rank) + " (" + node.host + ")";
     if (addresses.empty()) {
       problems.push_back(who + ": master address " + plan.master_addr + " does not resolve");
@@ -135,11 +246,9 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
                          joined(addresses) + ", not " + joined(*first_addresses) +
                          " as on the first node");
     }
-    if (!check.master_reachable) {
-      problems.push_back(who + ": cannot connect to " + plan.master_addr + ":" +
-                         std::to_string(plan.master_port));
+    for (const auto& problem : node_problems(plan, node, check, expect)) {
+      problems.push_back(who + ": " + problem);
     }
-    if (check.program.empty()) problems.push_back(who + ": " + check.program_error);
   }
   for (const auto& problem : problems) text += "ddprun: error: preflight: " + problem + "\n";
   if (problems.empty()) text += "ddprun: preflight: every node is ready\n";
@@ -151,8 +260,10 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
 int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan& plan,
               const Environment& env, std::ostream& out) {
   const auto this_node = [&] {
+    std::vector<std::string> paths = options.check_paths;
+    if (options.log_dir) paths.insert(paths.begin(), *options.log_dir);
     return check_this_node(plan.this_node, inputs.host.hostname, plan.master_addr, plan.master_port,
-                           plan.program.front(), env);
+                           plan.program.front(), env, inputs.visible_gpus, paths);
   };
   if (options.agent) {
     out << node_check_line(this_node());
@@ -174,12 +285,16 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
     specs.push_back({agent.path, agent.argv, agent.env});
     hellos.push_back(agent.hello);
   }
+  PreflightExpect expect;
+  expect.gpu_per_worker = options.nproc_per_node == "gpu";
+  expect.asked_at = static_cast<std::int64_t>(std::time(nullptr));
   SignalChannel signals;
   const auto runs = run_all_captured(signals, std::move(specs), hellos, kAgentTimeoutMs);
+  expect.answered_by = static_cast<std::int64_t>(std::time(nullptr));
   for (std::size_t i = 0; i < runs.size(); ++i) {
     collect_checks(runs[i], reports, launches.agents[i].node_rank);
   }
-  const PreflightSummary summary = format_preflight(plan, reports);
+  const PreflightSummary summary = format_preflight(plan, reports, expect);
   out << summary.text;
   return summary.ok ? kExitOk : 1;
 }

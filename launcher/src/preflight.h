@@ -3,6 +3,7 @@
 // what it sees (its host name, what MASTER_ADDR resolves to there, whether the master port
 // answers, where the program is); the head prints one table and says what is wrong.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,15 @@
 
 namespace ddprun {
 
+// A folder the job will write (--log-dir, --check-path): does it, or the nearest folder
+// above it that exists, take writes, and how much room is there.
+struct PathCheck {
+  std::string path;
+  bool writable = false;
+  std::int64_t free_mb = -1;  // -1: unknown
+  std::string error;          // why not writable
+};
+
 struct NodeCheck {
   int node_rank = 0;
   std::string hostname;                       // as the node names itself
@@ -24,12 +34,32 @@ struct NodeCheck {
   bool master_reachable = false;              // a TCP connection to the master port worked
   std::string program;                        // resolved path, or empty
   std::string program_error;                  // why not, when empty
+  std::int64_t unix_time = 0;                 // the node's clock when it checked
+  int gpus = 0;                               // visible GPUs
+  std::int64_t shm_free_mb = -1;              // room in /dev/shm; -1: unknown
+  std::vector<PathCheck> paths;
 };
+
+// What the head expects of every node's answers.
+struct PreflightExpect {
+  // The head's clock before it asked and after the last answer: a node's clock must fall
+  // in between, give or take `clock_bound_s`.
+  std::int64_t asked_at = 0;
+  std::int64_t answered_by = 0;
+  std::int64_t clock_bound_s = 2;
+  bool gpu_per_worker = false;  // --nproc-per-node gpu: each node's GPUs = its workers
+  std::int64_t min_free_mb = 1024;
+  std::int64_t min_shm_mb = 256;
+};
+
+// A folder's state on this node (statvfs and access on it, or its nearest existing parent).
+PathCheck check_path(const std::string& path);
 
 // This node's answers. Connects to the master port (the head listens on it meanwhile).
 NodeCheck check_this_node(int node_rank, const std::string& hostname,
                           const std::string& master_addr, int master_port,
-                          const std::string& program, const Environment& env);
+                          const std::string& program, const Environment& env, int gpus,
+                          const std::vector<std::string>& paths);
 
 // One JSON line, and back; nullopt for anything that is not such a line.
 std::string node_check_line(const NodeCheck& check);
@@ -47,7 +77,8 @@ struct PreflightSummary {
   std::string text;
   bool ok = true;
 };
-PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports);
+PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<NodeReport>& reports,
+                                  const PreflightExpect& expect = {});
 
 // --check on this node. An agent prints its node's check as one line. The head keeps the
 // master port listening (on node 0), starts the agents with --check, collects every

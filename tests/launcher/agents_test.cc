@@ -174,6 +174,14 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
   EXPECT_EQ(after("--exit-timeout"), "30");
   EXPECT_EQ(std::vector<std::string>(args.end() - 4, args.end()),
             (std::vector<std::string>{"--", "python3", "-u", "train.py"}));
+  options.check = true;
+  options.check_paths = {"/ckpt", "/data"};
+  const auto check = agent_arguments(options, plan, nullptr);
+  const auto at = std::find(check.begin(), check.end(), "--check");
+  ASSERT_NE(at, check.end());
+  EXPECT_EQ(
+      std::vector<std::string>(at, at + 5),
+      (std::vector<std::string>{"--check", "--check-path", "/ckpt", "--check-path", "/data"}));
 }
 
 TEST(LauncherCommands, SrunAndMpirunStartOneAgentPerNode) {

@@ -1,6 +1,8 @@
 #include "preflight.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace ddprun {
 namespace {
@@ -14,11 +16,34 @@ LaunchPlan three_nodes() {
 }
 
 NodeCheck good(int node_rank) {
-  return {node_rank, "n" + std::to_string(node_rank + 1), {"10.0.0.1"}, true, "/bin/w", ""};
+  NodeCheck check;
+  check.node_rank = node_rank;
+  check.hostname = "n" + std::to_string(node_rank + 1);
+  check.master_addresses = {"10.0.0.1"};
+  check.master_reachable = true;
+  check.program = "/bin/w";
+  check.unix_time = 1000;
+  check.gpus = 1;
+  check.shm_free_mb = 4096;
+  check.paths = {{"/ckpt", true, 50000, ""}};
+  return check;
+}
+
+PreflightExpect asked_at_1000() {
+  PreflightExpect expect;
+  expect.asked_at = 1000;
+  expect.answered_by = 1001;
+  expect.gpu_per_worker = true;
+  return expect;
 }
 
 TEST(Preflight, CheckLinesRoundTripAndOtherLinesAreIgnored) {
-  const NodeCheck check = {2, "n3", {"10.0.0.1", "fd00::1"}, false, "", "w: not found"};
+  NodeCheck check = good(2);
+  check.master_addresses = {"10.0.0.1", "fd00::1"};
+  check.master_reachable = false;
+  check.program = "";
+  check.program_error = "w: not found";
+  check.paths.push_back({"/data", false, -1, "/data: Permission denied"});
   const std::string line = node_check_line(check);
   const auto parsed = parse_node_check(line.substr(0, line.size() - 1));
   ASSERT_TRUE(parsed);
@@ -26,6 +51,14 @@ TEST(Preflight, CheckLinesRoundTripAndOtherLinesAreIgnored) {
   EXPECT_EQ(parsed->master_addresses, check.master_addresses);
   EXPECT_FALSE(parsed->master_reachable);
   EXPECT_EQ(parsed->program_error, "w: not found");
+  EXPECT_EQ(parsed->unix_time, 1000);
+  EXPECT_EQ(parsed->gpus, 1);
+  EXPECT_EQ(parsed->shm_free_mb, 4096);
+  ASSERT_EQ(parsed->paths.size(), 2u);
+  EXPECT_EQ(parsed->paths[1].path, "/data");
+  EXPECT_FALSE(parsed->paths[1].writable);
+  EXPECT_EQ(parsed->paths[1].error, "/data: Permission denied");
+  EXPECT_EQ(parsed->paths[0].free_mb, 50000);
   for (const char* other : {"", "hello", "{}", "{\"ddprun_check\":1}", "[1]"}) {
     EXPECT_FALSE(parse_node_check(other)) << other;
   }
@@ -61,6 +94,51 @@ TEST(Preflight, MissingProgramIsAProblem) {
       format_preflight(three_nodes(), {{good(0), ""}, {good(1), ""}, {missing, ""}});
   EXPECT_FALSE(summary.ok);
   EXPECT_NE(summary.text.find("node 2 (n3): ./w: no such file"), std::string::npos);
+}
+
+TEST(Preflight, ClocksGpusSharedMemoryAndPathsAreCheckedPerNode) {
+  EXPECT_TRUE(format_preflight(three_nodes(), {{good(0), ""}, {good(1), ""}, {good(2), ""}},
+                               asked_at_1000())
+                  .ok);
+  NodeCheck late = good(0);
+  late.unix_time = 940;
+  NodeCheck odd = good(1);
+  odd.gpus = 0;
+  odd.shm_free_mb = 12;
+  NodeCheck full = good(2);
+  full.unix_time = 1010;
+  full.paths = {{"/ckpt", true, 100, ""}, {"/logs", false, -1, "/: Read-only file system"}};
+  const auto summary =
+      format_preflight(three_nodes(), {{late, ""}, {odd, ""}, {full, ""}}, asked_at_1000());
+  EXPECT_FALSE(summary.ok);
+  for (const char* expected :
+       {"node 0 (n1): its clock is 60 s behind this node's",
+        "node 2 (n3): its clock is 9 s ahead of this node's",
+        "node 1 (n2): sees 0 GPU(s), the plan gives it 1 workers, one per GPU",
+        "node 1 (n2): /dev/shm has 12 MB free", "node 2 (n3): /ckpt has only 100 MB free",
+        "node 2 (n3): /logs cannot be written: /: Read-only file system"}) {
+    EXPECT_NE(summary.text.find(expected), std::string::npos) << expected << "\n" << summary.text;
+  }
+}
+
+TEST(Preflight, APathIsCheckedThroughItsNearestExistingFolder) {
+  char pattern[] = "/tmp/ddprun-preflight-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const PathCheck fresh = check_path(dir + "/not/yet/made");
+  EXPECT_TRUE(fresh.writable) << fresh.error;
+  EXPECT_GT(fresh.free_mb, 0);
+  ::chmod(dir.c_str(), 0500);
+  const PathCheck locked = check_path(dir + "/sub");
+  if (::geteuid() != 0) {  // root writes anywhere
+    EXPECT_FALSE(locked.writable);
+    EXPECT_NE(locked.error.find(dir), std::string::npos) << locked.error;
+  }
+  ::chmod(dir.c_str(), 0700);
+  ::rmdir(dir.c_str());
+  const PathCheck proc = check_path("/proc/ddprun-preflight");
+  EXPECT_FALSE(proc.writable);  // even root cannot make folders in /proc
+  EXPECT_NE(proc.error.find("/proc"), std::string::npos) << proc.error;
 }
 
 }  // namespace
