@@ -142,10 +142,12 @@ int run(Options options, Environment env) {
   SignalChannel signals(options.signals_to_handle);
   Guardian guardian(inputs.scratch_dir);
   ProcessRunner runner(signals, guardian, runner_config);
-  return run_job(
+  const int code = run_job(
       runner, settings,
       [&](int round) { return prepare_round(options, inputs, env, round, program_path, self); },
       std::cerr);
+  signals.discard_pending();  // the outcome is decided; a late signal must not change it
+  return code;
 }
 
 }  // namespace

@@ -70,6 +70,12 @@ SignalChannel::~SignalChannel() {
   ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
 }
 
+int SignalChannel::discard_pending() {
+  int count = 0;
+  while (read_signal() != 0) ++count;
+  return count;
+}
+
 int SignalChannel::read_signal() {
   signalfd_siginfo info{};
   for (;;) {

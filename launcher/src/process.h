@@ -43,6 +43,10 @@ class SignalChannel {
   const sigset_t& original_mask() const noexcept { return original_mask_; }
   // Reads one pending signal number, or 0 when none is pending.
   int read_signal();
+  // Reads and drops every pending signal: called once the job's outcome is decided, so
+  // that a stop signal that came too late does not kill ddprun when its mask is lifted
+  // and replace the exit code it has to give. Returns how many there were.
+  int discard_pending();
 
  private:
   sigset_t original_mask_{};

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ddprun/common/files.h"
@@ -228,6 +229,70 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelIsRefused) {
   auto toy = std::make_shared<SmallNet>();
   torch::optim::SGD opt2(toy->parameters(), torch::optim::SGDOptions(0.1));
   EXPECT_THROW(load_checkpoint(*find_latest_checkpoint(dir_), *toy, opt2), CheckpointError);
+}
+
+TEST_F(CheckpointTest, ACheckpointThatLatestNeverNamedDoesNotOutliveTheOneItNames) {
+  // A writer that crashed after renaming ckpt-200 but before updating latest: the run
+  // resumes from 100 and saves 150 with keep_last 1; 150 must stay, 200 must go.
+  auto model = std::make_shared<SmallNet>();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_, *model, opt, {{100, 0, 100}, 1, 1, 8, {}, {}}, 1);
+  std::filesystem::copy_file(dir_ + "/ckpt-00000100.pt", dir_ + "/ckpt-00000200.pt");
+  save_checkpoint(dir_, *model, opt, {{150, 0, 150}, 1, 1, 8, {}, {}}, 1);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-00000150.pt"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000200.pt"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000100.pt"));
+  EXPECT_EQ(find_latest_checkpoint(dir_)->step, 150);
+}
+
+TEST_F(CheckpointTest, StepsPastEightDigitsArePrunedByNumberNotByName) {
+  auto model = std::make_shared<SmallNet>();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  for (std::int64_t step : {99'999'999, 100'000'000})
+    save_checkpoint(dir_, *model, opt, {{step, 0, 0}, 1, 1, 8, {}, {}}, 1);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-100000000.pt"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-99999999.pt"));
+  EXPECT_EQ(find_latest_checkpoint(dir_)->step, 100'000'000);
+}
+
+struct NetWithBuffer : torch::nn::Module {
+  explicit NetWithBuffer(std::int64_t n)
+      : fc(register_module("fc", torch::nn::Linear(2, 2))),
+        running(register_buffer("running", torch::zeros({n}))) {}
+  torch::nn::Linear fc;
+  at::Tensor running;
+};
+
+TEST_F(CheckpointTest, BufferAndOptimizerStateShapeMismatchesAreRefused) {
+  auto saved = std::make_shared<NetWithBuffer>(3);
+  torch::optim::SGD opt(saved->parameters(), torch::optim::SGDOptions(0.1));
+  save_checkpoint(dir_, *saved, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 1);
+  auto wider = std::make_shared<NetWithBuffer>(4);
+  torch::optim::SGD opt2(wider->parameters(), torch::optim::SGDOptions(0.1));
+  try {
+    load_checkpoint(*find_latest_checkpoint(dir_), *wider, opt2);
+    FAIL() << "a buffer of another shape was loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("buffer running has another shape"), std::string::npos)
+        << e.what();
+  }
+  // Momentum saved for fc1 then fc2; an optimizer that lists them the other way round
+  // would get each parameter's momentum in the other's shape.
+  auto model = std::make_shared<SmallNet>();
+  torch::optim::SGD momentum(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train_step(*model, momentum);
+  save_checkpoint(dir_, *model, momentum, {{2, 0, 2}, 1, 1, 8, {}, {}}, 1);
+  auto same = std::make_shared<SmallNet>();
+  auto reversed = same->parameters();
+  std::reverse(reversed.begin(), reversed.end());
+  torch::optim::SGD swapped(reversed, torch::optim::SGDOptions(0.1).momentum(0.9));
+  try {
+    load_checkpoint(*find_latest_checkpoint(dir_), *same, swapped);
+    FAIL() << "optimizer state of another shape was loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("the optimizer state of parameter #"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(CheckpointTest, AtomicWriteReplacesWholeFiles) {

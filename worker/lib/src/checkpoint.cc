@@ -60,17 +60,70 @@ std::int64_t read_int(torch::serialize::InputArchive& a, const std::string& key,
   throw CheckpointError(std::string("checkpoint: ") + e.what());
 }
 
-// Removes all but the newest `keep` checkpoints (names sort by step) and leftovers of
-// writers that died mid-write (only one job writes a folder at a time).
-void prune(const SecureDir& dir, int keep) {
-  std::vector<std::string> names;
+// After a save at `saved_step` (which "latest" now names): removes the checkpoints of later
+// steps (a run that crashed before "latest" named them wrote a history that was not
+// resumed), all but the newest `keep` of the others by step (as numbers: names grow a digit
+// at step 100,000,000), and leftovers of writers that died mid-write (only one job writes
+// a folder at a time).
+void prune(const SecureDir& dir, int keep, std::int64_t saved_step) {
+  std::vector<std::pair<std::int64_t, std::string>> older;
   for (const auto& name : dir.list()) {
-    if (std::regex_match(name, kCheckpointName)) names.push_back(name);
+    std::smatch match;
+    if (std::regex_match(name, match, kCheckpointName) && match[1].length() <= 18) {
+      const std::int64_t step = std::stoll(match[1].str());
+      if (step > saved_step) {
+        dir.remove(name);
+      } else {
+        older.emplace_back(step, name);
+      }
+    }
     if (std::regex_match(name, kTemporaryName)) dir.remove(name);
   }
-  std::sort(names.begin(), names.end());
-  const auto excess = static_cast<std::ptrdiff_t>(names.size()) - keep;
-  for (std::ptrdiff_t i = 0; i < excess; ++i) dir.remove(names[static_cast<std::size_t>(i)]);
+  std::sort(older.begin(), older.end());
+  const auto excess = static_cast<std::ptrdiff_t>(older.size()) - keep;
+  for (std::ptrdiff_t i = 0; i < excess; ++i) dir.remove(older[static_cast<std::size_t>(i)].second);
+}
+
+using Shapes = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+
+// The model's parameters and buffers with their shapes: InputArchive resizes a mismatched
+// tensor silently, so they are compared before and after loading.
+Shapes model_shapes(const torch::nn::Module& model) {
+  Shapes shapes;
+  for (const auto& p : model.named_parameters(true)) {
+    shapes.emplace_back("parameter " + p.key(), p.value().sizes().vec());
+  }
+  for (const auto& b : model.named_buffers(true)) {
+    shapes.emplace_back("buffer " + b.key(), b.value().sizes().vec());
+  }
+  return shapes;
+}
+
+// Optimizer state must have its parameter's shape (SGD's momentum, Adam's moments).
+void check_optimizer_state(const std::string& path, const torch::optim::Optimizer& optimizer) {
+  std::size_t index = 0;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      const auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      std::vector<at::Tensor> tensors;
+      if (found != optimizer.state().end()) {
+        const auto* state = found->second.get();
+        if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+          tensors = {sgd->momentum_buffer()};
+        } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+          tensors = {adam->exp_avg(), adam->exp_avg_sq()};
+        }
+      }
+      for (const auto& t : tensors) {
+        if (t.defined() && t.sizes() != p.sizes()) {
+          throw CheckpointError(
+              path + ": the optimizer state of parameter #" + std::to_string(index) +
+              " has another shape in the checkpoint: " + "is it a checkpoint of another model?");
+        }
+      }
+      ++index;
+    }
+  }
 }
 
 }  // namespace
@@ -108,7 +161,7 @@ std::string save_checkpoint(const std::string& dir, const torch::nn::Module& mod
                   crc32_of(bytes));
     // Only now, with the checkpoint durable, does "latest" name it.
     folder.write_atomically(kLatestName, record, 0600);
-    prune(folder, std::max(keep_last, 1));
+    prune(folder, std::max(keep_last, 1), meta.position.step);
   } catch (const std::system_error& e) {
     rethrow_system(e);
   }
@@ -163,10 +216,7 @@ CheckpointMeta load_checkpoint(const CheckpointRecord& record, torch::nn::Module
                           "remove " + record.dir + "/" + kLatestName + " to start from scratch");
   }
   // Shapes before loading: InputArchive would silently resize a mismatched tensor.
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
-  for (const auto& p : model.named_parameters(true)) {
-    shapes.emplace_back(p.key(), p.value().sizes().vec());
-  }
+  const Shapes shapes = model_shapes(model);
   CheckpointMeta meta;
   try {
     torch::serialize::InputArchive archive;
@@ -198,14 +248,14 @@ CheckpointMeta load_checkpoint(const CheckpointRecord& record, torch::nn::Module
     throw CheckpointError(path + ": cannot load: " + e.what_without_backtrace(),
                           "is it a checkpoint of this model? remove it to start from scratch");
   }
-  std::size_t i = 0;
-  for (const auto& p : model.named_parameters(true)) {
-    if (p.value().sizes().vec() != shapes[i].second) {
-      throw CheckpointError(path + ": parameter " + p.key() + " has another shape in the " +
+  const Shapes loaded = model_shapes(model);
+  for (std::size_t i = 0; i < loaded.size() && i < shapes.size(); ++i) {
+    if (loaded[i] != shapes[i]) {
+      throw CheckpointError(path + ": " + shapes[i].first + " has another shape in the " +
                             "checkpoint: is it a checkpoint of another model?");
     }
-    ++i;
   }
+  check_optimizer_state(path, optimizer);
   return meta;
 }
 
