@@ -41,9 +41,17 @@ int free_port() {
 // Runs `body` on ranks 0..world-1, one thread each; an exception escaping a rank fails the
 // test. A rank that waits for a collective its peer never starts fails after the timeout.
 // `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE, so all-reduces go through shared memory.
+// By default the ranks meet in a FileStore of their own: no port to pick and lose to
+// another test under ctest -j.
 void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node,
-               const std::string& init_method = "env://") {
-  const int port = free_port();
+               std::string init_method = "") {
+  static int runs = 0;
+  const std::string store =
+      (std::filesystem::temp_directory_path() /
+       ("ddprun-ddp-test-" + std::to_string(::getpid()) + "-" + std::to_string(++runs)))
+          .string();
+  if (init_method.empty()) init_method = "file://" + store;
+  const int port = 1;  // MASTER_PORT, unused by file:// and tcp://
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -67,6 +75,7 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, bool s
     });
   }
   for (auto& t : threads) t.join();
+  std::filesystem::remove(store);
   for (int r = 0; r < world; ++r)
     EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
 }

@@ -1,13 +1,11 @@
 // Preemption, crash consistency and hung peers with real ddp-train processes: two ranks on
-// gloo, started directly (so that the test knows every pid and every exit status), on the
-// toy model. Every wait is for a line a worker prints or for a process to end; nothing
-// sleeps to synchronise, and no timing is asserted.
+// this node (all-reduces through shared memory, the default), started directly (so that the test
+// knows every pid and every exit status), on the toy model. Every wait is for a line a worker
+// prints or for a process to end; nothing sleeps to synchronise, and no timing is asserted.
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,18 +29,6 @@ using nlohmann::json;
 // A bound on every wait, so that a broken worker fails the test instead of hanging it.
 constexpr auto kPatience = std::chrono::seconds(90);
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // N ddp-train ranks with one shared output pipe. The destructor SIGKILLs (and SIGCONTs)
 // whatever still runs, so a failing test leaves no process behind.
 class Job {
@@ -51,7 +37,10 @@ class Job {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     read_fd_ = fds[0];
-    const std::string port = std::to_string(free_port());
+    // A FileStore of its own per job: no port to pick and lose to another test under
+    // ctest -j, and no keys left by an earlier job's killed ranks.
+    static int jobs = 0;
+    const std::string store = "file://" + (dir / ("store-" + std::to_string(++jobs))).string();
     for (int rank = 0; rank < world; ++rank) {
       std::vector<std::string> env = {
           "RANK=" + std::to_string(rank),
@@ -59,12 +48,12 @@ class Job {
           "WORLD_SIZE=" + std::to_string(world),
           "LOCAL_WORLD_SIZE=" + std::to_string(world),
           "MASTER_ADDR=127.0.0.1",
-          "MASTER_PORT=" + port,
+          "MASTER_PORT=1",  // read with the other variables; the FileStore needs no port
           "OMP_NUM_THREADS=1",
           "TORCHELASTIC_ERROR_FILE=" +
               (dir / ("rank" + std::to_string(rank) + ".error.json")).string(),
           "PATH=/usr/bin:/bin"};
-      std::vector<std::string> argv = {DDP_TRAIN_BIN};
+      std::vector<std::string> argv = {DDP_TRAIN_BIN, "--init-method", store};
       argv.insert(argv.end(), args.begin(), args.end());
       const pid_t pid = ::fork();
       if (pid == 0) {
