@@ -146,6 +146,13 @@ class Round {
       signal_live(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
     } else if (stop_signal_ != 0 && sig == SIGINT) {
       begin_stop(SIGKILL);  // a second Ctrl-C: no more grace
+    } else if (drained_ || preempted_) {
+      // The workers are already stopping at an agreed step to write their checkpoint
+      // (the walltime notice went out, or a peer exited 75): a stop signal now (srun's
+      // --kill-on-bad-exit after another node's 75, the scheduler's own SIGTERM) must not
+      // kill them mid-write. They get the grace, then SIGKILL.
+      if (stop_signal_ == 0) stop_signal_ = sig;
+      if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
     } else {
       if (stop_signal_ == 0) stop_signal_ = sig;
       begin_stop(sig);

@@ -165,7 +165,7 @@ class Case:
             text = f.read()
         if head:
             # ddprun called directly in the batch script: it starts the agents with srun.
-            text = text.replace("srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n  ", "")
+            text = text.replace("srun --ntasks-per-node=1 --wait=60 \\\n  ", "")
         text = re.sub(r"(?m)^#SBATCH --nodes=.*$", f"#SBATCH --nodes={self.c.n}", text)
         text = re.sub(r"(?m)^#SBATCH --gpus-per-node=.*\n", "", text)
         text = re.sub(r"(?m)^#SBATCH --time=.*$", "#SBATCH --time=00:05:00", text)
