@@ -15,6 +15,7 @@
 
 #include "ddprun/worker/atomic_file.h"
 #include "ddprun/worker/errors.h"
+#include "torch_compat.h"
 
 namespace ddprun::worker {
 namespace {
@@ -104,10 +105,8 @@ void check_optimizer_state(const std::string& path, const torch::optim::Optimize
   std::size_t index = 0;
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
-      const auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
       std::vector<at::Tensor> tensors;
-      if (found != optimizer.state().end()) {
-        const auto* state = found->second.get();
+      if (const auto* state = compat::optimizer_param_state(optimizer, p)) {
         if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
           tensors = {sgd->momentum_buffer()};
         } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {

@@ -12,6 +12,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <sstream>
+#include <type_traits>
+
 namespace ddprun::worker::compat {
 
 c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uint16_t port,
@@ -25,6 +28,30 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
   options.waitWorkers = false;
   options.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
+namespace {
+
+// A template, so that only the branch for this LibTorch's key type is compiled.
+template <typename States>
+const torch::optim::OptimizerParamState* find_state(const States& states, void* impl) {
+  using Key = typename States::key_type;
+  auto found = states.end();
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;  // how 1.13 writes it (c10::guts::to_string)
+    key << impl;
+    found = states.find(key.str());
+  } else {
+    found = states.find(impl);
+  }
+  return found == states.end() ? nullptr : found->second.get();
+}
+
+}  // namespace
+
+const torch::optim::OptimizerParamState* optimizer_param_state(
+    const torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  return find_state(optimizer.state(), param.unsafeGetTensorImpl());
 }
 
 c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,

@@ -15,6 +15,8 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <torch/optim/optimizer.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -41,6 +43,12 @@ using CollectiveBackend = c10d::ProcessGroup;
 c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uint16_t port,
                                                bool is_server, int world_size,
                                                std::chrono::milliseconds timeout);
+
+// The optimizer's state for parameter `param`, or null before its first step. Its map is
+// keyed by the parameter's TensorImpl address as a string in 1.13 and as a void* in later
+// versions.
+const torch::optim::OptimizerParamState* optimizer_param_state(
+    const torch::optim::Optimizer& optimizer, const at::Tensor& param);
 
 // A FileStore at `path` shared by `world_size` ranks (init_method file://).
 c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
