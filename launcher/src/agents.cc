@@ -194,6 +194,11 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
   if (options.exit_timeout_s) {
     args.insert(args.end(), {"--exit-timeout", seconds_text(*options.exit_timeout_s)});
   }
+  // Each agent hands out its own node's GPUs the same way.
+  if (options.gpus_per_proc) {
+    args.insert(args.end(), {"--gpus-per-proc", std::to_string(*options.gpus_per_proc)});
+  }
+  if (options.virtual_local_rank) args.emplace_back("--virtual-local-rank");
   if (options.tag_output) args.emplace_back("--tag-output");
   if (options.check) {
     args.emplace_back("--check");  // answer the preflight, run nothing

@@ -85,6 +85,10 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
       owners.emplace_back(i, is_stderr);
     }
   }
+  const std::size_t first_output = fds.size();  // then the descriptors to write to
+  std::vector<int> outputs;
+  if (events.write_interest) events.write_interest(outputs);
+  for (const int fd : outputs) fds.push_back({fd, POLLOUT, 0});
   int timeout_ms = -1;
   if (deadline) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - SteadyClock::now());
@@ -96,8 +100,11 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
     throw std::system_error(errno, std::generic_category(), "poll");
   }
   // Output first, then exits: a child's last lines are relayed before its exit is known.
-  for (std::size_t k = 2; k < fds.size(); ++k) {
+  for (std::size_t k = 2; k < first_output; ++k) {
     if (fds[k].revents != 0) pump(owners[k - 2].first, owners[k - 2].second, events);
+  }
+  for (std::size_t k = first_output; k < fds.size(); ++k) {
+    if (fds[k].revents != 0 && events.writable) events.writable(fds[k].fd);
   }
   if (fds[0].revents != 0) {
     while (const int sig = signals_.read_signal()) {

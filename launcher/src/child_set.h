@@ -1,8 +1,9 @@
 #pragma once
 // The launcher's one event loop: a set of children, each in its own process group with
 // its stdout and stderr on pipes, and one blocking poll() over the signalfd, those pipes,
-// one extra descriptor and a deadline. Child exits are reaped on SIGCHLD. Nothing polls
-// on a timer. Used by the job's process runner, --check and --doctor.
+// one extra descriptor, the descriptors that have output waiting (the console) and a
+// deadline. Child exits are reaped on SIGCHLD. Nothing polls on a timer, and nothing in
+// the loop waits for a reader. Used by the job's process runner, --check and --doctor.
 
 #include <sys/types.h>
 
@@ -36,6 +37,10 @@ struct ChildEvents {
   std::function<void(int signal_number)> signal;
   // The extra descriptor given to wait_once is readable (or closed).
   std::function<void()> extra_ready;
+  // Appends descriptors with output waiting, asked before each poll; `writable` is told
+  // when one has room for more (or has failed).
+  std::function<void(std::vector<int>& fds)> write_interest;
+  std::function<void(int fd)> writable;
 };
 
 class ChildSet {

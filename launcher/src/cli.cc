@@ -64,7 +64,6 @@ struct TorchrunStrings {
   std::optional<std::string> logs_specs;
   std::optional<std::string> numa_binding;
   bool standalone = false;
-  bool virtual_local_rank = false;
 };
 
 struct Parser {
@@ -259,9 +258,15 @@ Parser::Parser() {
   app.add_option("--signals-to-handle,--signals_to_handle", torchrun.signals_to_handle,
                  "Also catch these signals (e.g. SIGXCPU,SIGUSR1), pass them to the workers "
                  "and stop the job; SIGUSR1 and SIGUSR2 are always passed on without a stop");
-  app.add_flag("--virtual-local-rank,--virtual_local_rank", torchrun.virtual_local_rank,
-               "torchrun's virtual local rank: not supported yet")
-      ->group("");
+  app.add_flag("--virtual-local-rank,--virtual_local_rank", options.virtual_local_rank,
+               "Narrow each worker's CUDA_VISIBLE_DEVICES to its own GPU(s) and set LOCAL_RANK "
+               "to 0, as torchrun does (default: every worker sees all and picks by "
+               "LOCAL_RANK)");
+  app.add_option("--gpus-per-proc,--gpus_per_proc", options.gpus_per_proc,
+                 "GPUs each worker owns (rank r on a node: GPUs K*r .. K*r+K-1, listed in "
+                 "DDPRUN_DEVICES); a node runs its GPUs / K workers unless --nproc-per-node "
+                 "gives a number")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("-q,--quiet", options.quiet,
                "Print no start summary and no per-rank table at the end (errors still)");
   app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
@@ -392,9 +397,15 @@ void finish_options(Parser& parser) {
     throw UsageError("--numa-binding " + *torchrun.numa_binding + ": not supported yet",
                      "bind in a wrapper script, e.g. numactl --cpunodebind=N --membind=N");
   }
-  if (torchrun.virtual_local_rank) {
-    throw UsageError("--virtual-local-rank: not supported yet",
-                     "read LOCAL_RANK and select the device in the script");
+  if (options.gpus_per_proc) {
+    // Without a number of workers, the GPUs set it: GPUs / K on every node ("auto" and
+    // "gpu" both mean that with --gpus-per-proc).
+    if (app.count("--nproc-per-node") == 0) options.nproc_per_node = "auto";
+    if (options.nproc_per_node == "cpu") {
+      throw UsageError("--gpus-per-proc " + std::to_string(*options.gpus_per_proc) +
+                           " and --nproc-per-node cpu cannot go together",
+                       "give --nproc-per-node gpu, a number, or leave it out");
+    }
   }
   if (options.module && options.no_python) {
     throw UsageError("--module and --no-python cannot go together (as in torchrun)");
@@ -403,7 +414,6 @@ void finish_options(Parser& parser) {
     throw UsageError(
         "--agent and --agent-nodes go together (they are set by a head ddprun, not by hand)");
   }
-  (void)app;
 }
 
 }  // namespace

@@ -103,12 +103,19 @@ DoctorRows gather_doctor_rows(const Options& options, const Environment& env,
   } catch (const std::exception& e) {
     rows.emplace_back("scheduler", std::string("cannot read the job: ") + e.what());
   }
-  rows.emplace_back("GPUs visible",
-                    std::to_string(count_visible_gpus(env, host.gpu_device_files)) +
-                        (lookup(env, env::kCudaVisibleDevices)
-                             ? " (" + std::string(env::kCudaVisibleDevices) + "=" +
-                                   *lookup(env, env::kCudaVisibleDevices) + ")"
-                             : " (" + std::to_string(host.gpu_device_files) + " /dev/nvidiaN)"));
+  const VisibleGpus gpus = visible_gpus(env, host.gpu_device_files);
+  std::string gpu_text = std::to_string(gpus.devices.size());
+  for (std::size_t i = 0; i < gpus.devices.size(); ++i) {
+    gpu_text += (i == 0 ? ": " : ",") + gpus.devices[i];
+  }
+  if (gpus.source.empty()) {
+    gpu_text += " (no CUDA_VISIBLE_DEVICES, no scheduler GPU variable, no /dev/nvidiaN)";
+  } else if (gpus.source == "/dev/nvidiaN") {
+    gpu_text += " (" + std::to_string(host.gpu_device_files) + " /dev/nvidiaN)";
+  } else {
+    gpu_text += " (" + gpus.source + "=" + gpus.source_value + ")";
+  }
+  rows.emplace_back("GPUs visible", gpu_text);
   try {
     const PlanInputs inputs =
         resolve_plan_inputs(options, env, read_file_from_disk, host, system_services(env), false);
@@ -125,6 +132,12 @@ DoctorRows gather_doctor_rows(const Options& options, const Environment& env,
     }
     if (addresses.empty()) master += "\ndoes not resolve here";
     rows.emplace_back("master", master);
+    const SocketInterface& socket = inputs.socket_interface;
+    rows.emplace_back("NCCL/gloo net", socket.name.empty()
+                                           ? socket.reason
+                                           : socket.name + " as " + env::kNcclSocketIfname +
+                                                 " and " + env::kGlooSocketIfname +
+                                                 " for the workers (" + socket.reason + ")");
   } catch (const std::exception& e) {
     rows.emplace_back("master", std::string("cannot plan here: ") + e.what());
   }

@@ -54,6 +54,51 @@ int resolve_this_node(const Options& options, const Cluster& cluster, const Host
 
 }  // namespace
 
+SocketInterface choose_socket_interface(
+    const Environment& env, const std::string& master_addr,
+    const std::vector<std::string>& master_addresses,
+    const std::vector<NetworkInterface>& interfaces,
+    const std::function<std::string(const std::string& address)>& source_address) {
+  std::string set_by_user;
+  for (const char* name : {env::kNcclSocketIfname, env::kGlooSocketIfname}) {
+    if (const auto value = lookup(env, name)) {
+      set_by_user += std::string(set_by_user.empty() ? "" : ", ") + name + "=" + *value;
+    }
+  }
+  if (!set_by_user.empty()) return {"", "the user's " + set_by_user + " (kept)"};
+  std::vector<std::string> names;
+  for (const auto& interface : interfaces) {
+    if (!interface.loopback &&
+        std::find(names.begin(), names.end(), interface.name) == names.end()) {
+      names.push_back(interface.name);
+    }
+  }
+  if (names.size() < 2) {
+    return {"", names.empty() ? "not set: no network interface besides loopback"
+                              : "not set: one network interface (" + names.front() + ")"};
+  }
+  if (master_addresses.empty()) {
+    return {"", "not set: the master address '" + master_addr + "' does not resolve here"};
+  }
+  bool all_loopback = true;
+  for (const auto& address : master_addresses) all_loopback = all_loopback && is_loopback(address);
+  if (all_loopback) {
+    return {"", "not set: the master (" + master_addr + ") is on loopback, one node"};
+  }
+  for (const auto& address : master_addresses) {
+    if (is_loopback(address)) continue;
+    const std::string source = source_address ? source_address(address) : std::string();
+    if (source.empty()) continue;
+    for (const auto& interface : interfaces) {
+      if (interface.address != source) continue;
+      if (interface.loopback) break;
+      return {interface.name, "routes to the master " + address +
+                                  (address == master_addr ? "" : " (" + master_addr + ")")};
+    }
+  }
+  return {"", "not set: no route to the master (" + master_addr + ") found here"};
+}
+
 int port_for_job(const std::string& job_id) {
   return kDerivedPortBase + static_cast<int>(fnv1a(job_id) % kDerivedPortSpan);
 }
@@ -86,7 +131,8 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   inputs.launcher = choose_launcher(options, cluster, env, mpirun_found);
   // A head on node 0 tells every agent the port, so it may pick any free one.
   const bool head_on_rank0 = inputs.launcher != LauncherKind::kLocal && cluster.this_node == 0;
-  inputs.visible_gpus = count_visible_gpus(env, host.gpu_device_files);
+  inputs.gpus = visible_gpus(env, host.gpu_device_files);
+  inputs.visible_gpus = static_cast<int>(inputs.gpus.devices.size());
 
   // Master address: the option, then MASTER_ADDR from the environment (set by a job
   // script or a Kubeflow-style operator), then the first node; on one node, loopback.
@@ -154,6 +200,11 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
         "give --master-port (the same on every node)");
   }
   inputs.fixed_port = fixed_port;
+  if (services.network_interfaces && services.source_address && services.resolve_host) {
+    inputs.socket_interface =
+        choose_socket_interface(env, inputs.master_addr, services.resolve_host(inputs.master_addr),
+                                services.network_interfaces(), services.source_address);
+  }
   const bool hosts_rank0 = cluster.this_node == 0;
   if (check_port && fixed_port && hosts_rank0 && !services.port_is_free(inputs.master_port)) {
     const std::string user =

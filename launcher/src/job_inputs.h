@@ -14,6 +14,13 @@
 
 namespace ddprun {
 
+// A network interface of this host with one of its addresses.
+struct NetworkInterface {
+  std::string name;     // "eth0"
+  std::string address;  // "10.1.2.3", "fe80::1"
+  bool loopback = false;
+};
+
 struct SystemServices {
   std::function<int()> pick_free_port;
   std::function<bool(int port)> port_is_free;
@@ -24,6 +31,11 @@ struct SystemServices {
   std::function<std::string(int port)> describe_port_user;
   // Whether `name` is an executable on PATH (unset: nothing is).
   std::function<bool(const std::string& name)> program_on_path;
+  // The interfaces that are up and have an address, one entry per address (unset: unknown).
+  std::function<std::vector<NetworkInterface>()> network_interfaces;
+  // The local address the kernel would send from to reach `address` (a numeric address);
+  // empty when there is no route (unset: unknown).
+  std::function<std::string(const std::string& address)> source_address;
 };
 
 // The real ones (system_services.cc); PATH is looked up in `env`.
@@ -36,6 +48,17 @@ inline constexpr int kDerivedPortSpan = 10000;
 // The port every node of job `job_id` derives by itself (FNV-1a of the id, into the
 // range above), so two jobs on one host rarely collide.
 int port_for_job(const std::string& job_id);
+
+// The interface NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME should name for this node's
+// workers, given the master's addresses: none when the user set either variable, when
+// this host has at most one interface besides loopback, or when the master is on
+// loopback; otherwise the interface whose address the kernel sends from to reach the
+// master. Pure: the routing lookup is passed in.
+SocketInterface choose_socket_interface(
+    const Environment& env, const std::string& master_addr,
+    const std::vector<std::string>& master_addresses,
+    const std::vector<NetworkInterface>& interfaces,
+    const std::function<std::string(const std::string& address)>& source_address);
 
 // Resolves the inputs for round 0 (see docs/schedulers.md, "Master address and port").
 // With `check_port`, and when this node hosts rank 0, the master port must be free.

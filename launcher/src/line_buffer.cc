@@ -47,4 +47,74 @@ void TailLines::add(std::string_view line) {
   lines_.emplace_back(line.substr(0, kMaxKeptLine));
 }
 
+bool ConsoleQueue::push(std::string chunk, std::size_t lines, bool logged) {
+  bool all_kept = true;
+  // The oldest chunk that may go: not begun, not ddprun's own.
+  std::size_t candidate = offset_ > 0 ? 1 : 0;
+  while (bytes_ + chunk.size() > max_bytes_ && candidate < chunks_.size()) {
+    const auto it = chunks_.begin() + static_cast<std::ptrdiff_t>(candidate);
+    if (it->message) {
+      ++candidate;
+      continue;
+    }
+    drop(*it);
+    bytes_ -= it->text.size();
+    chunks_.erase(it);
+    all_kept = false;
+  }
+  if (bytes_ + chunk.size() > max_bytes_) {
+    drop({std::move(chunk), lines, logged, false});
+    return false;
+  }
+  bytes_ += chunk.size();
+  chunks_.push_back({std::move(chunk), lines, logged, false});
+  return all_kept;
+}
+
+void ConsoleQueue::push_message(std::string text) {
+  if (text.empty()) return;
+  bytes_ += text.size();
+  chunks_.push_back({std::move(text), 0, false, true});
+}
+
+std::string_view ConsoleQueue::front() const noexcept {
+  if (chunks_.empty()) return {};
+  return std::string_view(chunks_.front().text).substr(offset_);
+}
+
+void ConsoleQueue::consume(std::size_t count) noexcept {
+  while (count > 0 && !chunks_.empty()) {
+    const std::size_t rest = chunks_.front().text.size() - offset_;
+    const std::size_t taken = count < rest ? count : rest;
+    offset_ += taken;
+    bytes_ -= taken;
+    count -= taken;
+    if (offset_ == chunks_.front().text.size()) {
+      chunks_.pop_front();
+      offset_ = 0;
+    }
+  }
+}
+
+void ConsoleQueue::drop_all() {
+  const bool begun = offset_ > 0;
+  for (const Chunk& chunk : chunks_) drop(chunk);
+  chunks_.clear();
+  offset_ = 0;
+  bytes_ = 0;
+  if (begun) push_message("\n");
+}
+
+ConsoleQueue::Dropped ConsoleQueue::take_dropped() noexcept {
+  const Dropped taken = dropped_;
+  dropped_ = {};
+  return taken;
+}
+
+void ConsoleQueue::drop(const Chunk& chunk) noexcept {
+  if (chunk.message) return;
+  dropped_.lines += chunk.lines;
+  if (chunk.logged) dropped_.logged_lines += chunk.lines;
+}
+
 }  // namespace ddprun

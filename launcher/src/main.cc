@@ -142,10 +142,13 @@ int run(Options options, Environment env) {
   SignalChannel signals(options.signals_to_handle);
   Guardian guardian(inputs.scratch_dir);
   ProcessRunner runner(signals, guardian, runner_config);
+  // ddprun's messages go through the runner's console: a console that is not reading
+  // must not hold up the job, nor its exit for long (process_runner.h).
   const int code = run_job(
       runner, settings,
       [&](int round) { return prepare_round(options, inputs, env, round, program_path, self); },
-      std::cerr);
+      runner.messages());
+  runner.drain_console();
   signals.discard_pending();  // the outcome is decided; a late signal must not change it
   return code;
 }

@@ -20,9 +20,15 @@ struct Options {
   // "auto", "cpu", "gpu" or a positive integer, as given.
   std::string nproc_per_node = "1";
   std::optional<std::string> scheduler;  // --scheduler: skip detection
-  std::optional<std::string> hostfile;   // --hostfile
-  std::optional<int> nnodes;             // checked against the scheduler's node count
-  std::optional<int> node_rank;          // this node's index, when the scheduler cannot tell
+  // --gpus-per-proc K: each worker owns K of its node's GPUs; without a number of workers
+  // from --nproc-per-node, a node runs its GPUs / K of them.
+  std::optional<int> gpus_per_proc;
+  // --virtual-local-rank (torchrun's): each worker's CUDA_VISIBLE_DEVICES narrowed to its
+  // own GPUs and LOCAL_RANK 0; by default every worker sees all and picks by LOCAL_RANK.
+  bool virtual_local_rank = false;
+  std::optional<std::string> hostfile;  // --hostfile
+  std::optional<int> nnodes;            // checked against the scheduler's node count
+  std::optional<int> node_rank;         // this node's index, when the scheduler cannot tell
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
   std::optional<std::string> run_id;

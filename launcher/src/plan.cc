@@ -7,8 +7,73 @@
 
 namespace ddprun {
 
+namespace {
+
+std::string gpus_per_proc_flag(int k) {
+  return "--gpus-per-proc " + std::to_string(k);
+}
+
+// " (CUDA_VISIBLE_DEVICES=0,1)": where this node's GPU list came from, for messages.
+std::string source_text(const VisibleGpus& gpus) {
+  if (gpus.source.empty()) return "";
+  if (gpus.source_value.empty() && !gpus.from_cuda_visible_devices) return " (" + gpus.source + ")";
+  return " (" + gpus.source + "=" + gpus.source_value + ")";
+}
+
+// The devices each of this node's `nproc` ranks owns (DevicePlan::per_rank). Throws
+// UsageError when --gpus-per-proc or --virtual-local-rank asks for more than there is.
+int devices_per_rank(const Options& options, const VisibleGpus& gpus, int nproc,
+                     const std::string& host) {
+  const int visible = static_cast<int>(gpus.devices.size());
+  const int k = options.gpus_per_proc.value_or(1);
+  const bool asked = options.gpus_per_proc || options.virtual_local_rank;
+  if (asked) {
+    const std::string flag =
+        options.gpus_per_proc ? gpus_per_proc_flag(k) : std::string("--virtual-local-rank");
+    if (visible == 0) {
+      throw UsageError(
+          flag + ": no GPU is visible on " + host + source_text(gpus),
+          "check CUDA_VISIBLE_DEVICES and the job's GPU request, or drop " +
+              std::string(options.gpus_per_proc ? "--gpus-per-proc" : "--virtual-local-rank"));
+    }
+    if (static_cast<long>(nproc) * k > visible) {
+      throw UsageError(flag + ": " + std::to_string(nproc) + " workers" +
+                           (k > 1 ? " of " + std::to_string(k) + " GPUs" : std::string()) +
+                           " need " + std::to_string(nproc * k) + " GPUs, " + host + " has " +
+                           std::to_string(visible) + " visible" + source_text(gpus),
+                       "give fewer workers with --nproc-per-node");
+    }
+  }
+  return visible > 0 && static_cast<long>(nproc) * k <= visible ? k : 0;
+}
+
+}  // namespace
+
+std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank) {
+  std::vector<int> positions;
+  const int k = plan.devices.per_rank;
+  for (int i = 0; i < k; ++i) positions.push_back(k * rank.local_rank + i);
+  return positions;
+}
+
 int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& node,
-                  const Cluster& cluster, const HostFacts& host) {
+                  const Cluster& cluster, const HostFacts& host, int gpus_per_proc) {
+  if (gpus_per_proc > 0 && (spec == "gpu" || spec == "auto")) {
+    if (visible_gpus == 0) {
+      throw UsageError(
+          gpus_per_proc_flag(gpus_per_proc) + ": no GPU is visible on " + host.hostname,
+          "check CUDA_VISIBLE_DEVICES and the job's GPU request, or drop "
+          "--gpus-per-proc");
+    }
+    if (visible_gpus % gpus_per_proc != 0) {
+      throw UsageError(gpus_per_proc_flag(gpus_per_proc) + ": " + host.hostname + " has " +
+                           std::to_string(visible_gpus) + " visible GPUs, not a multiple of " +
+                           std::to_string(gpus_per_proc),
+                       "give a K that divides every node's GPUs, or a number of workers "
+                       "with --nproc-per-node");
+    }
+    return visible_gpus / gpus_per_proc;
+  }
   if (spec == "cpu") return std::max(1, host.cpu_count);
   if (spec == "gpu") {
     if (visible_gpus == 0) {
@@ -46,6 +111,7 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   plan.job_end_unix = inputs.job_end_unix;
   plan.nccl_async_error_handling =
       lookup(env, env::kTorchNcclAsyncErrorHandling).value_or(plan.nccl_async_error_handling);
+  plan.set_legacy_nccl_async = !lookup(env, env::kNcclAsyncErrorHandling);
   const std::string base = options.log_dir ? *options.log_dir : inputs.scratch_dir;
   plan.attempt_dir = base + "/attempt_" + std::to_string(inputs.restart_count);
 
@@ -56,14 +122,23 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
     node_plan.host = node.host;
     node_plan.node_rank = static_cast<int>(i);
     // An agent runs exactly what the head planned for its node.
-    node_plan.nproc = options.agent ? node.slots
-                                    : resolve_nproc(options.nproc_per_node, inputs.visible_gpus,
-                                                    node, cluster, inputs.host);
+    node_plan.nproc = options.agent
+                          ? node.slots
+                          : resolve_nproc(options.nproc_per_node, inputs.visible_gpus, node,
+                                          cluster, inputs.host, options.gpus_per_proc.value_or(0));
     node_plan.first_rank = next_rank;
     next_rank += node_plan.nproc;
     plan.nodes.push_back(std::move(node_plan));
   }
   plan.world_size = next_rank;
+  // Every node is planned as this one sees its GPUs (as its worker count); each node hands
+  // out its own when it starts its workers.
+  plan.devices.visible = inputs.gpus;
+  plan.devices.virtual_local_rank = options.virtual_local_rank;
+  plan.devices.per_rank = devices_per_rank(
+      options, inputs.gpus, plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc,
+      inputs.host.hostname);
+  plan.socket_interface = inputs.socket_interface;
 
   for (const NodePlan& node : plan.nodes) {
     for (int local = 0; local < node.nproc; ++local) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cluster.h"
+#include "gpus.h"
 #include "options.h"
 
 namespace ddprun {
@@ -32,6 +33,22 @@ struct RankPlan {
   std::string error_file;     // TORCHELASTIC_ERROR_FILE
   std::string progress_file;  // DDPRUN_PROGRESS_FILE
   int console_streams = 3;    // which streams reach the console: 1 stdout, 2 stderr, 3 both
+};
+
+// How this node's GPUs are handed to its ranks (docs/environment.md, "Devices").
+struct DevicePlan {
+  VisibleGpus visible;  // this node's GPUs; each node plans from its own
+  // GPUs each rank owns: local rank r owns visible.devices[K*r .. K*r+K-1]. 0: no rank
+  // owns any (no GPU visible, or more workers than GPUs without --gpus-per-proc or
+  // --virtual-local-rank), and DDPRUN_DEVICES is not set.
+  int per_rank = 0;
+  bool virtual_local_rank = false;  // CUDA_VISIBLE_DEVICES narrowed per rank, LOCAL_RANK 0
+};
+
+// The interface NCCL and gloo should use on this node (job_inputs.h decides).
+struct SocketInterface {
+  std::string name;    // set as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME; empty: set nothing
+  std::string reason;  // one line for --doctor and the plan: why this, or why nothing
 };
 
 // Thread defaults for the workers (rank_environment.h).
@@ -58,11 +75,17 @@ struct LaunchPlan {
   std::vector<std::string> program;             // argv of every worker
   std::string role = "default";                 // ROLE_NAME
   std::string nccl_async_error_handling = "1";  // TORCH_NCCL_ASYNC_ERROR_HANDLING
+  bool set_legacy_nccl_async = true;  // NCCL_ASYNC_ERROR_HANDLING too (unless the user set it)
   ThreadDefaults threads;
   bool stdout_is_tty = false;                // ddprun's stdout, for DDPRUN_STDOUT_TTY
   bool logs_to_dir = false;                  // --log-dir given: DDPRUN_LOG_DIR is set
   std::optional<std::int64_t> job_end_unix;  // DDPRUN_JOB_END_TIME
+  DevicePlan devices;
+  SocketInterface socket_interface;  // for this node's ranks only: each node finds its own
 };
+
+// The positions in plan.devices.visible.devices that `rank` owns; empty when none.
+std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank);
 
 // How this ddprun reaches the job's other nodes: kLocal runs this node's workers only
 // (one node, or one ddprun per node started by someone else); the others make it the
@@ -74,7 +97,9 @@ enum class LauncherKind { kLocal, kSsh, kMpirun, kSrun };
 struct PlanInputs {
   Cluster cluster;
   HostFacts host;
-  int visible_gpus = 0;
+  int visible_gpus = 0;  // gpus.devices.size()
+  VisibleGpus gpus;
+  SocketInterface socket_interface;
   std::string run_id;
   std::string master_addr;
   int master_port = 0;
@@ -87,9 +112,10 @@ struct PlanInputs {
 };
 
 // How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these
-// facts. Throws UsageError for "gpu" when no GPU is visible.
+// facts; with `gpus_per_proc` K (0: not given), "gpu" and "auto" mean visible GPUs / K.
+// Throws UsageError for "gpu" when no GPU is visible, and for GPUs that K does not divide.
 int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& node,
-                  const Cluster& cluster, const HostFacts& host);
+                  const Cluster& cluster, const HostFacts& host, int gpus_per_proc = 0);
 
 // Builds the plan for one round. `env` is ddprun's own environment: thread variables the
 // user already set are left alone. Throws UsageError for options that do not fit.

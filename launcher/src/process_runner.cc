@@ -2,15 +2,22 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "agents.h"
 #include "ddprun/contract/errors.h"
+#include "report.h"
 
 namespace ddprun {
 
 ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, ProcessRunnerConfig config)
-    : signals_(signals), guardian_(guardian), config_(config) {
+    : signals_(signals),
+      guardian_(guardian),
+      config_(config),
+      console_(std::make_unique<Console>(config.relay.console_stdout, config.relay.console_stderr)),
+      message_buffer_(*console_),
+      messages_(&message_buffer_) {
   start_fresh();
   events_.output = [this](std::size_t child, bool is_stderr, std::string_view data) {
     relay_->feed(child, is_stderr, data);
@@ -31,15 +38,50 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     pending_.push_back(event);
   };
   events_.extra_ready = [this] { read_head(); };
+  events_.write_interest = [this](std::vector<int>& fds) { console_->add_write_interest(fds); };
+  events_.writable = [this](int fd) { console_->on_writable(fd); };
+}
+
+ProcessRunner::~ProcessRunner() {
+  try {
+    messages_.flush();
+    drain_console();
+  } catch (...) {
+    // Leaving: what the console did not take is lost, and nothing else is.
+  }
 }
 
 void ProcessRunner::end_round() {
+  drain_console();
+  const auto dropped = console_->take_dropped();
+  if (dropped.lines > 0) {
+    console_->message(
+        format_console_dropped(dropped.lines, dropped.logged_lines, console_->log_folder()));
+  }
   start_fresh();
+}
+
+void ProcessRunner::drain_console() {
+  messages_.flush();
+  // A signal (or the head's message) that comes meanwhile ends the drain and stays queued
+  // for the policy.
+  const std::size_t events_before = pending_.size();
+  const auto started = RunnerClock::now();
+  auto moved_at = started;
+  while (console_->waiting() && pending_.size() == events_before) {
+    const auto deadline =
+        std::min(moved_at + config_.console_stall, started + config_.console_drain_limit);
+    if (RunnerClock::now() >= deadline) break;
+    const auto written = console_->bytes_written();
+    children_->wait_once(deadline, config_.head_fd, events_);
+    if (console_->bytes_written() != written) moved_at = RunnerClock::now();
+  }
+  console_->give_up();
 }
 
 void ProcessRunner::start_fresh() {
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
-  relay_ = std::make_unique<OutputRelay>(config_.relay);
+  relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
   is_agent_.clear();
 }
 
@@ -54,6 +96,10 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
     target.stderr_to_console = spec.stderr_to_console;
     if (!spec.stdout_log.empty()) target.stdout_log = open_log_file(spec.stdout_log);
     if (!spec.stderr_log.empty()) target.stderr_log = open_log_file(spec.stderr_log);
+    const std::string& log = spec.stdout_log.empty() ? spec.stderr_log : spec.stdout_log;
+    if (const auto slash = log.rfind('/'); slash != std::string::npos) {
+      console_->set_log_folder(log.substr(0, slash));
+    }
   }
   // A stale file from an earlier run is no report.
   if (!spec.error_file.empty()) ::unlink(spec.error_file.c_str());

@@ -1,11 +1,14 @@
 #pragma once
 // The real Runner: children as processes (child_set.h), their output relayed to the
 // console and log files (output_relay.h), ddprun's signals from the signalfd, and, on an
-// agent, the head's messages on a descriptor.
+// agent, the head's messages on a descriptor. The console never holds up the loop: what
+// it cannot take waits (bounded) and is drained at the end of each round.
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <vector>
 
 #include "child_set.h"
@@ -18,12 +21,21 @@ struct ProcessRunnerConfig {
   RelayConfig relay;
   bool tag_output = false;  // prefix workers' console lines with "[host:rank] "
   int head_fd = -1;         // agent mode: messages from the head; EOF = the head is gone
+  // The console drain at a round's end (and at exit) goes on while bytes move: it gives up
+  // after `console_stall` in which the console took nothing, or after `console_drain_limit`
+  // in all; a signal or a message from the head ends it too.
+  std::chrono::milliseconds console_stall{2000};
+  std::chrono::milliseconds console_drain_limit{60000};
 };
 
 class ProcessRunner : public Runner {
  public:
   // `signals` and `guardian` must outlive the runner.
   ProcessRunner(SignalChannel& signals, Guardian& guardian, ProcessRunnerConfig config);
+  // Drains the console (drain_console) when output still waits.
+  ~ProcessRunner() override;
+  ProcessRunner(const ProcessRunner&) = delete;
+  ProcessRunner& operator=(const ProcessRunner&) = delete;
 
   RunnerClock::time_point now() const override { return RunnerClock::now(); }
   pid_t start(const ChildSpec& spec) override;
@@ -34,7 +46,15 @@ class ProcessRunner : public Runner {
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return relay_->stderr_tail(child);
   }
+  // Drains the console, then says how many lines of the round it did not show.
   void end_round() override;
+
+  // ddprun's own messages (rank table, reports): they go to stderr through the console, in
+  // order with the workers' lines and without waiting for a console that is not reading.
+  std::ostream& messages() { return messages_; }
+  // Writes what waits for the console while it takes bytes (ProcessRunnerConfig's rule);
+  // what it cannot write then is dropped and counted. Call before exit.
+  void drain_console();
 
  private:
   void start_fresh();  // a new child set and relay: children number from 0 again
@@ -43,6 +63,9 @@ class ProcessRunner : public Runner {
   SignalChannel& signals_;
   Guardian& guardian_;
   ProcessRunnerConfig config_;
+  std::unique_ptr<Console> console_;
+  ConsoleMessages message_buffer_;
+  std::ostream messages_;
   std::unique_ptr<ChildSet> children_;
   std::unique_ptr<OutputRelay> relay_;
   std::vector<bool> is_agent_;

@@ -11,9 +11,11 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
                                                                   const RankPlan& rank) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(rank.node_rank));
   const auto str = [](int value) { return std::to_string(value); };
+  const bool narrowed = plan.devices.virtual_local_rank && plan.devices.per_rank > 0;
   std::vector<std::pair<std::string, std::string>> vars = {
       {env::kRank, str(rank.rank)},
-      {env::kLocalRank, str(rank.local_rank)},
+      // torchrun's --virtual-local-rank: every worker's own GPU is its device 0.
+      {env::kLocalRank, narrowed ? "0" : str(rank.local_rank)},
       {env::kWorldSize, str(plan.world_size)},
       {env::kLocalWorldSize, str(node.nproc)},
       {env::kGroupRank, str(node.node_rank)},
@@ -33,6 +35,25 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
       {env::kDdprunVersion, kVersion},
       {env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0"},
   };
+  if (plan.set_legacy_nccl_async) {
+    vars.emplace_back(env::kNcclAsyncErrorHandling, plan.nccl_async_error_handling);
+  }
+  if (plan.devices.per_rank > 0) {
+    // Positions in the node's list; a narrowed worker numbers its own GPUs from 0.
+    std::string visible;
+    std::string ordinals;
+    for (const int position : rank_devices(plan, rank)) {
+      const std::string separator = ordinals.empty() ? "" : ",";
+      visible += separator + plan.devices.visible.devices.at(static_cast<std::size_t>(position));
+      ordinals += separator + str(narrowed ? position % plan.devices.per_rank : position);
+    }
+    if (narrowed) vars.emplace_back(env::kCudaVisibleDevices, visible);
+    vars.emplace_back(env::kDdprunDevices, ordinals);
+  }
+  if (!plan.socket_interface.name.empty() && rank.node_rank == plan.this_node) {
+    vars.emplace_back(env::kNcclSocketIfname, plan.socket_interface.name);
+    vars.emplace_back(env::kGlooSocketIfname, plan.socket_interface.name);
+  }
   if (plan.logs_to_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
   if (plan.job_end_unix) {
     vars.emplace_back(env::kDdprunJobEndTime, std::to_string(*plan.job_end_unix));

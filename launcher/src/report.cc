@@ -49,6 +49,30 @@ std::string format_rank_table(const RoundResult& result) {
   return text;
 }
 
+std::string format_console_notice(bool logged, const std::string& log_folder) {
+  std::string text = "ddprun: console not reading: lines it cannot take are left out of it";
+  if (logged && !log_folder.empty()) {
+    text += "; the log files in " + log_folder + " keep every line";
+  } else {
+    text += " and kept nowhere (--log-dir keeps every line)";
+  }
+  return text + "\n";
+}
+
+std::string format_console_dropped(std::size_t lines, std::size_t logged_lines,
+                                   const std::string& log_folder) {
+  std::string text = "ddprun: console not reading: " + std::to_string(lines) +
+                     (lines == 1 ? " line" : " lines") + " not shown (";
+  if (logged_lines == 0 || log_folder.empty()) {
+    text += "kept nowhere: --log-dir keeps every line";
+  } else if (logged_lines == lines) {
+    text += (lines == 1 ? "it is in " : "all are in ") + log_folder;
+  } else {
+    text += std::to_string(logged_lines) + " of them are in " + log_folder;
+  }
+  return text + ")\n";
+}
+
 std::string describe_wait_status(int wait_status) {
   if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
   if (WIFSIGNALED(wait_status)) {

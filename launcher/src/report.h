@@ -4,6 +4,7 @@
 // (nothing with --quiet but errors).
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 
 #include "ddprun/contract/environment.h"
@@ -34,6 +35,13 @@ std::string format_exit_timeout_report(const RoundResult& result, std::chrono::m
 
 std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
                                   bool colour = false);
+
+// The console stopped taking lines (output_relay.h): the notice given once, when the first
+// line is left out of it (`logged`: a log file has that line), and, after a round, how
+// many `lines` it did not show, `logged_lines` of them in the log files in `log_folder`.
+std::string format_console_notice(bool logged, const std::string& log_folder);
+std::string format_console_dropped(std::size_t lines, std::size_t logged_lines,
+                                   const std::string& log_folder);
 
 // "ddprun: error: ", with "error:" in bold red when `colour`.
 std::string error_label(bool colour);

@@ -1,8 +1,14 @@
 // The real system services resolve_plan_inputs uses (job_inputs.h): ports, run ids, name
-// resolution, PATH.
+// resolution, PATH, network interfaces and routes.
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <random>
 
 #include "ddprun/common/net.h"
+#include "ddprun/common/unique_fd.h"
 #include "ddprun/contract/errors.h"
 #include "host_facts.h"
 #include "job_inputs.h"
@@ -20,6 +26,43 @@ std::string random_run_id() {
   return id;
 }
 
+std::vector<NetworkInterface> network_interfaces() {
+  std::vector<NetworkInterface> result;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return result;
+  for (const ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if ((entry->ifa_flags & IFF_UP) == 0) continue;
+    std::string text = address_text(entry->ifa_addr);
+    if (text.empty()) continue;
+    result.push_back({entry->ifa_name, std::move(text), (entry->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  ::freeifaddrs(list);
+  return result;
+}
+
+// The kernel's own route lookup: connect() on a UDP socket sends nothing but binds the
+// socket to the source address of the route to `address`.
+std::string source_address(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(address.c_str(), "9", &hints, &found) != 0) return {};
+  std::string source;
+  for (const addrinfo* entry = found; entry != nullptr && source.empty(); entry = entry->ai_next) {
+    const UniqueFd sock(::socket(entry->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!sock.valid() || ::connect(sock.get(), entry->ai_addr, entry->ai_addrlen) != 0) continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      source = address_text(reinterpret_cast<const sockaddr*>(&local));
+    }
+  }
+  ::freeaddrinfo(found);
+  return source;
+}
+
 }  // namespace
 
 SystemServices system_services(const Environment& env) {
@@ -35,7 +78,9 @@ SystemServices system_services(const Environment& env) {
             } catch (const ProgramError&) {
               return false;
             }
-          }};
+          },
+          network_interfaces,
+          source_address};
 }
 
 }  // namespace ddprun

@@ -3,13 +3,7 @@
 # with NO_COLOR set or in a pipe.
 set -euo pipefail
 ddprun=$1
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# A test that cannot run is skipped (ctest's SKIP_RETURN_CODE 77), and fails under CI=true.
-cannot_run() {
-  [[ ${CI:-} == true ]] && fail "cannot run, and CI=true: $*"
-  echo "SKIP: $*"
-  exit 77
-}
+source "$(dirname "$0")/script_test_lib.sh"
 command -v script >/dev/null || cannot_run "script(1) is missing (Debian: bsdutils)"
 red=$'\e[1;31merror:'
 tty_out=$(script -qfec "'$ddprun' -q --nproc-per-node 2 -- sh -c 'exit 3'" /dev/null || true)

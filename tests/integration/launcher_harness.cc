@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <regex>
 #include <sstream>
 
 extern char** environ;
@@ -187,6 +188,24 @@ std::vector<std::string> split_lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+std::vector<std::string> with_child(std::vector<std::string> ddprun_args,
+                                    const std::vector<std::string>& child_args) {
+  ddprun_args.push_back("--");
+  ddprun_args.push_back(child_bin());
+  ddprun_args.insert(ddprun_args.end(), child_args.begin(), child_args.end());
+  return ddprun_args;
+}
+
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> ranks;
+  const std::regex tagged(R"(^\[[^:\]]+:(\d+)\] ([A-Za-z_][A-Za-z0-9_]*)=(.*)$)");
+  for (const auto& line : split_lines(out)) {
+    std::smatch match;
+    if (std::regex_match(line, match, tagged)) ranks[std::stoi(match[1])][match[2]] = match[3];
+  }
+  return ranks;
 }
 
 }  // namespace ddprun::testing

@@ -5,8 +5,12 @@
 
 #include <sys/types.h>
 
+#include <stdlib.h>
+
 #include <chrono>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +65,29 @@ Finished run_ddprun(const std::vector<std::string>& args,
 std::vector<pid_t> wait_all_gone(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout);
 
 std::vector<std::string> split_lines(const std::string& text);
+
+// `ddprun_args -- test_child child_args...`
+std::vector<std::string> with_child(std::vector<std::string> ddprun_args,
+                                    const std::vector<std::string>& child_args);
+
+// Each rank's variables, from lines tagged "[host:R] KEY=VALUE" (ddprun's prefixes).
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out);
+// A fresh folder under the temporary directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/ddprun-test-XXXXXX";
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 std::string child_bin();
 std::string ddprun_bin();
 

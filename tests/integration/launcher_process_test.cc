@@ -20,43 +20,11 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::vector<std::string> with_child(std::vector<std::string> ddprun_args,
-                                    const std::vector<std::string>& child_args) {
-  ddprun_args.push_back("--");
-  ddprun_args.push_back(child_bin());
-  ddprun_args.insert(ddprun_args.end(), child_args.begin(), child_args.end());
-  return ddprun_args;
-}
-
 std::string hostname() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
   return name;
 }
-
-// KEY=VALUE lines of each rank, from tagged output "[host:R] KEY=VALUE".
-std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> result;
-  const std::regex pattern(R"(^\[[^:\]]+:(\d+)\] ([A-Z_]+)=(.*)$)");
-  for (const auto& line : split_lines(out)) {
-    std::smatch match;
-    if (std::regex_match(line, match, pattern)) result[std::stoi(match[1])][match[2]] = match[3];
-  }
-  return result;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = std::filesystem::temp_directory_path().string() + "/ddprun-test-XXXXXX";
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 TEST(EnvContract, EveryRankSeesTorchrunVariablesWithConsistentValues) {
   const auto done = run_ddprun(

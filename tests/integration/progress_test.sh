@@ -3,13 +3,7 @@
 # from script(1)), plain lines without control characters otherwise.
 set -euo pipefail
 ddprun=$1 train=$2 config=$3
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# A test that cannot run is skipped (ctest's SKIP_RETURN_CODE 77), and fails under CI=true.
-cannot_run() {
-  [[ ${CI:-} == true ]] && fail "cannot run, and CI=true: $*"
-  echo "SKIP: $*"
-  exit 77
-}
+source "$(dirname "$0")/script_test_lib.sh"
 command -v script >/dev/null || cannot_run "script(1) is missing (Debian: bsdutils)"
 
 tty_out=$(script -qfec "'$ddprun' -q --nproc-per-node 2 --tag-output -- '$train' --config '$config' --epochs 1 --batch-size 1" /dev/null)

@@ -158,6 +158,8 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
   options.local_ranks_filter = std::set<int>{0};
   options.signals_to_handle = {SIGXCPU};
   options.exit_timeout_s = 30;
+  options.gpus_per_proc = 2;
+  options.virtual_local_rank = true;
   LaunchPlan plan;
   plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 2, 2}};
   plan.program = {"python3", "-u", "train.py"};
@@ -172,6 +174,8 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
   EXPECT_EQ(after("--local-ranks-filter"), "0");
   EXPECT_EQ(after("--signals-to-handle"), "SIGXCPU");
   EXPECT_EQ(after("--exit-timeout"), "30");
+  EXPECT_EQ(after("--gpus-per-proc"), "2");
+  EXPECT_NE(std::find(args.begin(), args.end(), "--virtual-local-rank"), args.end());
   EXPECT_EQ(std::vector<std::string>(args.end() - 4, args.end()),
             (std::vector<std::string>{"--", "python3", "-u", "train.py"}));
   options.check = true;

@@ -69,55 +69,86 @@ TEST(CommandLine, HelpAndVersionExitZeroWithText) {
 }
 
 TEST(CommandLine, BadValuesAreOneLineErrors) {
-  for (const auto& args :
-       std::vector<std::vector<const char*>>{{"--nproc-per-node", "-3", "w"},
-                                             {"--master-port", "0", "w"},
-                                             {"--master-port", "65536", "w"},
-                                             {"--shutdown-timeout", "nan", "w"},
-                                             {"--tee", "4", "--log-dir", "d", "w"},
-                                             {"--nnodes", "1:4", "w"},
-                                             {"--nnodes", "0", "w"},
-                                             {"--nnodes=2:1", "w"},
-                                             {"--rdzv-backend", "etcd-v2", "w"},
-                                             {"--rdzv_backend=zookeeper", "w"},
-                                             {"--rdzv-endpoint", ":29400", "w"},
-                                             {"--rdzv-endpoint", "h:99999", "w"},
-                                             {"--rdzv-endpoint", "::1:5", "w"},
-                                             {"--rdzv-conf", "join_timeout", "w"},
-                                             {"--rdzv-conf", "read_timeout=-1", "w"},
-                                             {"--rdzv-endpoint", "a:1", "--master-addr", "b", "w"},
-                                             {"--rdzv-endpoint", "a:1", "--master-port", "2", "w"},
-                                             {"--standalone", "--nnodes", "2", "w"},
-                                             {"-r", "5", "w"},
-                                             {"-t", "0:1,x:2", "w"},
-                                             {"--local-ranks-filter", "0,,1", "w"},
-                                             {"--local-ranks-filter=", "w"},
-                                             {"--signals-to-handle", "SIGKILL", "w"},
-                                             {"--start-method", "thread", "w"},
-                                             {"--monitor-interval", "-1", "w"},
-                                             {"--exit-timeout", "soon", "w"},
-                                             {"--event-log-handler", "console", "w"},
-                                             {"--logs-specs", "mine", "w"},
-                                             {"--numa-binding", "node", "w"},
-                                             {"--virtual-local-rank", "w"},
-                                             {"--nproc-per-node", "xpu", "w"},
-                                             {"-m", "--no-python", "w"},
-                                             {"--deadline", "tomorrow", "w"},
-                                             {"--time-limit", "1:60", "w"},
-                                             {"--deadline", "1", "--time-limit", "5", "w"},
-                                             {"--drain-before", "-1", "w"},
-                                             {"--drain-signal", "SIGKILL", "w"},
-                                             {"--drain-signal", "USR1,USR2", "w"},
-                                             {"--restart-on", "sig", "w"},
-                                             {"--run-id", "../../etc", "w"},
-                                             {"--max-restarts"},
-                                             {}}) {
+  for (const auto& args : std::vector<std::vector<const char*>>{
+           {"--nproc-per-node", "-3", "w"},
+           {"--master-port", "0", "w"},
+           {"--master-port", "65536", "w"},
+           {"--shutdown-timeout", "nan", "w"},
+           {"--tee", "4", "--log-dir", "d", "w"},
+           {"--nnodes", "1:4", "w"},
+           {"--nnodes", "0", "w"},
+           {"--nnodes=2:1", "w"},
+           {"--rdzv-backend", "etcd-v2", "w"},
+           {"--rdzv_backend=zookeeper", "w"},
+           {"--rdzv-endpoint", ":29400", "w"},
+           {"--rdzv-endpoint", "h:99999", "w"},
+           {"--rdzv-endpoint", "::1:5", "w"},
+           {"--rdzv-conf", "join_timeout", "w"},
+           {"--rdzv-conf", "read_timeout=-1", "w"},
+           {"--rdzv-endpoint", "a:1", "--master-addr", "b", "w"},
+           {"--rdzv-endpoint", "a:1", "--master-port", "2", "w"},
+           {"--standalone", "--nnodes", "2", "w"},
+           {"-r", "5", "w"},
+           {"-t", "0:1,x:2", "w"},
+           {"--local-ranks-filter", "0,,1", "w"},
+           {"--local-ranks-filter=", "w"},
+           {"--signals-to-handle", "SIGKILL", "w"},
+           {"--start-method", "thread", "w"},
+           {"--monitor-interval", "-1", "w"},
+           {"--exit-timeout", "soon", "w"},
+           {"--event-log-handler", "console", "w"},
+           {"--logs-specs", "mine", "w"},
+           {"--numa-binding", "node", "w"},
+           {"--gpus-per-proc", "0", "w"},
+           {"--gpus-per-proc", "two", "w"},
+           {"--gpus-per-proc", "2", "--nproc-per-node", "cpu", "w"},
+           {"--nproc-per-node", "xpu", "w"},
+           {"-m", "--no-python", "w"},
+           {"--deadline", "tomorrow", "w"},
+           {"--time-limit", "1:60", "w"},
+           {"--deadline", "1", "--time-limit", "5", "w"},
+           {"--drain-before", "-1", "w"},
+           {"--drain-signal", "SIGKILL", "w"},
+           {"--drain-signal", "USR1,USR2", "w"},
+           {"--restart-on", "sig", "w"},
+           {"--run-id", "../../etc", "w"},
+           {"--max-restarts"},
+           {}}) {
     const auto result = parse(args);
     EXPECT_FALSE(result.options);
     EXPECT_EQ(result.exit_code, kExitLauncherError);
     EXPECT_EQ(result.message.rfind("ddprun: error: ", 0), 0u) << result.message;
     EXPECT_EQ(result.message.find('\n'), result.message.size() - 1) << result.message;
   }
+}
+
+TEST(CommandLine, DeviceOptions) {
+  const auto plain = parse({"w"});
+  ASSERT_TRUE(plain.options) << plain.message;
+  EXPECT_FALSE(plain.options->virtual_local_rank);
+  EXPECT_FALSE(plain.options->gpus_per_proc);
+  // torchrun's flag, in both spellings, is no longer refused.
+  for (const char* flag : {"--virtual-local-rank", "--virtual_local_rank"}) {
+    const auto narrowed = parse({flag, "--nproc-per-node", "gpu", "w"});
+    ASSERT_TRUE(narrowed.options) << narrowed.message;
+    EXPECT_TRUE(narrowed.options->virtual_local_rank);
+    EXPECT_EQ(narrowed.options->program, std::vector<std::string>{"w"});
+  }
+  // Without a number of workers, K sets it from the GPUs.
+  const auto blocks = parse({"--gpus_per_proc=2", "w"});
+  ASSERT_TRUE(blocks.options) << blocks.message;
+  EXPECT_EQ(blocks.options->gpus_per_proc, 2);
+  EXPECT_EQ(blocks.options->nproc_per_node, "auto");
+  const auto counted = parse({"--gpus-per-proc", "2", "--nproc-per-node", "3", "w"});
+  ASSERT_TRUE(counted.options) << counted.message;
+  EXPECT_EQ(counted.options->nproc_per_node, "3");
+  const auto from_pet = parse({"--gpus-per-proc", "4", "w"}, {{"PET_NPROC_PER_NODE", "2"}});
+  ASSERT_TRUE(from_pet.options) << from_pet.message;
+  EXPECT_EQ(from_pet.options->nproc_per_node, "2");
+  const auto cpu = parse({"--gpus-per-proc", "2", "--nproc-per-node", "cpu", "w"});
+  EXPECT_EQ(cpu.message,
+            "ddprun: error: --gpus-per-proc 2 and --nproc-per-node cpu cannot go together (give "
+            "--nproc-per-node gpu, a number, or leave it out)\n");
 }
 
 TEST(CommandLine, TorchrunRendezvousOptionsBecomeTheMasterAddressAndPort) {

@@ -97,6 +97,11 @@ TEST(BuildPlan, RoleAndNcclErrorHandlingFollowTheUser) {
   const auto env = env_map(plan, plan.ranks[1]);
   EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "3");  // LibTorch 1.13's name, same value
+  // A user's older name stays as it is (the workers inherit it).
+  const auto own = build_plan(options, local_inputs(), {{"NCCL_ASYNC_ERROR_HANDLING", "0"}});
+  EXPECT_EQ(env_map(own, own.ranks[0]).count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  EXPECT_EQ(env_map(own, own.ranks[0]).at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
 }
 
 TEST(BuildPlan, ConsoleStreamsFollowRedirectsTeeAndTheFilter) {

@@ -39,9 +39,15 @@ inline constexpr const char* kOpenblasNumThreads = "OPENBLAS_NUM_THREADS";
 // torchrun sets it to 1 unless the user did (PyTorch 2.x's name; 1.13 read
 // NCCL_ASYNC_ERROR_HANDLING): NCCL errors then end the process instead of hanging it.
 inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+// Its name before PyTorch 2.2 (LibTorch 1.13 reads only this one): set to the same value.
+inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 
-// Read by the worker only (set by the user or the site): gloo's network interface.
+// Gloo's network interface: the user's or the site's, else set by ddprun with NCCL's below.
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
+// NCCL's network interface. When the user set neither it nor GLOO_SOCKET_IFNAME and this
+// node has several network interfaces, ddprun sets both for the workers to the interface
+// the kernel routes to the master address through (docs/environment.md).
+inline constexpr const char* kNcclSocketIfname = "NCCL_SOCKET_IFNAME";
 
 // ddprun's own additions.
 inline constexpr const char* kDdprunHost = "DDPRUN_HOST";        // this node's name in the plan
@@ -60,5 +66,11 @@ inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
 // When the scheduler will end the job (unix seconds), when ddprun knows it (--deadline,
 // --time-limit, or the scheduler): workers may plan their last checkpoint by it.
 inline constexpr const char* kDdprunJobEndTime = "DDPRUN_JOB_END_TIME";
+// The CUDA devices this worker should use, comma-separated ordinals in the worker's own
+// numbering (after any CUDA_VISIBLE_DEVICES ddprun narrowed for it): its LOCAL_RANK's GPU
+// by default, K of them with --gpus-per-proc K, "0" or "0,..,K-1" with
+// --virtual-local-rank. Unset when ddprun assigned it none (no GPU visible, or more
+// workers than GPUs).
+inline constexpr const char* kDdprunDevices = "DDPRUN_DEVICES";
 
 }  // namespace ddprun::env

@@ -1,0 +1,149 @@
+// ddprun's console on real descriptors (pipes, a file, a socket pair), no processes: writes
+// never wait, the shared descriptions keep their flags, and the queue stays bounded.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ddprun/common/nonblocking_output.h"
+#include "output_relay.h"
+
+namespace ddprun {
+namespace {
+
+struct TestPipe {
+  TestPipe() {
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) != 0) std::abort();
+    read_end = UniqueFd(ends[0]);
+    write_end = UniqueFd(ends[1]);
+    ::fcntl(write_end.get(), F_SETPIPE_SZ, 4096);
+  }
+  std::string read_all() {
+    std::string text;
+    ::fcntl(read_end.get(), F_SETFL, O_NONBLOCK);
+    char buffer[65536];
+    for (ssize_t got; (got = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) {
+      text.append(buffer, static_cast<std::size_t>(got));
+    }
+    return text;
+  }
+  UniqueFd read_end;
+  UniqueFd write_end;
+};
+
+bool blocking(int fd) {
+  return (::fcntl(fd, F_GETFL) & O_NONBLOCK) == 0;
+}
+
+TEST(NonBlockingOutput, FullPipeTakesNothingAndItsSharedDescriptionStaysBlocking) {
+  TestPipe pipe;
+  NonBlockingOutput output(pipe.write_end.get());
+  EXPECT_EQ(output.method(), NonBlockingOutput::Method::kReopened);
+  EXPECT_NE(output.poll_fd(), pipe.write_end.get());
+  const std::string data(100000, 'x');
+  const ssize_t first = output.write_some(data);
+  EXPECT_GT(first, 0);
+  EXPECT_LT(first, static_cast<ssize_t>(data.size()));
+  EXPECT_EQ(output.write_some(data), 0);  // full: no wait, no error
+  EXPECT_TRUE(blocking(pipe.write_end.get()));
+  EXPECT_EQ(pipe.read_all().size(), static_cast<std::size_t>(first));
+}
+
+TEST(NonBlockingOutput, FilesAreWrittenDirectlyAndSocketsWithSend) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  NonBlockingOutput to_file(::fileno(file));
+  EXPECT_EQ(to_file.method(), NonBlockingOutput::Method::kDirect);
+  EXPECT_EQ(to_file.write_some("line\n"), 5);
+  std::fclose(file);
+
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  NonBlockingOutput to_socket(ours.get());
+  EXPECT_EQ(to_socket.method(), NonBlockingOutput::Method::kSend);
+  const std::string data(1 << 20, 'y');
+  ssize_t total = 0;
+  for (ssize_t written; (written = to_socket.write_some(data)) > 0;) total += written;
+  EXPECT_GT(total, 0);  // until the socket's buffer is full, then 0 without waiting
+  EXPECT_TRUE(blocking(ours.get()));
+}
+
+TEST(NonBlockingOutput, WriteToAPipeWithoutReaderFails) {
+  TestPipe pipe;
+  NonBlockingOutput output(pipe.write_end.get());
+  pipe.read_end.reset();
+  const auto previous = ::signal(SIGPIPE, SIG_IGN);
+  EXPECT_EQ(output.write_some("x\n"), -1);
+  EXPECT_EQ(errno, EPIPE);
+  ::signal(SIGPIPE, previous);
+}
+
+TEST(Console, StalledStdoutNeverBlocksAndKeepsItsQueueBounded) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get(), /*max_queued=*/1000);
+  console.set_log_folder("/logs/attempt_0");
+  for (int i = 0; i < 10000; ++i) {
+    console.write(false, "rank 0 line " + std::to_string(i) + "\n", 1, true);
+  }
+  std::vector<int> fds;
+  console.add_write_interest(fds);
+  EXPECT_EQ(fds.size(), 1u);  // stdout has output waiting, stderr none
+  EXPECT_TRUE(console.waiting());
+  // stderr is read: the notice came at once.
+  EXPECT_EQ(err.read_all(),
+            "ddprun: console not reading: lines it cannot take are left out of it; the log files "
+            "in /logs/attempt_0 keep every line\n");
+  console.give_up();
+  EXPECT_FALSE(console.waiting());
+  const auto dropped = console.take_dropped();
+  const std::string shown = out.read_all();
+  std::size_t shown_lines = 0;
+  for (char c : shown) shown_lines += c == '\n' ? 1 : 0;
+  EXPECT_EQ(dropped.lines + shown_lines, 10000u);
+  EXPECT_EQ(dropped.logged_lines, dropped.lines);
+  EXPECT_EQ(shown.substr(0, 15), "rank 0 line 0\nr");  // what fitted went out in order
+}
+
+TEST(Console, OneQueueServesStdoutAndStderrOnTheSamePipe) {
+  TestPipe both;
+  Console console(both.write_end.get(), both.write_end.get());
+  console.write(false, "out 1\n", 1, false);
+  console.write(true, "err 1\n", 1, false);
+  console.message("ddprun: report\n");
+  console.write(false, "out 2\n", 1, false);
+  EXPECT_EQ(both.read_all(), "out 1\nerr 1\nddprun: report\nout 2\n");
+}
+
+TEST(Console, SlowReaderGetsEverythingInOrderThroughTheLoopsWrites) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get());
+  std::string expected;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string line = "line " + std::to_string(i) + "\n";
+    expected += line;
+    console.write(false, line, 1, false);
+  }
+  std::string got;
+  std::vector<int> fds;
+  for (int turns = 0; turns < 10000; ++turns) {
+    got += out.read_all();  // the reader takes what is there
+    fds.clear();
+    console.add_write_interest(fds);
+    if (fds.empty()) break;
+    console.on_writable(fds.front());  // as the loop does on POLLOUT
+  }
+  got += out.read_all();
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(console.take_dropped().lines, 0u);
+}
+
+}  // namespace
+}  // namespace ddprun
