@@ -65,15 +65,15 @@ int main(int argc, char** argv) {
                                             4u << 20, 16u << 20, 64u << 20, 100u << 20};
     for (const std::size_t bytes : sizes) {
       const auto numel = static_cast<std::int64_t>(bytes / sizeof(float));
-      auto tensor = at::ones({numel}, at::kFloat);
+      auto tensor = comm->data().device_zeros(numel, at::kFloat).fill_(1);
       std::vector<char> src(bytes, 1), dst(bytes);
       const int iters = static_cast<int>(std::clamp<std::size_t>((64u << 20) / bytes, 1, 1000));
-      comm->allreduce(tensor);  // warm-up: connections, page faults
+      comm->data().allreduce(tensor);  // warm-up: connections, page faults
       std::memcpy(dst.data(), src.data(), bytes);
       std::vector<double> allreduce, memcpy;
       for (int r = 0; r < reps; ++r) {
-        comm->barrier();
-        allreduce.push_back(bandwidth(bytes, iters, [&] { comm->allreduce(tensor); }));
+        comm->control().barrier();
+        allreduce.push_back(bandwidth(bytes, iters, [&] { comm->data().allreduce(tensor); }));
         memcpy.push_back(bandwidth(bytes, iters, [&] {
           std::memcpy(dst.data(), src.data(), bytes);
           asm volatile("" : : "r"(dst.data()) : "memory");  // keep the copy

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds with warnings as errors, and runs every test (the multi-node ones on
-# simulated nodes when root), checks the worker against LibTorch 2.x headers; then builds the launcher
+# simulated nodes when root), checks the worker against LibTorch 2.x headers, CPU and CUDA
+# with NCCL (compile only); then builds the launcher
 # under ASan/UBSan and runs its tests again, and fuzzes the hostlist and hostfile parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,16 @@ rc=0
 scripts/check-libtorch2.sh || rc=$?
 if ((rc == 100)); then
   echo "test.sh: warning: LibTorch 2.x check skipped: the Debian mirror could not be reached" >&2
+elif ((rc != 0)); then
+  exit "$rc"
+fi
+# The worker against a CUDA build of LibTorch 2.x with NCCL (Debian trixie's
+# libtorch-cuda-dev, CUDA and NCCL headers), compile only (docs/gpu.md). Exit 100: the
+# mirror could not be reached.
+rc=0
+scripts/check-cuda-build.sh || rc=$?
+if ((rc == 100)); then
+  echo "test.sh: warning: CUDA build check skipped: the Debian mirror could not be reached" >&2
 elif ((rc != 0)); then
   exit "$rc"
 fi

@@ -5,6 +5,7 @@
 #include <ddprun/worker/communicator.h>
 #include <ddprun/worker/ddp.h>
 #include <ddprun/worker/env.h>
+#include <cstdint>
 #include <iostream>
 
 extern char** environ;
@@ -17,7 +18,8 @@ int main() {
   auto model = std::make_shared<torch::nn::LinearImpl>(1, 1);
   DistributedDataParallel ddp(model, *comm);  // every rank starts from rank 0's weights
   torch::optim::SGD optimizer(model->parameters(), 0.1);
-  torch::manual_seed(100 + comm->rank());  // each rank its own data shard
+  torch::manual_seed(
+      static_cast<std::uint64_t>(100 + comm->rank()));  // each rank its own data shard
   for (int step = 0; step < 200; ++step) {
     const auto x = torch::rand({32, 1});
     const auto loss = torch::mse_loss(model->forward(x), 3 * x + 1);

@@ -30,20 +30,20 @@ void set_rng_state(const torch::Device& device, const at::Tensor& state) {
 
 // Every rank's `mine` (uint8, 1-D, same length everywhere) as rows of a world x N tensor
 // on every rank: an all-reduce of a zero matrix that holds this rank's row.
-at::Tensor gather_rows(Communicator& comm, const at::Tensor& mine) {
-  auto all = torch::zeros({comm.world_size(), mine.numel()}, torch::kLong);
-  all[comm.rank()].copy_(mine.to(torch::kLong));
-  comm.allreduce(all, ReduceOp::kSum);
+at::Tensor gather_rows(Plane& control, const at::Tensor& mine) {
+  auto all = torch::zeros({control.world_size(), mine.numel()}, torch::kLong);
+  all[control.rank()].copy_(mine.to(torch::kLong));
+  control.allreduce(all, ReduceOp::kSum);
   return all.to(torch::kByte);
 }
 
 }  // namespace
 
-Checkpointer::Checkpointer(const Config& config, Communicator& comm, torch::nn::Module& model,
+Checkpointer::Checkpointer(const Config& config, Plane& control, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer, c10::Device device,
                            std::ostream& out)
     : config_(config),
-      comm_(comm),
+      control_(control),
       model_(model),
       optimizer_(optimizer),
       device_(device),
@@ -51,7 +51,7 @@ Checkpointer::Checkpointer(const Config& config, Communicator& comm, torch::nn::
 
 std::optional<TrainingPosition> Checkpointer::resume() {
   if (config_.checkpoint.dir.empty()) return std::nullopt;
-  const int rank = comm_.rank(), world = comm_.world_size();
+  const int rank = control_.rank(), world = control_.world_size();
   // Every rank reads the checkpoint itself; a failure on any rank is agreed on below, so
   // that no rank goes on into a collective the others never join.
   std::optional<CheckpointRecord> latest;
@@ -85,10 +85,10 @@ std::optional<TrainingPosition> Checkpointer::resume() {
   }
   auto failed = torch::zeros({world}, torch::kLong);
   failed[rank] = error.empty() ? 0 : 1;
-  comm_.allreduce(failed, ReduceOp::kSum);
+  control_.allreduce(failed, ReduceOp::kSum);
   const std::int64_t step = latest && error.empty() ? latest->step : -1;
   auto steps = torch::tensor({step, -step}, torch::kLong);
-  comm_.allreduce(steps, ReduceOp::kMax);
+  control_.allreduce(steps, ReduceOp::kMax);
   if (!error.empty()) throw CheckpointError(error, hint);
   std::string failed_ranks;
   for (int r = 0; r < world; ++r) {
@@ -131,11 +131,12 @@ std::string Checkpointer::save(const TrainingPosition& position) {
   // Gathering the generator states is also the barrier: every rank has finished the step
   // before rank 0 reads the (identical) state.
   CheckpointMeta meta{
-      position, config_.train.seed, comm_.world_size(), config_.train.batch_size_per_rank, {}, {}};
-  meta.rng_cpu = gather_rows(comm_, rng_state(torch::kCPU));
-  if (!device_.is_cpu()) meta.rng_device = gather_rows(comm_, rng_state(device_));
+      position, config_.train.seed, control_.world_size(), config_.train.batch_size_per_rank, {},
+      {}};
+  meta.rng_cpu = gather_rows(control_, rng_state(torch::kCPU));
+  if (!device_.is_cpu()) meta.rng_device = gather_rows(control_, rng_state(device_));
   std::string name, error;
-  if (comm_.rank() == 0) {
+  if (control_.rank() == 0) {
     std::function<void(const std::string&)> hold;
     if (config_.diagnostics.hold_checkpoint_write_at_step > 0 &&
         position.step == config_.diagnostics.hold_checkpoint_write_at_step) {  // 0: off
@@ -152,7 +153,7 @@ std::string Checkpointer::save(const TrainingPosition& position) {
   }
   // Once any rank goes on, the checkpoint is on disk, or every rank fails together.
   auto failed = torch::tensor({error.empty() ? std::int64_t{0} : std::int64_t{1}}, torch::kLong);
-  comm_.allreduce(failed, ReduceOp::kMax);
+  control_.allreduce(failed, ReduceOp::kMax);
   if (failed.item<std::int64_t>() != 0) {
     throw CheckpointError(
         error.empty() ? "rank 0 could not write the checkpoint of step " +

@@ -17,14 +17,14 @@
 
 namespace ddprun::worker {
 
-class Communicator;
+class Plane;
 
 // One per training run, over config.checkpoint.dir. Keeps references to all its arguments;
 // `device` is where the model trains (its generator is saved too unless it is the CPU).
 // Rank 0 writes its messages to `out`. Not thread-safe.
 class Checkpointer {
  public:
-  Checkpointer(const Config& config, Communicator& comm, torch::nn::Module& model,
+  Checkpointer(const Config& config, Plane& control, torch::nn::Module& model,
                torch::optim::Optimizer& optimizer, c10::Device device, std::ostream& out);
 
   // Collective. With checkpoint.dir set and a checkpoint in it, every rank loads it (model,
@@ -46,7 +46,7 @@ class Checkpointer {
 
  private:
   const Config& config_;
-  Communicator& comm_;
+  Plane& control_;
   torch::nn::Module& model_;
   torch::optim::Optimizer& optimizer_;
   c10::Device device_;

@@ -168,7 +168,7 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.progress.log_every >= 0, src, "/progress/log_every", "must be >= 0 (0: no lines)");
 
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
-  check_one_of(c.runtime.backend, {"gloo", "nccl"}, src, "/runtime/backend");
+  check_one_of(c.runtime.backend, {"gloo", "nccl", "gloo-as-nccl"}, src, "/runtime/backend");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
   try {
     parse_init_method(c.runtime.init_method);

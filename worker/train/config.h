@@ -49,7 +49,7 @@ struct CheckpointConfig {
 
 struct RuntimeConfig {
   int threads = 0;               // > 0: intra-op threads; 0: OMP_NUM_THREADS, else LibTorch's
-  std::string backend = "gloo";  // "gloo" or "nccl"
+  std::string backend = "gloo";  // "gloo", "nccl" or "gloo-as-nccl" (CommOptions)
   double timeout_s = 300;        // store and collective timeout
   double bucket_cap_mb = 25;     // gradient bucket size cap
   // After a collective fails: how long survivors wait for each other's mark in the store

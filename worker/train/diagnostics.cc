@@ -33,16 +33,16 @@ std::int64_t parameter_checksum(torch::nn::Module& model) {
 
 }  // namespace
 
-void check_replicas(torch::nn::Module& model, Communicator& comm, std::int64_t step) {
+void check_replicas(torch::nn::Module& model, Plane& control, std::int64_t step) {
   const auto sum = parameter_checksum(model);
   auto lo = torch::tensor({sum}, torch::kLong);
   auto hi = lo.clone();
-  comm.allreduce(lo, ReduceOp::kMin);
-  comm.allreduce(hi, ReduceOp::kMax);
+  control.allreduce(lo, ReduceOp::kMin);
+  control.allreduce(hi, ReduceOp::kMax);
   if (lo.item<std::int64_t>() != hi.item<std::int64_t>()) {
     throw ConsistencyError(
         "after step " + std::to_string(step) + " the ranks hold different parameters (rank " +
-            std::to_string(comm.rank()) + " checksum " + std::to_string(sum) + ")",
+            std::to_string(control.rank()) + " checksum " + std::to_string(sum) + ")",
         "gradients were not averaged identically: a bug in the DDP wrapper");
   }
 }

@@ -10,13 +10,13 @@
 
 namespace ddprun::worker {
 
-class Communicator;
+class Plane;
 
 // Collective: every rank must call it. Hashes this rank's parameters (FNV-1a over their
 // bytes) and all-reduces the MIN and MAX of the hash. Throws ConsistencyError naming `step`
 // and this rank's hash unless every rank holds bit-identical parameters (up to hash
 // collisions).
-void check_replicas(torch::nn::Module& model, Communicator& comm, std::int64_t step);
+void check_replicas(torch::nn::Module& model, Plane& control, std::int64_t step);
 
 // Writes {"step", "world_size", "params": {name: {"shape", "values"}}} (values as doubles)
 // to `path` atomically, mode 0644. Throws std::system_error or ddprun::Error on failure.

@@ -36,11 +36,11 @@ at::Tensor compute_loss(const std::string& kind, const at::Tensor& logits,
   return torch::cross_entropy_loss(logits, targets);
 }
 
-EvalResult evaluate(Model& model, const Dataset& test, Communicator& comm,
-                    const std::string& loss_kind, const c10::Device& device) {
+EvalResult evaluate(Model& model, const Dataset& test, Plane& control, const std::string& loss_kind,
+                    const c10::Device& device) {
   torch::NoGradGuard no_grad;
   model.eval();
-  const auto mine = torch::arange(comm.rank(), test.size(), comm.world_size(), torch::kLong);
+  const auto mine = torch::arange(control.rank(), test.size(), control.world_size(), torch::kLong);
   double correct = 0, loss = 0;
   for (std::int64_t start = 0; start < mine.size(0); start += kEvalChunk) {
     const auto batch =
@@ -52,7 +52,7 @@ EvalResult evaluate(Model& model, const Dataset& test, Communicator& comm,
   }
   model.train();
   auto sums = torch::tensor({correct, loss, static_cast<double>(mine.size(0))}, torch::kDouble);
-  comm.allreduce(sums, ReduceOp::kSum);
+  control.allreduce(sums, ReduceOp::kSum);
   const auto* s = sums.data_ptr<double>();
   return {s[0] / std::max(s[2], 1.0), s[1] / std::max(s[2], 1.0)};
 }

@@ -17,7 +17,7 @@
 
 namespace ddprun::worker {
 
-class Communicator;
+class Plane;
 
 // SGD (lr, momentum, weight_decay), or Adam (lr, weight_decay) when `config.name` is
 // "adam", over `params`.
@@ -38,7 +38,7 @@ struct EvalResult {
 // ... (no padding, so each sample counts once) on `device` without gradients, 256 at a
 // time; sums and counts are all-reduced, so every rank returns the same result. Leaves the
 // model in training mode.
-EvalResult evaluate(Model& model, const Dataset& test, Communicator& comm,
-                    const std::string& loss_kind, const c10::Device& device);
+EvalResult evaluate(Model& model, const Dataset& test, Plane& control, const std::string& loss_kind,
+                    const c10::Device& device);
 
 }  // namespace ddprun::worker

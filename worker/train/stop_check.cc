@@ -17,8 +17,8 @@ std::vector<int> stop_signal_numbers(const PreemptionConfig& config) {
   return numbers;
 }
 
-StopCheck::StopCheck(Communicator& comm, std::int64_t fixed_every, bool enabled)
-    : comm_(comm),
+StopCheck::StopCheck(Plane& control, std::int64_t fixed_every, bool enabled)
+    : control_(control),
       fixed_(fixed_every),
       every_(fixed_every > 0 ? fixed_every : 1),
       enabled_(enabled) {}
@@ -35,7 +35,7 @@ bool StopCheck::after_step() {
   }
   auto t = torch::tensor(
       {StopSignals::received() != 0 ? std::int64_t{1} : std::int64_t{0}, -proposal}, torch::kLong);
-  comm_.allreduce(t, ReduceOp::kMax);
+  control_.allreduce(t, ReduceOp::kMax);
   since_ = 0;
   last_ = now;
   every_ = -t[1].item<std::int64_t>();

@@ -10,7 +10,7 @@
 
 namespace ddprun::worker {
 
-class Communicator;
+class Plane;
 
 // The numbers of `config.signals`, in order (names validate_config accepted).
 std::vector<int> stop_signal_numbers(const PreemptionConfig& config);
@@ -19,7 +19,7 @@ std::vector<int> stop_signal_numbers(const PreemptionConfig& config);
 // one all-reduce (MAX) of {StopSignals::received() != 0, -next interval}. With a fixed
 // interval the second element is that interval everywhere; in auto mode each rank proposes
 // the number of steps that takes it about kAutoCheckSeconds and the smallest proposal wins.
-// Keeps a reference to `comm`. Not thread-safe.
+// Keeps a reference to `control`. Not thread-safe.
 class StopCheck {
  public:
   static constexpr double kAutoCheckSeconds = 0.1;
@@ -27,7 +27,7 @@ class StopCheck {
 
   // `fixed_every` > 0: agree every that many steps; otherwise auto. `enabled` false (no
   // preemption signals, the same on every rank): never checks, never communicates.
-  StopCheck(Communicator& comm, std::int64_t fixed_every, bool enabled);
+  StopCheck(Plane& control, std::int64_t fixed_every, bool enabled);
 
   // Call after every step, on every rank. True once all ranks have agreed to stop after
   // this step. Collective on the steps where they compare notes.
@@ -36,7 +36,7 @@ class StopCheck {
  private:
   using Clock = std::chrono::steady_clock;
 
-  Communicator& comm_;
+  Plane& control_;
   std::int64_t fixed_;
   std::int64_t every_;
   bool enabled_;

@@ -89,18 +89,24 @@ TrainingResult Trainer::run() {
     set_blas_threads(threads);
   }
 
-  comm_ = Communicator::connect(env_, to_comm_options(config_.runtime));
+  // NCCL: this rank's GPU holds the model and the data plane; everything else stays on the
+  // CPU and agrees over the control plane.
+  // The GPU is ddprun's choice (DDPRUN_DEVICES: the first of this rank's), else LOCAL_RANK's
+  // as under torchrun.
+  if (config_.runtime.backend == "nccl") {
+    const int gpu = env_.devices.empty() ? env_.local_rank : env_.devices.front();
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+  }
+  comm_ = Communicator::connect(env_, to_comm_options(config_.runtime), device_);
   const int rank = comm_->rank();
   const int world = comm_->world_size();
-  if (config_.runtime.backend == "nccl")
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
 
   data_ = load_data(config_.data, config_.train.seed);
   torch::manual_seed(config_.train.seed);  // same initial weights everywhere, before broadcast
   model_ = make_model(config_.model.name);
   model_->to(device_);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
-  Checkpointer checkpoints(config_, *comm_, *model_, *optimizer_, device_, out_);
+  Checkpointer checkpoints(config_, comm_->control(), *model_, *optimizer_, device_, out_);
   if (const auto resumed = checkpoints.resume()) position_ = *resumed;
 
   const DdpOptions ddp_options = to_ddp_options(config_.runtime);
@@ -130,7 +136,7 @@ TrainingResult Trainer::run() {
   ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
                             config_.progress.log_every);
   ProgressFile progress_file(env_.progress_file, std::cerr);
-  StopCheck stop_check(*comm_, config_.preemption.check_every_steps,
+  StopCheck stop_check(comm_->control(), config_.preemption.check_every_steps,
                        !config_.preemption.signals.empty());
   bool done = false;
   bool preempted = false;
@@ -164,7 +170,8 @@ TrainingResult Trainer::run() {
       stats.samples += static_cast<double>(y.size(0));
       position_ = {position_.step + 1, b + 1 == batches ? epoch + 1 : epoch,
                    b + 1 == batches ? 0 : b + 1};
-      if (config_.diagnostics.check_replicas) check_replicas(*model_, *comm_, position_.step);
+      if (config_.diagnostics.check_replicas)
+        check_replicas(*model_, comm_->control(), position_.step);
       progress.step(epoch, config_.train.epochs, b + 1, batches,
                     stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
                     std::chrono::duration<double>(Clock::now() - start).count(), world);
@@ -220,8 +227,9 @@ TrainingResult Trainer::run() {
 // Collective: the sums and the evaluation are all-reduced; rank 0 reports.
 void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double seconds) {
   auto sums = torch::tensor({local.loss_sum, local.samples}, torch::kDouble);
-  comm_->allreduce(sums, ReduceOp::kSum);
-  const EvalResult eval = evaluate(*model_, data_.test, *comm_, config_.train.loss, device_);
+  comm_->control().allreduce(sums, ReduceOp::kSum);
+  const EvalResult eval =
+      evaluate(*model_, data_.test, comm_->control(), config_.train.loss, device_);
   if (comm_->rank() != 0) return;
 
   EpochSummary summary;

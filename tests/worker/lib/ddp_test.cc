@@ -1,6 +1,7 @@
 // DistributedDataParallel with two ranks as two threads of this process, over gloo
-// (loopback) and over shared memory: overlapped all-reduce, launch order, unused
-// parameters, no_sync.
+// (loopback), over shared memory and over the gloo-as-nccl double (a data plane with NCCL's
+// rules): overlapped all-reduce, launch order, unused parameters, no_sync, the ranks'
+// agreement on the model, and the planes' rules.
 
 #include "ddprun/worker/ddp.h"
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "ddprun/contract/errors.h"
+#include "ddprun/worker/errors.h"
 
 namespace ddprun::worker {
 namespace {
@@ -44,7 +46,7 @@ int free_port() {
 // By default the ranks meet in a FileStore of their own: no port to pick and lose to
 // another test under ctest -j.
 void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node,
-               std::string init_method = "") {
+               std::string init_method = "", const std::string& backend = "gloo") {
   static int runs = 0;
   const std::string store =
       (std::filesystem::temp_directory_path() /
@@ -66,8 +68,11 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, bool s
         CommOptions options;
         options.timeout = std::chrono::seconds(30);
         options.init_method = init_method;
+        options.backend = backend;
         auto comm = Communicator::connect(env, options);
-        EXPECT_EQ(comm->transport(), same_node && world > 1 ? "gloo + shared memory" : "gloo");
+        const std::string control = same_node && world > 1 ? "gloo + shared memory" : "gloo";
+        EXPECT_EQ(comm->transport(),
+                  backend == "gloo" ? control : backend + ", control over " + control);
         body(*comm);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
@@ -102,17 +107,32 @@ struct Net : torch::nn::Module {
   torch::nn::Linear a{nullptr}, b{nullptr}, spare{nullptr};
 };
 
-// Every test runs over gloo (false) and over shared memory (true).
-class DdpTest : public ::testing::TestWithParam<bool> {
+// Every test runs over gloo, over shared memory, and with the data plane on gloo-as-nccl
+// (the control plane then over shared memory).
+enum class Transport { kGloo, kSharedMemory, kGlooAsNccl };
+
+class DdpTest : public ::testing::TestWithParam<Transport> {
  protected:
   void run(int world, const std::function<void(Communicator&)>& body) {
-    run_ranks(world, body, GetParam());
+    const auto t = GetParam();
+    run_ranks(world, body, t != Transport::kGloo, "",
+              t == Transport::kGlooAsNccl ? "gloo-as-nccl" : "gloo");
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Transports, DdpTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? "SharedMemory" : "Gloo";
+INSTANTIATE_TEST_SUITE_P(Transports, DdpTest,
+                         ::testing::Values(Transport::kGloo, Transport::kSharedMemory,
+                                           Transport::kGlooAsNccl),
+                         [](const ::testing::TestParamInfo<Transport>& p) {
+                           switch (p.param) {
+                             case Transport::kGloo:
+                               return "Gloo";
+                             case Transport::kSharedMemory:
+                               return "SharedMemory";
+                             case Transport::kGlooAsNccl:
+                               return "GlooAsNccl";
+                           }
+                           return "";
                          });
 
 DdpOptions one_layer_buckets() {
@@ -143,7 +163,7 @@ std::vector<at::Tensor> grads(torch::nn::Module& m) {
 std::vector<at::Tensor> averaged_by_hand(torch::nn::Module& m, Communicator& comm) {
   auto g = grads(m);
   for (auto& t : g) {
-    comm.allreduce(t);
+    comm.control().allreduce(t);
     t.div_(comm.world_size());
   }
   return g;
@@ -164,7 +184,7 @@ TEST(InitMethod, FileAndTcpStoresRendezvousAndAllReduce) {
   const std::string dir = pattern;
   const auto sum_of_ranks = [](Communicator& comm) {
     auto t = torch::full({4}, static_cast<float>(comm.rank() + 1));
-    comm.allreduce(t, ReduceOp::kSum);
+    comm.control().allreduce(t, ReduceOp::kSum);
     EXPECT_TRUE(torch::equal(t, torch::full({4}, 3.0f)));
   };
   run_ranks(2, sum_of_ranks, false, "file://" + dir + "/store");
@@ -173,7 +193,7 @@ TEST(InitMethod, FileAndTcpStoresRendezvousAndAllReduce) {
 }
 
 TEST_P(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath) {
-  run(2, [](Communicator& comm) {
+  run(2, [this](Communicator& comm) {
     std::vector<at::Tensor> result[2];
     for (const bool overlap : {true, false}) {
       auto net = std::make_shared<Net>(false);
@@ -193,8 +213,11 @@ TEST_P(DdpTest, OverlapLaunchesDuringBackwardAndAveragesLikeTheAfterBackwardPath
       result[overlap ? 0 : 1] = grads(*net);
       expect_bit_identical(result[overlap ? 0 : 1], expected, overlap ? "overlap" : "after");
       EXPECT_EQ(ddp.last_sync_stats().launch_order, (std::vector<std::size_t>{0, 1}));
-      // Each bucket starts from its last gradient's hook, before backward has ended.
+      // Each bucket starts from its last gradient's hook, before backward has ended; over
+      // gloo it then runs while backward goes on, through shared memory inside the hook.
       EXPECT_EQ(ddp.last_sync_stats().launched_during_backward, overlap ? 2u : 0u);
+      EXPECT_EQ(ddp.last_sync_stats().overlapped_with_backward,
+                overlap && GetParam() != Transport::kSharedMemory ? 2u : 0u);
     }
     expect_bit_identical(result[0], result[1], "overlap vs after backward");
   });
@@ -287,7 +310,7 @@ TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
     // Not averaged yet: the two ranks' gradients still differ.
     auto local = net->a->weight.grad().clone();
     auto sum = local.clone();
-    comm.allreduce(sum);
+    comm.control().allreduce(sum);
     EXPECT_FALSE(torch::equal(sum, local * 2));
     net->forward(batch(comm.rank(), 2)).backward();
     ddp.finish_gradient_sync();
@@ -305,6 +328,132 @@ TEST_P(DdpTest, TwoBackwardPassesInOneSyncedStepAreAnError) {
     net->forward(batch(0)).backward();
     EXPECT_NO_THROW(ddp.finish_gradient_sync());
   });
+}
+
+// The double refuses on its data plane what NCCL refuses: CPU tensors (here: any tensor
+// not made by device_zeros()), tensors that are not contiguous, and barriers. The control
+// plane takes them all.
+TEST(GlooAsNccl, DataPlaneRefusesWhatNcclRefusesAndTheControlPlaneTakesIt) {
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        auto on_device = comm.data().device_zeros(6, at::kFloat).fill_(comm.rank() + 1);
+        comm.data().allreduce(on_device);
+        EXPECT_TRUE(torch::equal(on_device, torch::full({6}, 3.0f)));
+        auto cpu = torch::tensor({std::int64_t{1}, std::int64_t{2}}, torch::kLong);
+        try {
+          comm.data().allreduce(cpu, ReduceOp::kMax);
+          ADD_FAILURE() << "a CPU control tensor went over the data plane";
+        } catch (const ddprun::UsageError& e) {
+          EXPECT_EQ(std::string(e.what()),
+                    "all-reduce on the data plane (gloo-as-nccl): a Long tensor of 2 "
+                    "element(s) was not made by device_zeros() (under NCCL it would be a CPU "
+                    "tensor)");
+          EXPECT_EQ(e.hint(), "collectives on CPU tensors belong on Communicator::control()");
+        }
+        auto strided = comm.data().device_zeros(6, at::kFloat).view({2, 3}).t();
+        EXPECT_THROW(comm.data().allreduce(strided), ddprun::UsageError);
+        std::vector<at::Tensor> both{on_device, cpu};
+        EXPECT_THROW(comm.data().broadcast(both), ddprun::UsageError);
+        EXPECT_THROW(comm.data().barrier(), ddprun::UsageError);
+        // Nothing was sent by the refused calls: the ranks are still in step.
+        comm.control().allreduce(cpu, ReduceOp::kMax);
+        comm.control().barrier();
+        EXPECT_TRUE(torch::equal(cpu, torch::tensor({std::int64_t{1}, std::int64_t{2}})));
+      },
+      true, "", "gloo-as-nccl");
+}
+
+// Ranks that built different models fail at construction, on every rank, naming the first
+// difference, instead of summing unrelated numbers or hanging later.
+TEST_P(DdpTest, RanksWithDifferentModelsFailAtConstructionNamingTheFirstDifference) {
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(comm.rank() == 1);  // rank 1 has the spare layer
+    try {
+      DistributedDataParallel ddp(net, comm, one_layer_buckets());
+      ADD_FAILURE() << "no error for different models";
+    } catch (const ConsistencyError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                comm.rank() == 0
+                    ? "the ranks' models differ: parameter or buffer #5 differs between ranks "
+                      "(rank 0 has nothing (4 parameters and buffers); the ranks hold 4 to 6 "
+                      "parameters and buffers)"
+                    : "the ranks' models differ: parameter or buffer #5 differs between ranks "
+                      "(rank 1 has 'spare.weight', Float [8, 8]; the ranks hold 4 to 6 "
+                      "parameters and buffers)");
+    }
+  });
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(false);
+    if (comm.rank() == 1) {
+      net->b = net->replace_module("b", torch::nn::Linear(8, 7));
+    }
+    try {
+      DistributedDataParallel ddp(net, comm, one_layer_buckets());
+      ADD_FAILURE() << "no error for a different shape";
+    } catch (const ConsistencyError& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter or buffer #3 differs"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST_P(DdpTest, RanksWithDifferentBucketCapsFailAtConstruction) {
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(false);
+    auto options = comm.rank() == 0 ? one_layer_buckets() : DdpOptions{};
+    try {
+      DistributedDataParallel ddp(net, comm, options);
+      ADD_FAILURE() << "no error for different bucket caps";
+    } catch (const ConsistencyError& e) {
+      EXPECT_EQ(std::string(e.what()), "the ranks' gradient buckets differ (rank " +
+                                           std::to_string(comm.rank()) + " has " +
+                                           (comm.rank() == 0 ? "2" : "1") + " bucket(s))");
+    }
+  });
+}
+
+// After a failed collective every later one throws at once, on either plane: nothing can
+// run on a group whose peers are out of step.
+TEST(Communicator, IsUnusableAfterAFailedCollective) {
+  char pattern[] = "/tmp/ddprun-unusable-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  std::string first, second;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      WorkerEnv env;
+      env.rank = r;
+      env.world_size = 2;
+      env.master_port = 1;
+      env.run_id = "unusable-test";
+      CommOptions options;
+      options.timeout = std::chrono::seconds(30);
+      options.unresponsive_wait = std::chrono::milliseconds(200);
+      options.init_method = "file://" + dir + "/store";
+      auto comm = Communicator::connect(env, options);
+      comm->control().barrier();
+      if (r == 1) return;  // leaves: its connections close
+      auto t = torch::ones({4});
+      try {
+        comm->control().allreduce(t);
+      } catch (const CollectiveError& e) {
+        first = e.what();
+      }
+      try {
+        comm->data().allreduce(t);
+      } catch (const CollectiveError& e) {
+        second = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(first.find("all-reduce failed on rank 0"), std::string::npos) << first;
+  EXPECT_EQ(second,
+            "all-reduce on rank 0: the communicator is unusable after an earlier failed "
+            "collective");
 }
 
 }  // namespace

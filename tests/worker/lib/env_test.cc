@@ -94,6 +94,19 @@ TEST(EnvTest, OptionalVariablesDefaultLikeTorchrun) {
   EXPECT_FALSE(w.omp_num_threads.has_value());
 }
 
+TEST(EnvTest, DevicesAreCommaSeparatedOrdinals) {
+  auto env = full_env();
+  EXPECT_TRUE(read_worker_env(env).devices.empty());
+  env["DDPRUN_DEVICES"] = "2,3";
+  EXPECT_EQ(read_worker_env(env).devices, (std::vector<int>{2, 3}));
+  env["DDPRUN_DEVICES"] = "0";
+  EXPECT_EQ(read_worker_env(env).devices, (std::vector<int>{0}));
+  env["DDPRUN_DEVICES"] = "1,,2";
+  EXPECT_EQ(error_of(env), "DDPRUN_DEVICES='' is not an integer");
+  env["DDPRUN_DEVICES"] = "-1";
+  EXPECT_EQ(error_of(env), "DDPRUN_DEVICES=-1 is out of range 0..1023");
+}
+
 TEST(EnvTest, SnapshotSplitsAtTheFirstEquals) {
   char a[] = "A=b=c";
   char b[] = "EMPTY=";

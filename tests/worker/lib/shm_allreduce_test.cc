@@ -25,8 +25,9 @@ using std::chrono::milliseconds;
 
 // Starts ranks 0..size-1 as child processes over one new segment; `body(rank, shm)` returns
 // an empty string on success or what went wrong, which the child writes to its pipe. Rank 0
-// inherits the creator; the parent lets go of the segment once the children have forked,
-// so a rank's lock is held by that rank alone. As in Communicator::connect, every rank has
+// inherits the creator; the parent lets go of the segment once every child has opened it
+// (they open it through the parent's /proc entry), so a rank's lock is held by that rank
+// alone. As in Communicator::connect, every rank has
 // opened the segment before any starts. Returns each rank's message ("" = passed).
 std::vector<std::string> run_ranks(
     int size, const std::function<std::string(int, SharedMemoryAllreduce&)>& body) {
@@ -65,12 +66,11 @@ std::vector<std::string> run_ranks(
     pids.push_back(pid);
     pipes.push_back(fds[0]);
   }
-  created.reset();
   for (int r = 0; r < size; ++r) {
     char c;
     EXPECT_EQ(read(ready[0], &c, 1), 1);
   }
-  shm_unlink(name.c_str());  // every rank has it open: nothing left behind
+  created.reset();
   const std::string go_all(static_cast<std::size_t>(size), 'g');
   EXPECT_EQ(write(go[1], go_all.data(), go_all.size()), static_cast<ssize_t>(size));
   for (const int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
@@ -215,16 +215,17 @@ TEST(SharedMemoryAllreduceTest, APeerThatNeverArrivesTimesOutNamingIt) {
 }
 
 TEST(SharedMemoryAllreduceTest, OpeningAMissingWrongOrTakenSegmentFails) {
-  EXPECT_THROW(SharedMemoryAllreduce::open("/ddprun-test-no-such-segment", 1, 2),
-               SharedMemoryError);
+  EXPECT_THROW(SharedMemoryAllreduce::open("/proc/self/fd/999999", 1, 2), SharedMemoryError);
   auto created = SharedMemoryAllreduce::create(2);
   EXPECT_THROW(SharedMemoryAllreduce::open(created->name(), 1, 3), SharedMemoryError);
   EXPECT_THROW(SharedMemoryAllreduce::open(created->name(), 2, 2), SharedMemoryError);
   auto first = SharedMemoryAllreduce::open(created->name(), 1, 2);
   EXPECT_THROW(SharedMemoryAllreduce::open(created->name(), 1, 2), SharedMemoryError)
       << "rank 1 is held by another open";
+  const std::string name = created->name();
   created->unlink();
-  EXPECT_THROW(SharedMemoryAllreduce::open(created->name(), 1, 2), SharedMemoryError)
+  EXPECT_EQ(created->name(), "");
+  EXPECT_THROW(SharedMemoryAllreduce::open(name, 1, 2), SharedMemoryError)
       << "the name is gone after unlink";
 }
 

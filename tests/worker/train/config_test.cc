@@ -123,7 +123,7 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
       {"\"seed\": 1}", "\"seed\": 1}, \"checkpoint\": {\"interval_steps\": 5}",
        "x.json: /checkpoint/interval_steps: needs /checkpoint/dir"},
       {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"backend\": \"mpi\"}",
-       "x.json: /runtime/backend: must be one of gloo, nccl (got 'mpi')"},
+       "x.json: /runtime/backend: must be one of gloo, nccl, gloo-as-nccl (got 'mpi')"},
       {"\"seed\": 1}", "\"seed\": 1}, \"preemption\": {\"signals\": [\"SIGTERM\", \"SIGKILL\"]}",
        "x.json: /preemption/signals/1: must be one of SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 "
        "(got 'SIGKILL')"},

@@ -1,6 +1,7 @@
 // Preemption, crash consistency and hung peers with real ddp-train processes: two ranks on
-// this node (all-reduces through shared memory, the default), started directly (so that the test
-// knows every pid and every exit status), on the toy model. Every wait is for a line a worker
+// this node (all-reduces through shared memory, the default; the stop-and-resume and hung
+// peer tests also over gloo alone and over the gloo-as-nccl double), started directly (so that the
+// test knows every pid and every exit status), on the toy model. Every wait is for a line a worker
 // prints or for a process to end; nothing sleeps to synchronise, and no timing is asserted.
 
 #include <fcntl.h>
@@ -12,11 +13,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "ddprun/contract/errors.h"
@@ -33,54 +36,84 @@ constexpr auto kPatience = std::chrono::seconds(90);
 // whatever still runs, so a failing test leaves no process behind.
 class Job {
  public:
-  Job(int world, const std::vector<std::string>& args, const fs::path& dir) {
+  // Starts every rank, or only those in `ranks` (start() starts the others later).
+  Job(int world, const std::vector<std::string>& args, const fs::path& dir,
+      const std::vector<int>& ranks = {})
+      : world_(world), args_(args), dir_(dir) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     read_fd_ = fds[0];
+    write_fd_ = fds[1];
     // A FileStore of its own per job: no port to pick and lose to another test under
     // ctest -j, and no keys left by an earlier job's killed ranks.
     static int jobs = 0;
-    const std::string store = "file://" + (dir / ("store-" + std::to_string(++jobs))).string();
+    store_ = (dir / ("store-" + std::to_string(++jobs))).string();
+    pids_.assign(static_cast<std::size_t>(world), -1);
+    status_.assign(static_cast<std::size_t>(world), -1);
     for (int rank = 0; rank < world; ++rank) {
-      std::vector<std::string> env = {
-          "RANK=" + std::to_string(rank),
-          "LOCAL_RANK=" + std::to_string(rank),
-          "WORLD_SIZE=" + std::to_string(world),
-          "LOCAL_WORLD_SIZE=" + std::to_string(world),
-          "MASTER_ADDR=127.0.0.1",
-          "MASTER_PORT=1",  // read with the other variables; the FileStore needs no port
-          "OMP_NUM_THREADS=1",
-          "TORCHELASTIC_ERROR_FILE=" +
-              (dir / ("rank" + std::to_string(rank) + ".error.json")).string(),
-          "PATH=/usr/bin:/bin"};
-      std::vector<std::string> argv = {DDP_TRAIN_BIN, "--init-method", store};
-      argv.insert(argv.end(), args.begin(), args.end());
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        ::dup2(fds[1], STDOUT_FILENO);
-        ::dup2(fds[1], STDERR_FILENO);
-        std::vector<char*> a, e;
-        for (auto& s : argv) a.push_back(s.data());
-        for (auto& s : env) e.push_back(s.data());
-        a.push_back(nullptr);
-        e.push_back(nullptr);
-        ::execve(a[0], a.data(), e.data());
-        ::_exit(127);
+      if (ranks.empty() || std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
+        start(rank);
       }
-      pids_.push_back(pid);
-      status_.push_back(-1);
     }
-    ::close(fds[1]);
+  }
+
+  void start(int rank) {
+    std::vector<std::string> env = {
+        "RANK=" + std::to_string(rank),
+        "LOCAL_RANK=" + std::to_string(rank),
+        "WORLD_SIZE=" + std::to_string(world_),
+        "LOCAL_WORLD_SIZE=" + std::to_string(world_),
+        "MASTER_ADDR=127.0.0.1",
+        "MASTER_PORT=1",  // read with the other variables; the FileStore needs no port
+        "OMP_NUM_THREADS=1",
+        "TORCHELASTIC_ERROR_FILE=" +
+            (dir_ / ("rank" + std::to_string(rank) + ".error.json")).string(),
+        "PATH=/usr/bin:/bin"};
+    std::vector<std::string> argv = {DDP_TRAIN_BIN, "--init-method", "file://" + store_};
+    argv.insert(argv.end(), args_.begin(), args_.end());
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(write_fd_, STDOUT_FILENO);
+      ::dup2(write_fd_, STDERR_FILENO);
+      std::vector<char*> a, e;
+      for (auto& s : argv) a.push_back(s.data());
+      for (auto& s : env) e.push_back(s.data());
+      a.push_back(nullptr);
+      e.push_back(nullptr);
+      ::execve(a[0], a.data(), e.data());
+      ::_exit(127);
+    }
+    pids_[static_cast<std::size_t>(rank)] = pid;
+    // Every rank started: only they hold the pipe now, so their exit ends the output.
+    if (std::find(pids_.begin(), pids_.end(), -1) == pids_.end()) {
+      ::close(write_fd_);
+      write_fd_ = -1;
+    }
+  }
+
+  // Waits (reading output meanwhile) until the job's store holds a key ending in `key`;
+  // false after kPatience.
+  bool wait_for_key(const std::string& key) {
+    const auto deadline = std::chrono::steady_clock::now() + kPatience;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(store_, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      if (bytes.find("/" + key) != std::string::npos) return true;
+      read_some(20);
+    }
+    return false;
   }
 
   ~Job() {
     for (std::size_t i = 0; i < pids_.size(); ++i) {
-      if (status_[i] != -1) continue;
+      if (status_[i] != -1 || pids_[i] == -1) continue;
       ::kill(pids_[i], SIGKILL);
       ::kill(pids_[i], SIGCONT);
       ::waitpid(pids_[i], nullptr, 0);
     }
     ::close(read_fd_);
+    if (write_fd_ != -1) ::close(write_fd_);
   }
 
   pid_t pid(int rank) const { return pids_[static_cast<std::size_t>(rank)]; }
@@ -128,7 +161,12 @@ class Job {
     return true;
   }
 
+  int world_;
+  std::vector<std::string> args_;
+  fs::path dir_;
+  std::string store_;
   int read_fd_ = -1;
+  int write_fd_ = -1;  // until every rank has started
   std::vector<pid_t> pids_;
   std::vector<int> status_;
   std::string output_;
@@ -157,8 +195,10 @@ class PreemptionTest : public ::testing::Test {
       "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
       "train": {"epochs": 3, "batch_size_per_rank": 8, "seed": 11, "loss": "mse"},
       "runtime": {"threads": 1, "backend": "gloo", "timeout_s": 60},
+      "diagnostics": {"check_replicas": true},
       "progress": {"quiet": true}
     })");
+    c.merge_patch(transport_);
     c.merge_patch(extra);
     const std::string file = path(name);
     std::ofstream(file) << c.dump(2);
@@ -187,9 +227,28 @@ class PreemptionTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  json transport_ = json::object();  // merged into every config
 };
 
-TEST_F(PreemptionTest, SigtermAtSeededRandomStepsStopsWith75AndResumesBitIdentical) {
+// Over shared memory (the default on one node), gloo alone, and the gloo-as-nccl double:
+// its data plane refuses every tensor DDP did not allocate there, as NCCL refuses CPU
+// tensors, so a run through stop checks, replica checks, evaluation, checkpoints and resume
+// proves that no control collective reaches the device backend.
+class PreemptionOverTransports : public PreemptionTest,
+                                 public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    PreemptionTest::SetUp();
+    if (GetParam() == "Gloo") transport_ = {{"runtime", {{"shared_memory", false}}}};
+    if (GetParam() == "GlooAsNccl") transport_ = {{"runtime", {{"backend", "gloo-as-nccl"}}}};
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, PreemptionOverTransports,
+                         ::testing::Values("SharedMemory", "Gloo", "GlooAsNccl"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(PreemptionOverTransports, SigtermAtSeededRandomStepsStopsWith75AndResumesBitIdentical) {
   const json straight = run_to_end(config("straight.json", json::object()), "straight");
   ASSERT_FALSE(straight.is_null());
   std::mt19937 rng(20261122);
@@ -279,7 +338,7 @@ TEST_F(PreemptionTest, KillNineInsideACheckpointWriteResumesFromThePreviousOne) 
   }
 }
 
-TEST_F(PreemptionTest, AStoppedRankIsNamedWhenACollectiveTimesOut) {
+TEST_P(PreemptionOverTransports, AStoppedRankIsNamedWhenACollectiveTimesOut) {
   const std::string cfg =
       config("stuck.json", {{"runtime", {{"timeout_s", 3}, {"unresponsive_wait_s", 1}}},
                             {"diagnostics", {{"hold_after_step", 5}}},
@@ -300,6 +359,42 @@ TEST_F(PreemptionTest, AStoppedRankIsNamedWhenACollectiveTimesOut) {
   EXPECT_NE(report["message"]["message"].get<std::string>().find("rank 1 did not respond"),
             std::string::npos)
       << report.dump();
+}
+
+// The names in /dev/shm that a ddprun worker could have made.
+std::set<std::string> ddprun_shm_names() {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ddprun", 0) == 0) names.insert(name);
+  }
+  return names;
+}
+
+// The shared-memory segment outlives no rank, whoever is killed at which step of the join
+// (docs/worker-library.md): nothing new in /dev/shm afterwards, and the survivor fails
+// instead of hanging.
+TEST_F(PreemptionTest, KillingARankAtAnyStepOfTheSharedMemoryJoinLeavesNothingBehind) {
+  const auto before = ddprun_shm_names();
+  const std::string cfg = config("join.json", {{"runtime", {{"timeout_s", 5}}}});
+  {
+    SCOPED_TRACE("rank 0 killed after publishing and answering, rank 1 never came");
+    Job job(2, {"--config", cfg}, dir_, {0});
+    ASSERT_TRUE(job.wait_for_key("shm/ok/0")) << job.output();
+    ::kill(job.pid(0), SIGKILL);
+    EXPECT_EQ(job.wait(0), 128 + SIGKILL);
+  }
+  for (const int victim : {0, 1}) {
+    SCOPED_TRACE("rank " + std::to_string(victim) + " killed once both answered");
+    Job job(2, {"--config", cfg}, dir_, {0});
+    ASSERT_TRUE(job.wait_for_key("shm/ok/0")) << job.output();
+    job.start(1);
+    ASSERT_TRUE(job.wait_for_key("shm/ok/1")) << job.output();
+    ::kill(job.pid(victim), SIGKILL);
+    EXPECT_EQ(job.wait(victim), 128 + SIGKILL);
+    EXPECT_EQ(job.wait(1 - victim), 1) << job.output();
+  }
+  EXPECT_EQ(ddprun_shm_names(), before);
 }
 
 TEST_F(PreemptionTest, ResumingWithAnotherWorldSizeIsRefusedOnEveryRank) {

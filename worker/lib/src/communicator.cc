@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/init_method.h"
@@ -16,21 +17,24 @@
 
 namespace ddprun::worker {
 
-struct Communicator::Impl {
+struct CommunicatorImpl {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds unresponsive_wait{5'000};
+  std::chrono::milliseconds timeout{300'000};
   bool failed = false;
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<compat::CollectiveBackend> backend;
-  std::string backend_name;
-  std::chrono::milliseconds timeout{300'000};
-  std::unique_ptr<SharedMemoryAllreduce> shm;  // null: every all-reduce goes to `backend`
+  std::unique_ptr<Plane> control;
+  std::unique_ptr<Plane> data;  // null: the control plane carries the data too
 
   [[noreturn]] void fail(const std::string& op, const std::exception& error);
-  // Runs `body`; a failure becomes fail(op, ...).
+  // Runs `body`; a failure becomes fail(op, ...). After a failure nothing runs any more.
   template <typename F>
   void guard(const char* op, F&& body) {
+    if (failed) {
+      throw CollectiveError(std::string(op) + " on rank " + std::to_string(rank) +
+                            ": the communicator is unusable after an earlier failed collective");
+    }
     try {
       body();
     } catch (const CollectiveError&) {
@@ -43,9 +47,23 @@ struct Communicator::Impl {
   }
 };
 
+struct Plane::Impl {
+  CommunicatorImpl* owner = nullptr;  // outlives its planes
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;
+  std::string name;  // what transport() says, without shared memory
+  at::Device device{at::kCPU};
+  std::unique_ptr<SharedMemoryAllreduce> shm;  // null: every all-reduce goes to `backend`
+  // gloo-as-nccl: refuse what NCCL would refuse. The storages device_zeros() made stand for
+  // GPU memory; weak, so a freed one is not mistaken for a new tensor at the same address.
+  bool device_rules = false;
+  std::unordered_map<const void*, c10::weak_intrusive_ptr<c10::StorageImpl>> device_storages;
+
+  void check_device_rules(const char* op, const at::Tensor& tensor) const;
+};
+
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
-  Communicator::Impl* owner = nullptr;  // outlives the work (documented in the header)
+  CommunicatorImpl* owner = nullptr;  // outlives the work (documented in the header)
 };
 
 PendingWork::PendingWork() = default;
@@ -53,9 +71,14 @@ PendingWork::~PendingWork() = default;
 PendingWork::PendingWork(PendingWork&&) noexcept = default;
 PendingWork& PendingWork::operator=(PendingWork&&) noexcept = default;
 
+bool PendingWork::asynchronous() const {
+  return impl_ && impl_->work;
+}
+
 void PendingWork::wait() {
   if (!impl_ || !impl_->work) return;
-  impl_->owner->guard("all-reduce", [&] { impl_->work->wait(); });
+  auto work = std::move(impl_->work);  // waited for once, whatever happens
+  impl_->owner->guard("all-reduce", [&] { work->wait(); });
 }
 
 namespace {
@@ -131,8 +154,9 @@ std::vector<std::uint8_t> as_bytes(const std::string& text) {
 
 // Rank 0 creates the segment and publishes its name; every rank says whether it could
 // open it; all use it only if all could (a rank on another node, or in a container with
-// its own /dev/shm, cannot). Rank 0 removes the name once every rank has answered, so
-// nothing is left in /dev/shm however the job ends.
+// its own PID namespace, cannot). Rank 0 closes the name once every rank has answered. The
+// segment is anonymous memory, never a file in /dev/shm: nothing is left behind whoever
+// dies when (SharedMemoryAllreduce::create).
 std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store, int rank, int size) {
   std::unique_ptr<SharedMemoryAllreduce> shm;
   std::string why_not;
@@ -172,19 +196,20 @@ bool told_to_stop_now() {
 
 }  // namespace
 
-void Communicator::Impl::fail(const std::string& op, const std::exception& error) {
+void CommunicatorImpl::fail(const std::string& op, const std::exception& error) {
   std::string what = error.what();
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {
     what = c10_error->what_without_backtrace();
   }
   while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
   const std::string head = op + " failed on rank " + std::to_string(rank) + ": ";
-  if (failed || size == 1) throw CollectiveError(head + what);
+  const bool first = !failed;
+  failed = true;
+  if (!first || size == 1) throw CollectiveError(head + what);
   // Told to stop now (ddprun tearing the job down after another rank failed): a peer gone
   // is expected, and waiting to name it would only delay the teardown. SIGUSR1/SIGUSR2
   // notices leave time, so the names are still worth having then.
   if (told_to_stop_now()) throw CollectiveError(head + what + " (while stopping)");
-  failed = true;
   // The store may be hosted by a stopped rank 0, and a TCPStore client then blocks in recv
   // for as long as it likes: ask from a thread that can be abandoned.
   auto result = std::make_shared<std::promise<std::vector<int>>>();
@@ -224,14 +249,44 @@ void Communicator::Impl::fail(const std::string& op, const std::exception& error
                         "look at the ranks named: their logs, whether they still run");
 }
 
+namespace {
+
+const char* const kGlooAsNccl = "gloo-as-nccl";
+
+std::unique_ptr<Plane::Impl> make_plane(CommunicatorImpl& owner, const std::string& name,
+                                        c10::intrusive_ptr<compat::CollectiveBackend> backend,
+                                        at::Device device) {
+  auto plane = std::make_unique<Plane::Impl>();
+  plane->owner = &owner;
+  plane->name = name;
+  plane->backend = std::move(backend);
+  plane->device = device;
+  plane->device_rules = name == kGlooAsNccl;
+  return plane;
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
-                                                    const CommOptions& options) {
-  auto impl = std::make_unique<Impl>();
+                                                    const CommOptions& options, at::Device device) {
+  auto impl = std::make_unique<CommunicatorImpl>();
   impl->rank = env.rank;
   impl->size = env.world_size;
   impl->unresponsive_wait = options.unresponsive_wait;
   impl->timeout = options.timeout;
-  impl->backend_name = options.backend;
+  const std::string& backend = options.backend;
+  if (backend != "gloo" && backend != "nccl" && backend != kGlooAsNccl) {
+    throw ddprun::ConfigError("unknown backend '" + backend + "'",
+                              "use \"gloo\", \"nccl\" or \"gloo-as-nccl\"");
+  }
+  if (backend == "nccl" && !compat::has_nccl()) {
+    throw ddprun::ConfigError("backend 'nccl' is not available: this LibTorch has no CUDA",
+                              "use \"backend\": \"gloo\"");
+  }
+  if (backend != "nccl" && !device.is_cpu()) {
+    throw ddprun::UsageError("backend '" + backend + "' keeps its tensors on the CPU, not on " +
+                             device.str());
+  }
   const InitMethod method = parse_init_method(options.init_method);
   c10::intrusive_ptr<c10d::Store> store;
   if (method.kind == InitMethod::Kind::kFile) {
@@ -256,26 +311,39 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   impl->store = compat::make_prefix_store(
       "ddprun/" + env.run_id + "/" + std::to_string(env.restart_count), store);
 
-  if (options.backend == "gloo") {
-    impl->backend = compat::make_gloo(impl->store, env.rank, env.world_size, options.timeout,
-                                      env.gloo_socket_ifname, env.master_addr);
-  } else if (options.backend == "nccl") {
-    impl->backend = compat::make_nccl(impl->store, env.rank, env.world_size, options.timeout);
-    if (!impl->backend) {
-      throw ddprun::ConfigError("backend 'nccl' is not available: this LibTorch has no CUDA",
-                                "use \"backend\": \"gloo\"");
-    }
-  } else {
-    throw ddprun::ConfigError("unknown backend '" + options.backend + "'");
+  // The control plane: gloo on the CPU, through shared memory when every rank is here.
+  // The shared memory first: its join needs only the store, so a rank that dies during it
+  // is not also waited for by gloo's connections.
+  std::unique_ptr<SharedMemoryAllreduce> shm;
+  if (options.shared_memory && env.world_size > 1 && env.local_world_size == env.world_size) {
+    shm = join_shared_memory(*impl->store, env.rank, env.world_size);
   }
-  if (options.backend == "gloo" && options.shared_memory && env.world_size > 1 &&
-      env.local_world_size == env.world_size) {
-    impl->shm = join_shared_memory(*impl->store, env.rank, env.world_size);
+  auto control = make_plane(
+      *impl, "gloo",
+      compat::make_gloo(
+          backend == "gloo" ? impl->store : compat::make_prefix_store("control", impl->store),
+          env.rank, env.world_size, options.timeout, env.gloo_socket_ifname, env.master_addr),
+      at::kCPU);
+  control->shm = std::move(shm);
+  impl->control = std::unique_ptr<Plane>(new Plane(std::move(control)));
+  // The data plane: its own group unless it is plain gloo.
+  if (backend == "nccl") {
+    impl->data = std::unique_ptr<Plane>(
+        new Plane(make_plane(*impl, "nccl",
+                             compat::make_nccl(compat::make_prefix_store("data", impl->store),
+                                               env.rank, env.world_size, options.timeout),
+                             device)));
+  } else if (backend == kGlooAsNccl) {
+    impl->data = std::unique_ptr<Plane>(new Plane(make_plane(
+        *impl, kGlooAsNccl,
+        compat::make_gloo(compat::make_prefix_store("data", impl->store), env.rank, env.world_size,
+                          options.timeout, env.gloo_socket_ifname, env.master_addr),
+        at::kCPU)));
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
-Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
 int Communicator::rank() const {
@@ -284,17 +352,80 @@ int Communicator::rank() const {
 int Communicator::world_size() const {
   return impl_->size;
 }
-
-std::string Communicator::transport() const {
-  return impl_->shm ? impl_->backend_name + " + shared memory" : impl_->backend_name;
+Plane& Communicator::control() {
+  return *impl_->control;
+}
+Plane& Communicator::data() {
+  return impl_->data ? *impl_->data : *impl_->control;
 }
 
-PendingWork Communicator::allreduce_async(at::Tensor& tensor, ReduceOp op) {
+std::string Communicator::transport() const {
+  if (!impl_->data) return impl_->control->transport();
+  return impl_->data->transport() + ", control over " + impl_->control->transport();
+}
+
+Plane::Plane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Plane::~Plane() = default;
+
+int Plane::rank() const {
+  return impl_->owner->rank;
+}
+int Plane::world_size() const {
+  return impl_->owner->size;
+}
+at::Device Plane::device() const {
+  return impl_->device;
+}
+
+std::string Plane::transport() const {
+  return impl_->shm ? impl_->name + " + shared memory" : impl_->name;
+}
+
+at::Tensor Plane::device_zeros(std::int64_t numel, at::ScalarType type) {
+  auto tensor = at::zeros({numel}, at::TensorOptions().dtype(type).device(impl_->device));
+  if (impl_->device_rules) {
+    for (auto it = impl_->device_storages.begin(); it != impl_->device_storages.end();) {
+      it = it->second.expired() ? impl_->device_storages.erase(it) : std::next(it);
+    }
+    impl_->device_storages.insert_or_assign(tensor.storage().data(),
+                                            tensor.storage().getWeakStorageImpl());
+  }
+  return tensor;
+}
+
+void Plane::Impl::check_device_rules(const char* op, const at::Tensor& tensor) const {
+  if (!device_rules) return;
+  std::string broken;
+  if (tensor.layout() != at::kStrided) {
+    broken = "is not dense";
+  } else if (!tensor.is_contiguous()) {
+    broken = "is not contiguous";
+  } else if (tensor.device() != device) {
+    broken = "is on " + tensor.device().str() + ", not the plane's " + device.str();
+  } else {
+    const auto it = device_storages.find(tensor.storage().data());
+    const auto storage =
+        it == device_storages.end() ? c10::intrusive_ptr<c10::StorageImpl>() : it->second.lock();
+    if (storage.get() != tensor.storage().unsafeGetStorageImpl()) {
+      broken = "was not made by device_zeros() (under NCCL it would be a CPU tensor)";
+    }
+  }
+  if (!broken.empty()) {
+    throw ddprun::UsageError(std::string(op) + " on the data plane (" + kGlooAsNccl + "): a " +
+                                 std::string(c10::toString(tensor.scalar_type())) + " tensor of " +
+                                 std::to_string(tensor.numel()) + " element(s) " + broken,
+                             "collectives on CPU tensors belong on Communicator::control()");
+  }
+}
+
+PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
+  impl_->check_device_rules("all-reduce", tensor);
+  auto& owner = *impl_->owner;
   if (impl_->shm) {
     if (const auto type = to_shm(tensor)) {
-      impl_->guard("all-reduce", [&] {
+      owner.guard("all-reduce", [&] {
         impl_->shm->allreduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *type,
-                              *to_shm(op), impl_->timeout);
+                              *to_shm(op), owner.timeout);
       });
       return PendingWork();
     }
@@ -304,19 +435,20 @@ PendingWork Communicator::allreduce_async(at::Tensor& tensor, ReduceOp op) {
   opts.reduceOp = to_c10d(op);
   PendingWork pending;
   pending.impl_ = std::make_unique<PendingWork::Impl>();
-  pending.impl_->owner = impl_.get();
-  impl_->guard("all-reduce",
-               [&] { pending.impl_->work = impl_->backend->allreduce(tensors, opts); });
+  pending.impl_->owner = &owner;
+  owner.guard("all-reduce",
+              [&] { pending.impl_->work = impl_->backend->allreduce(tensors, opts); });
   return pending;
 }
 
-void Communicator::allreduce(at::Tensor& tensor, ReduceOp op) {
+void Plane::allreduce(at::Tensor& tensor, ReduceOp op) {
   allreduce_async(tensor, op).wait();
 }
 
-void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+void Plane::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  for (const auto& t : tensors) impl_->check_device_rules("broadcast", t);
   // Gloo broadcasts several tensors in one call only if they have one shape: one call each.
-  impl_->guard("broadcast", [&] {
+  impl_->owner->guard("broadcast", [&] {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -328,8 +460,13 @@ void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   });
 }
 
-void Communicator::barrier() {
-  impl_->guard("barrier", [&] { impl_->backend->barrier(c10d::BarrierOptions())->wait(); });
+void Plane::barrier() {
+  if (impl_->device_rules) {
+    throw ddprun::UsageError(std::string("barrier on the data plane (") + kGlooAsNccl +
+                                 "): only all-reduce and broadcast travel there",
+                             "use Communicator::control().barrier()");
+  }
+  impl_->owner->guard("barrier", [&] { impl_->backend->barrier(c10d::BarrierOptions())->wait(); });
 }
 
 }  // namespace ddprun::worker

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ddprun/contract/errors.h"
+#include "ddprun/worker/errors.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -14,17 +15,24 @@ std::size_t byte_size(const at::Tensor& t) {
   return static_cast<std::size_t>(t.numel() * t.element_size());
 }
 
-// Broadcasts `tensors` from rank 0 with one collective per dtype: flatten, send, copy back.
-void broadcast_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors) {
+// Broadcasts `tensors` from rank 0 with one collective per dtype: flatten into a buffer of
+// the data plane, send, copy back.
+void broadcast_coalesced(Plane& data, const std::vector<at::Tensor>& tensors) {
   std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
   for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
   std::vector<at::Tensor> flats;
   for (auto& [type, group] : by_type) {
-    std::vector<at::Tensor> views;
-    for (const auto& t : group) views.push_back(t.reshape(-1));
-    flats.push_back(torch::cat(views));
+    std::int64_t numel = 0;
+    for (const auto& t : group) numel += t.numel();
+    auto flat = data.device_zeros(numel, type);
+    std::int64_t offset = 0;
+    for (const auto& t : group) {
+      flat.narrow(0, offset, t.numel()).copy_(t.reshape(-1));
+      offset += t.numel();
+    }
+    flats.push_back(flat);
   }
-  comm.broadcast(flats, 0);
+  data.broadcast(flats, 0);
   std::size_t i = 0;
   for (auto& [type, group] : by_type) {
     std::int64_t offset = 0;
@@ -36,11 +44,75 @@ void broadcast_coalesced(Communicator& comm, const std::vector<at::Tensor>& tens
   }
 }
 
+// Never 0: a rank without the tensor contributes 0 below.
+std::int64_t shape_signature(const at::Tensor& t) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(static_cast<std::uint64_t>(t.scalar_type()));
+  mix(static_cast<std::uint64_t>(t.dim()));
+  for (const auto size : t.sizes()) mix(static_cast<std::uint64_t>(size));
+  mix(t.requires_grad() ? 1 : 2);
+  return h == 0 ? 1 : static_cast<std::int64_t>(h);
+}
+
+std::string describe(const at::Tensor& t) {
+  std::string text = std::string(c10::toString(t.scalar_type())) + " [";
+  for (std::int64_t d = 0; d < t.dim(); ++d) text += (d ? ", " : "") + std::to_string(t.size(d));
+  return text + "]" + (t.requires_grad() ? "" : ", no grad");
+}
+
+// Every rank must hold the same parameters and buffers (count, order, dtypes, shapes), as
+// PyTorch's DDP checks at construction: anything else would all-reduce unrelated numbers
+// or hang. Two control all-reduces; throws on every rank, naming the first difference.
+void check_ranks_agree(Plane& control,
+                       const std::vector<std::pair<std::string, at::Tensor>>& state) {
+  const auto n = static_cast<std::int64_t>(state.size());
+  auto counts = torch::tensor({n, -n}, torch::kLong);
+  control.allreduce(counts, ReduceOp::kMax);
+  const std::int64_t most = counts[0].item<std::int64_t>(),
+                     fewest = -counts[1].item<std::int64_t>();
+  auto signatures = torch::zeros({2 * most}, torch::kLong);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto sig = shape_signature(state[static_cast<std::size_t>(i)].second);
+    signatures[i] = sig;
+    signatures[most + i] = -sig;
+  }
+  control.allreduce(signatures, ReduceOp::kMax);
+  const auto* s = signatures.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < most; ++i) {
+    if (s[i] == -s[most + i]) continue;
+    const std::string here = i < n ? "'" + state[static_cast<std::size_t>(i)].first + "', " +
+                                         describe(state[static_cast<std::size_t>(i)].second)
+                                   : "nothing (" + std::to_string(n) + " parameters and buffers)";
+    throw ConsistencyError("the ranks' models differ: parameter or buffer #" +
+                               std::to_string(i + 1) + " differs between ranks (rank " +
+                               std::to_string(control.rank()) + " has " + here +
+                               "; the ranks hold " + std::to_string(fewest) + " to " +
+                               std::to_string(most) + " parameters and buffers)",
+                           "every rank must build the same model, in the same order");
+  }
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  Communicator& comm, DdpOptions options)
     : module_(std::move(module)), comm_(comm), options_(options) {
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    state.emplace_back(item.key(), item.value());
+  }
+  for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+    state.emplace_back(item.key(), item.value());
+  }
+  for (const auto& [name, tensor] : state) {
+    if (tensor.device() != comm_.data().device()) {
+      throw ddprun::UsageError("DDP: '" + name + "' is on " + tensor.device().str() +
+                                   ", the data plane on " + comm_.data().device().str(),
+                               "move the model to the communicator's device first");
+    }
+  }
+  if (comm_.world_size() > 1) check_ranks_agree(comm_.control(), state);
   broadcast_state();
 
   // Gradients become ready roughly in reverse registration order during backward, so
@@ -59,7 +131,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       params_[i].offset = numel;
       numel += params_[i].tensor.numel();
     }
-    current.flat = torch::zeros({numel}, params_[current.params.front()].tensor.options());
+    current.flat =
+        comm_.data().device_zeros(numel, params_[current.params.front()].tensor.scalar_type());
     buckets_.push_back(std::move(current));
     current = Bucket{};
     current_bytes = 0;
@@ -77,6 +150,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     current_bytes += byte_size(t);
   }
   close();
+  if (comm_.world_size() > 1) check_bucket_layout_agrees();
 
   for (std::size_t i = 0; i < params_.size(); ++i) {
     hooks_.push_back(
@@ -88,13 +162,30 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
+// Buckets follow from the parameters (already agreed) and the caps: ranks given different
+// caps would pair unrelated buckets.
+void DistributedDataParallel::check_bucket_layout_agrees() {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& bucket : buckets_)
+    h = (h ^ static_cast<std::uint64_t>(bucket.flat.numel())) * 1099511628211ull;
+  const auto mine = static_cast<std::int64_t>(h >> 1);
+  auto both = torch::tensor({mine, -mine}, torch::kLong);
+  comm_.control().allreduce(both, ReduceOp::kMax);
+  if (both[0].item<std::int64_t>() != -both[1].item<std::int64_t>()) {
+    throw ConsistencyError("the ranks' gradient buckets differ (rank " +
+                               std::to_string(comm_.rank()) + " has " +
+                               std::to_string(buckets_.size()) + " bucket(s))",
+                           "give every rank the same bucket_cap_mb (DdpOptions::bucket_cap_bytes)");
+  }
+}
+
 void DistributedDataParallel::broadcast_state() {
   if (comm_.world_size() == 1) return;
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> state;
   for (const auto& p : module_->parameters(true)) state.push_back(p);
   for (const auto& b : module_->buffers(true)) state.push_back(b);
-  if (!state.empty()) broadcast_coalesced(comm_, state);
+  if (!state.empty()) broadcast_coalesced(comm_.data(), state);
 }
 
 void DistributedDataParallel::set_gradient_sync(bool enabled) {
@@ -162,9 +253,12 @@ void DistributedDataParallel::launch_ready_buckets_locked() {
   // collectives by sequence, so a different order would sum unrelated buffers.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     auto& bucket = buckets_[next_bucket_];
-    bucket.work = comm_.allreduce_async(bucket.flat, ReduceOp::kSum);
+    bucket.work = comm_.data().allreduce_async(bucket.flat, ReduceOp::kSum);
     stats_.launch_order.push_back(next_bucket_);
-    if (!backward_ended_) ++stats_.launched_during_backward;
+    if (!backward_ended_) {
+      ++stats_.launched_during_backward;
+      if (bucket.work.asynchronous()) ++stats_.overlapped_with_backward;
+    }
     ++next_bucket_;
   }
 }

@@ -62,6 +62,16 @@ WorkerEnv read_worker_env(const Environment& env) {
     out.threads_per_rank = int_in_range(*v, ddprun::env::kDdprunThreadsPerRank, 1, 4096);
   }
   if (const auto* v = find(env, ddprun::env::kGlooSocketIfname)) out.gloo_socket_ifname = *v;
+  if (const auto* v = find(env, ddprun::env::kDdprunDevices); v != nullptr && !v->empty()) {
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t comma = v->find(',', start);
+      const std::string item = v->substr(start, comma == std::string::npos ? comma : comma - start);
+      out.devices.push_back(int_in_range(item, ddprun::env::kDdprunDevices, 0, 1023));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
   if (const auto* v = find(env, ddprun::env::kDdprunStdoutTty)) out.stdout_is_terminal = *v == "1";
 
   const std::array placement = {ddprun::env::kRank,      ddprun::env::kLocalRank,

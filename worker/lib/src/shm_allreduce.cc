@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <random>
 #include <vector>
 
 namespace ddprun::worker {
@@ -23,7 +22,7 @@ namespace {
 constexpr std::uint64_t kMagic = 0x6464707275'6e534dULL;  // "ddprunSM"
 constexpr std::size_t kLine = 64;                         // one cache line per counter
 constexpr std::size_t kPage = 4096;
-// Budget for both slot sets: 2 x (ranks + 1) chunks. /dev/shm is often small in containers.
+// Budget for both slot sets: 2 x (ranks + 1) chunks. Containers often get little shared memory.
 constexpr std::size_t kBudgetBytes = 16u << 20;
 constexpr std::size_t kMinChunk = 16u << 10;
 constexpr std::size_t kMaxChunk = 256u << 10;  // measured: 64 KiB-1 MiB, 256 KiB best (L2)
@@ -155,25 +154,24 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(int size) {
   if (size < 1) throw SharedMemoryError("shared-memory all-reduce: size must be >= 1");
-  std::random_device random;
-  char name[64];
-  std::snprintf(name, sizeof name, "/ddprun-%u-%08x%08x", static_cast<unsigned>(getuid()), random(),
-                random());
-  const int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) throw SharedMemoryError(errno_text(std::string("shm_open ") + name));
+  // Anonymous memory (memfd), never a file in /dev/shm: it is freed when the last rank
+  // holding it exits, whoever dies when. The others open it through /proc.
+  const int fd = memfd_create("ddprun-allreduce", MFD_CLOEXEC);
+  if (fd < 0) throw SharedMemoryError(errno_text("memfd_create"));
+  const std::string name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
   const std::size_t chunk = chunk_bytes_for(size);
   const std::size_t total = Layout::total_bytes(size, chunk);
   const auto fail = [&](const std::string& what) {
     const std::string text = what;
     close(fd);
-    shm_unlink(name);
     throw SharedMemoryError(text);
   };
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) fail(errno_text("ftruncate"));
-  // Reserve every page now: a full tmpfs then fails here, not with SIGBUS mid-training.
+  // Reserve every page now: running out of memory then fails here, not with SIGBUS
+  // mid-training.
   if (const int rc = posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
     fail(std::string("reserving ") + std::to_string(total >> 10) +
-         " KiB in /dev/shm: " + std::strerror(rc));
+         " KiB of shared memory: " + std::strerror(rc));
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) fail(errno_text("mmap"));
@@ -196,8 +194,8 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(int size) {
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::open(const std::string& name,
                                                                    int rank, int size) {
   if (rank < 0 || rank >= size) throw SharedMemoryError("shared-memory all-reduce: bad rank");
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) throw SharedMemoryError(errno_text("shm_open " + name));
+  const int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw SharedMemoryError(errno_text("open " + name));
   const std::size_t chunk = chunk_bytes_for(size);
   const std::size_t total = Layout::total_bytes(size, chunk);
   struct stat st {};
@@ -241,7 +239,14 @@ SharedMemoryAllreduce::~SharedMemoryAllreduce() {
 }
 
 void SharedMemoryAllreduce::unlink() {
-  shm_unlink(name_.c_str());
+  // The name is this fd's number in /proc: move the segment to another number and close
+  // this one. OFD locks belong to the open file description, so rank 0's lock stays.
+  if (name_.empty()) return;
+  const int moved = fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (moved < 0) return;  // the name stays usable; harmless, as it is only a number
+  close(fd_);
+  fd_ = moved;
+  name_.clear();
 }
 
 void SharedMemoryAllreduce::arrive() {

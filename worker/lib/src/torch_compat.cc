@@ -84,6 +84,14 @@ c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::S
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
 
+bool has_nccl() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 c10::intrusive_ptr<CollectiveBackend> make_nccl(
     [[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store, [[maybe_unused]] int rank,
     [[maybe_unused]] int size, [[maybe_unused]] std::chrono::milliseconds timeout) {

@@ -66,6 +66,9 @@ c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::S
                                                 const std::string& interface,
                                                 const std::string& master_addr);
 
+// Whether this LibTorch was built with NCCL (USE_C10D_NCCL).
+bool has_nccl();
+
 // NCCL; only when LibTorch was built with it (USE_C10D_NCCL). Returns null otherwise.
 c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
                                                 int rank, int size,

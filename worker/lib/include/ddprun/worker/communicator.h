@@ -1,10 +1,14 @@
 #pragma once
-// The process group of a job: rendezvous through a TCPStore and collectives over gloo
-// (NCCL where LibTorch has CUDA). c10d types stay behind this class (see torch_compat.h).
+// The process groups of a job: rendezvous through a store, a control plane over gloo and a
+// data plane over the device backend (NCCL where LibTorch has CUDA). c10d types stay behind
+// these classes (see torch_compat.h).
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/core/Device.h>
+
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,13 +20,15 @@ namespace ddprun::worker {
 enum class ReduceOp { kSum, kMin, kMax };
 
 struct CommOptions {
-  std::string backend = "gloo";  // "gloo" or "nccl"
+  // What the data plane travels over: "gloo", "nccl", or "gloo-as-nccl" (a test aid for
+  // machines without a GPU: gloo that refuses what NCCL would refuse, see Plane).
+  std::string backend = "gloo";
   std::chrono::milliseconds timeout{300'000};
   // After a collective fails: how long to wait for the other ranks' marks in the store.
   std::chrono::milliseconds unresponsive_wait{5'000};
-  // Gloo only: when every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE), all-reduce
-  // CPU tensors through shared memory (shm_allreduce.h) instead of loopback TCP. Every rank
-  // must join it, or all use gloo.
+  // When every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE), gloo all-reduces of
+  // CPU tensors go through shared memory (shm_allreduce.h) instead of loopback TCP. Every
+  // rank must join it, or all use gloo.
   bool shared_memory = true;
   // How the ranks meet (init_method.h): env:// (the default), tcp://HOST:PORT, file:///PATH.
   std::string init_method = "env://";
@@ -37,38 +43,40 @@ class PendingWork {
   PendingWork(PendingWork&&) noexcept;
   PendingWork& operator=(PendingWork&&) noexcept;
   void wait();
+  // Whether the collective runs on the backend's threads (gloo, NCCL) rather than having
+  // been done when it was started (shared memory), until wait().
+  bool asynchronous() const;
 
  private:
-  friend class Communicator;
+  friend class Plane;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// One rank's membership in a job. Not thread-safe: call from one thread.
-//
-// When a collective fails (gloo throws: a peer timed out, closed its connection, ...),
-// this rank sets the key "responsive/<rank>" in the job's store, waits up to
-// `unresponsive_wait` for the other ranks' keys (they do the same when their collective
-// fails) and throws CollectiveError naming the ranks whose key never appeared, or rank 0
-// when the store it hosts does not answer within that time. Only the first failure does
-// this; the communicator is not usable afterwards.
-class Communicator {
- public:
-  // Joins the job described by `env`: rank 0 hosts the TCPStore on MASTER_PORT (standalone:
-  // a free port), the others wait for it to accept, then connect. Keys live under a prefix
-  // of the run id and restart count, so workers of another run or round never meet. Blocks
-  // until every rank has joined or `options.timeout` passes (then throws). Throws
-  // ConfigError for an unknown or unavailable backend.
-  static std::unique_ptr<Communicator> connect(const WorkerEnv& env, const CommOptions& options);
+struct CommunicatorImpl;
 
-  ~Communicator();
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
+// One process group of the job: every rank, one backend. Not thread-safe.
+//
+// The data plane's rules are the device backend's: with NCCL every tensor must be dense,
+// contiguous and on this rank's GPU, and only all-reduce and broadcast are used. On the
+// "gloo-as-nccl" test double the data plane enforces the same on the CPU, where "on the
+// device" means "allocated by device_zeros() of this plane" (a control tensor made with
+// torch::tensor() would be on the CPU, not the GPU, under NCCL): any other tensor, or a
+// barrier, throws UsageError naming the rule.
+class Plane {
+ public:
+  ~Plane();
+  Plane(const Plane&) = delete;
+  Plane& operator=(const Plane&) = delete;
 
   int rank() const;
   int world_size() const;
-  // "gloo", "gloo + shared memory" or "nccl": what all-reduces travel over.
+  // "gloo", "gloo + shared memory", "nccl" or "gloo-as-nccl".
   std::string transport() const;
+  // Where this plane's tensors live: the CPU, or this rank's GPU under NCCL.
+  at::Device device() const;
+  // A zero tensor of `numel` elements on device() that this plane accepts.
+  at::Tensor device_zeros(std::int64_t numel, at::ScalarType type);
 
   // Starts an in-place all-reduce of `tensor` (contiguous) over all ranks. Through shared
   // memory (float, double, int32, int64 on the CPU) it is done when this returns.
@@ -80,11 +88,58 @@ class Communicator {
   // Returns when every rank has called it.
   void barrier();
 
+  struct Impl;  // defined and made in communicator.cc only
+
  private:
+  friend class Communicator;
   friend class PendingWork;
-  struct Impl;
-  explicit Communicator(std::unique_ptr<Impl> impl);
+  explicit Plane(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// One rank's membership in a job, with two planes, as PyTorch keeps a gloo group beside
+// NCCL for CPU and object collectives:
+//   control(): always gloo on CPU tensors (through shared memory on one node). For the job's
+//     agreements: stop checks, replica checksums, evaluation sums, checkpoint and resume
+//     agreement, metrics, DDP's construction check.
+//   data(): the device backend, for the model's tensors only: the initial and buffer
+//     broadcasts and the gradient buckets (DistributedDataParallel uses it).
+// With backend "gloo" both are the same group. Not thread-safe: call from one thread.
+//
+// When a collective fails (gloo throws: a peer timed out, closed its connection, ...),
+// this rank sets the key "responsive/<rank>" in the job's store, waits up to
+// `unresponsive_wait` for the other ranks' keys (they do the same when their collective
+// fails) and throws CollectiveError naming the ranks whose key never appeared, or rank 0
+// when the store it hosts does not answer within that time. Only the first failure does
+// this; the communicator is not usable afterwards: every later collective on either plane
+// throws CollectiveError at once.
+class Communicator {
+ public:
+  // Joins the job described by `env`: rank 0 hosts the TCPStore on MASTER_PORT (standalone:
+  // a free port), the others wait for it to accept, then connect. Keys live under a prefix
+  // of the run id and restart count, so workers of another run or round never meet. Blocks
+  // until every rank has joined or `options.timeout` passes (then throws). Throws
+  // ConfigError for an unknown or unavailable backend. `device` is the data plane's device
+  // (this rank's GPU for NCCL; the CPU otherwise).
+  static std::unique_ptr<Communicator> connect(const WorkerEnv& env, const CommOptions& options,
+                                               at::Device device = at::kCPU);
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  // What the data plane travels over, and the control plane when it is another group:
+  // "gloo + shared memory", "nccl, control over gloo + shared memory".
+  std::string transport() const;
+
+  Plane& control();
+  Plane& data();
+
+ private:
+  explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  std::unique_ptr<CommunicatorImpl> impl_;
 };
 
 }  // namespace ddprun::worker

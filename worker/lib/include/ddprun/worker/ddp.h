@@ -27,13 +27,19 @@ struct DdpOptions {
 
 // What the last synced step did (for tests and benchmarks).
 struct SyncStats {
-  std::vector<std::size_t> launch_order;       // bucket indices in the order launched
-  std::size_t launched_during_backward = 0;    // launched before backward ended
+  std::vector<std::size_t> launch_order;     // bucket indices in the order launched
+  std::size_t launched_during_backward = 0;  // launched before backward ended
+  // Of those, the ones handed to the backend's threads while backward went on computing.
+  // Through shared memory an all-reduce is done inside the hook: launched during backward,
+  // but not overlapped with it.
+  std::size_t overlapped_with_backward = 0;
   std::vector<std::string> unused_parameters;  // treated as ready with find_unused_parameters
 };
 
-// Wraps a module replicated on every rank. Construction broadcasts rank 0's parameters and
-// buffers to all ranks (collective: every rank must construct it) and hooks every trainable
+// Wraps a module replicated on every rank. Construction checks on the control plane that
+// every rank holds the same parameters, buffers and bucket layout (else ConsistencyError
+// naming the first difference, on every rank), broadcasts rank 0's parameters and buffers
+// on the data plane (collective: every rank must construct it) and hooks every trainable
 // parameter's gradient accumulator. Each step:
 //   ddp.prepare_for_backward(); loss.backward(); ddp.finish_gradient_sync(); opt.step();
 // While gradient sync is on, each gradient is copied into its bucket as autograd produces
@@ -91,6 +97,7 @@ class DistributedDataParallel {
     PendingWork work;
   };
 
+  void check_bucket_layout_agrees();
   void on_gradient_ready(std::size_t param);  // autograd hook
   void on_backward_end();                     // end-of-backward callback
   void mark_ready_locked(Param& p);

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ddprun/contract/environment.h"
 
@@ -26,8 +27,11 @@ struct WorkerEnv {
   std::optional<int> omp_num_threads;   // OMP_NUM_THREADS when set
   std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
   std::string gloo_socket_ifname;       // GLOO_SOCKET_IFNAME when set
-  bool standalone = false;              // no rank variable was set
-  bool stdout_is_terminal = false;      // DDPRUN_STDOUT_TTY=1, or standalone on a terminal
+  // DDPRUN_DEVICES: the CUDA ordinals this worker should use, in its own numbering; empty
+  // when unset (then a GPU worker uses its LOCAL_RANK's, as under torchrun).
+  std::vector<int> devices;
+  bool standalone = false;          // no rank variable was set
+  bool stdout_is_terminal = false;  // DDPRUN_STDOUT_TTY=1, or standalone on a terminal
 };
 
 // Reads the contract in one place. When none of RANK, LOCAL_RANK, WORLD_SIZE,

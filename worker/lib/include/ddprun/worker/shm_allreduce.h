@@ -32,9 +32,11 @@ class SharedMemoryError : public std::runtime_error {
 
 class SharedMemoryAllreduce {
  public:
-  // Rank 0: creates a new private segment (0600, a random name under /dev/shm) sized for
-  // `size` ranks with all its memory reserved, so that a full /dev/shm fails here and not
-  // later. Throws SharedMemoryError on any failure. name() is what the others open.
+  // Rank 0: creates a new segment (anonymous memory, never a file in /dev/shm, freed when
+  // the last rank holding it exits) sized for `size` ranks with all its memory reserved, so
+  // that a lack of memory fails here and not later. Throws SharedMemoryError on any failure.
+  // name() is what the others open: its path in /proc, usable by this user's processes in
+  // this PID namespace.
   static std::unique_ptr<SharedMemoryAllreduce> create(int size);
   // The other ranks: opens the segment rank 0 created. Throws SharedMemoryError when it is
   // missing, of another size or layout.
@@ -46,7 +48,8 @@ class SharedMemoryAllreduce {
 
   const std::string& name() const { return name_; }
   std::size_t chunk_bytes() const { return chunk_bytes_; }
-  // Removes the name (rank 0, once every rank has opened it); the memory stays mapped.
+  // Rank 0, once every rank has opened it: nobody can open it any more (name() is then
+  // empty); the memory stays mapped.
   void unlink();
 
   // In-place all-reduce of `count` elements at `data`; every rank must call it with the same
