@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds with warnings as errors, and runs every test (the multi-node ones on
 # simulated nodes when root), checks the worker against LibTorch 2.x headers, CPU and CUDA
-# with NCCL (compile only); then builds the launcher
-# under ASan/UBSan and runs its tests again, and fuzzes the hostlist and hostfile parsers.
+# with NCCL (compile only); then builds the launcher, and the worker with ddp-train,
+# under ASan/UBSan and runs their tests again, and fuzzes the hostlist and hostfile parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh ci
@@ -32,6 +32,12 @@ fi
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$(nproc)"
 ctest --preset asan -j 2
+# The worker library and ddp-train (shared-memory all-reduce, DDP, checkpoints, preemption)
+# under ASan/UBSan with leak checking; LibTorch needs no suppressions. The allocator test is
+# left out: the sanitizer replaces the malloc it tunes.
+cmake --preset asan-worker >/dev/null
+cmake --build --preset asan-worker -j "$(nproc)"
+ctest --preset asan-worker -j 2
 
 # 30 s of libFuzzer on the hostlist and hostfile parsers, under ASan/UBSan.
 source scripts/packages.sh

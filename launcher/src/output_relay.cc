@@ -1,5 +1,8 @@
 #include "output_relay.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 
 #include "report.h"
@@ -133,6 +136,8 @@ void OutputRelay::add(RelayTarget target) {
   source.prefix = std::move(target.prefix);
   source.out.log = std::move(target.stdout_log);
   source.err.log = std::move(target.stderr_log);
+  source.out.log_path = std::move(target.stdout_log_path);
+  source.err.log_path = std::move(target.stderr_log_path);
   source.out.to_console = target.stdout_to_console;
   source.err.to_console = target.stderr_to_console;
   source.tail = TailLines(config_.tail_lines);
@@ -149,7 +154,7 @@ void OutputRelay::feed(std::size_t child, bool is_stderr, std::string_view data)
     emit(source, is_stderr, stream.splitter.finish());
     return;
   }
-  if (stream.log.valid()) write_all(stream.log.get(), data);
+  if (stream.log.valid()) write_log(stream, data);
   emit(source, is_stderr, stream.splitter.feed(data));
   if (config_.console_is_tty && stream.to_console) {
     if (auto redraw = stream.splitter.take_redraw()) {
@@ -159,6 +164,17 @@ void OutputRelay::feed(std::size_t child, bool is_stderr, std::string_view data)
                      stream.log.valid());
     }
   }
+}
+
+// A log that cannot be written (a full disk, an I/O error) is said once and closed: the
+// lines from there on still reach the console when they go there, and none is half-logged.
+void OutputRelay::write_log(Stream& stream, std::string_view data) {
+  if (write_all(stream.log.get(), data)) return;
+  const int error = errno;
+  stream.log.reset();
+  console_.message("ddprun: warning: cannot write " + stream.log_path + ": " +
+                   std::strerror(error) + "; the rest of this output is " +
+                   (stream.to_console ? "on the console only" : "lost") + "\n");
 }
 
 void OutputRelay::emit(Source& source, bool is_stderr, const std::vector<std::string>& lines) {

@@ -117,6 +117,8 @@ struct RelayTarget {
   bool stderr_to_console = true;
   UniqueFd stdout_log;  // invalid: no log file
   UniqueFd stderr_log;
+  std::string stdout_log_path;  // for the warning when a log write fails
+  std::string stderr_log_path;
 };
 
 class OutputRelay {
@@ -136,6 +138,7 @@ class OutputRelay {
   struct Stream {
     LineSplitter splitter;
     UniqueFd log;
+    std::string log_path;
     bool to_console = true;
   };
   struct Source {
@@ -145,6 +148,7 @@ class OutputRelay {
     TailLines tail{20};
   };
   void emit(Source& source, bool is_stderr, const std::vector<std::string>& lines);
+  void write_log(Stream& stream, std::string_view data);
 
   RelayConfig config_;
   Console& console_;

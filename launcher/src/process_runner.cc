@@ -96,6 +96,8 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
     target.stderr_to_console = spec.stderr_to_console;
     if (!spec.stdout_log.empty()) target.stdout_log = open_log_file(spec.stdout_log);
     if (!spec.stderr_log.empty()) target.stderr_log = open_log_file(spec.stderr_log);
+    target.stdout_log_path = spec.stdout_log;
+    target.stderr_log_path = spec.stderr_log;
     const std::string& log = spec.stdout_log.empty() ? spec.stderr_log : spec.stdout_log;
     if (const auto slash = log.rfind('/'); slash != std::string::npos) {
       console_->set_log_folder(log.substr(0, slash));

@@ -145,5 +145,25 @@ TEST(Console, SlowReaderGetsEverythingInOrderThroughTheLoopsWrites) {
   EXPECT_EQ(console.take_dropped().lines, 0u);
 }
 
+// A log on a full disk (/dev/full: every write fails with ENOSPC) is said once, by name,
+// and the lines still reach the console.
+TEST(OutputRelay, ALogThatCannotBeWrittenIsSaidOnceAndTheConsoleKeepsTheLines) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get());
+  OutputRelay relay(RelayConfig{}, console);
+  RelayTarget target;
+  target.prefix = "[0] ";
+  target.stdout_log = UniqueFd(::open("/dev/full", O_WRONLY | O_CLOEXEC));
+  ASSERT_TRUE(target.stdout_log.valid());
+  target.stdout_log_path = "logs/rank0.stdout.log";
+  relay.add(std::move(target));
+  relay.feed(0, false, "first\n");
+  relay.feed(0, false, "second\n");
+  EXPECT_EQ(out.read_all(), "[0] first\n[0] second\n");
+  EXPECT_EQ(err.read_all(),
+            "ddprun: warning: cannot write logs/rank0.stdout.log: No space left on device; the "
+            "rest of this output is on the console only\n");
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -134,8 +134,17 @@ void check_one_of(const std::string& value, std::initializer_list<const char*> a
 
 }  // namespace
 
+int model_block_count(const std::string& name) {
+  if (name == "mlp" || name == "cnn") return 3;
+  return name == "toy" ? 2 : 0;
+}
+
 void validate_config(const Config& c, const std::string& src) {
   check_one_of(c.model.name, {"mlp", "cnn", "toy"}, src, "/model/name");
+  const int blocks = model_block_count(c.model.name);
+  check(c.model.stages >= 1 && c.model.stages <= blocks, src, "/model/stages",
+        "model '" + c.model.name + "' splits into 1 to " + std::to_string(blocks) + " stages");
+  check(c.model.split_size >= 0, src, "/model/split_size", "must be >= 0");
 
   check_one_of(c.data.name, {"fashion_mnist", "synthetic"}, src, "/data/name");
   const bool toy = c.model.name == "toy";
@@ -214,7 +223,11 @@ Config parse_config(const std::string& text, const std::string& source) {
       fill(r);
     }
   };
-  section("model", true, {"name"}, [&](ObjectReader& r) { r.read("name", c.model.name, true); });
+  section("model", true, {"name", "stages", "split_size"}, [&](ObjectReader& r) {
+    r.read("name", c.model.name, true);
+    r.read("stages", c.model.stages);
+    r.read("split_size", c.model.split_size);
+  });
   section(
       "data", true,
       {"name", "path", "train_limit", "synthetic_train", "synthetic_test", "shuffle", "drop_last"},
@@ -248,7 +261,7 @@ Config parse_config(const std::string& text, const std::string& source) {
   });
   section("runtime", false,
           {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
-           "find_unused_parameters", "shared_memory", "init_method"},
+           "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
@@ -259,6 +272,7 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("find_unused_parameters", c.runtime.find_unused_parameters);
             r.read("shared_memory", c.runtime.shared_memory);
             r.read("init_method", c.runtime.init_method);
+            r.read("broadcast_buffers", c.runtime.broadcast_buffers);
           });
   section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
   section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {

@@ -14,7 +14,14 @@ namespace ddprun::worker {
 
 struct ModelConfig {
   std::string name;  // "mlp", "cnn" or "toy"
+  // > 1: the model is split into this many consecutive stages, one per device of the rank
+  // (ddprun --gpus-per-proc; on the CPU every stage is on the CPU). At most its block count.
+  int stages = 1;
+  std::int64_t split_size = 0;  // > 0: batches flow through the stages in micro-batches
 };
+
+// How many blocks each model has (the most stages it splits into); 0 for an unknown name.
+int model_block_count(const std::string& name);
 
 struct DataConfig {
   std::string name;  // "fashion_mnist" or "synthetic"
@@ -58,6 +65,7 @@ struct RuntimeConfig {
   bool overlap = true;                  // all-reduce buckets during backward (false: after it)
   bool find_unused_parameters = false;  // parameters without a gradient count as zero
   bool shared_memory = true;            // gloo on one node: all-reduce through shared memory
+  bool broadcast_buffers = true;        // rank 0's buffers broadcast before every forward
   std::string init_method = "env://";   // env://, tcp://HOST:PORT, file:///PATH (init_method.h)
 };
 
@@ -80,7 +88,8 @@ struct ProgressConfig {
 };
 
 struct DiagnosticsConfig {
-  bool check_replicas = false;    // after every step, fail unless all ranks' parameters agree
+  bool check_replicas =
+      false;  // after every step, fail unless all ranks' parameters and buffers agree
   std::string final_params_file;  // rank 0 writes the final parameters here as JSON
   // Test hooks (0: off). After step N, every rank prints "holding after step N" and
   // waits for a preemption signal before going on.

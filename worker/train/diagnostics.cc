@@ -18,11 +18,13 @@
 namespace ddprun::worker {
 namespace {
 
-// FNV-1a over the bytes of every parameter: equal on all ranks iff they are bit-identical
-// (up to hash collisions).
-std::int64_t parameter_checksum(torch::nn::Module& model) {
+// FNV-1a over the bytes of every parameter and buffer: equal on all ranks iff they are
+// bit-identical (up to hash collisions).
+std::int64_t state_checksum(torch::nn::Module& model) {
   std::uint64_t h = 1469598103934665603ull;
-  for (const auto& p : model.parameters(true)) {
+  auto state = model.parameters(true);
+  for (const auto& b : model.buffers(true)) state.push_back(b);
+  for (const auto& p : state) {
     const auto t = p.detach().to(torch::kCPU).contiguous();
     const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
     const auto n = static_cast<std::size_t>(t.numel() * t.element_size());
@@ -34,16 +36,17 @@ std::int64_t parameter_checksum(torch::nn::Module& model) {
 }  // namespace
 
 void check_replicas(torch::nn::Module& model, Plane& control, std::int64_t step) {
-  const auto sum = parameter_checksum(model);
+  const auto sum = state_checksum(model);
   auto lo = torch::tensor({sum}, torch::kLong);
   auto hi = lo.clone();
   control.allreduce(lo, ReduceOp::kMin);
   control.allreduce(hi, ReduceOp::kMax);
   if (lo.item<std::int64_t>() != hi.item<std::int64_t>()) {
-    throw ConsistencyError(
-        "after step " + std::to_string(step) + " the ranks hold different parameters (rank " +
-            std::to_string(control.rank()) + " checksum " + std::to_string(sum) + ")",
-        "gradients were not averaged identically: a bug in the DDP wrapper");
+    throw ConsistencyError("after step " + std::to_string(step) +
+                               " the ranks hold different parameters or buffers (rank " +
+                               std::to_string(control.rank()) + " checksum " + std::to_string(sum) +
+                               ")",
+                           "gradients were not averaged identically: a bug in the DDP wrapper");
   }
 }
 

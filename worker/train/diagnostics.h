@@ -12,10 +12,10 @@ namespace ddprun::worker {
 
 class Plane;
 
-// Collective: every rank must call it. Hashes this rank's parameters (FNV-1a over their
-// bytes) and all-reduces the MIN and MAX of the hash. Throws ConsistencyError naming `step`
-// and this rank's hash unless every rank holds bit-identical parameters (up to hash
-// collisions).
+// Collective: every rank must call it. Hashes this rank's parameters and buffers (FNV-1a
+// over their bytes) and all-reduces the MIN and MAX of the hash. Throws ConsistencyError
+// naming `step` and this rank's hash unless every rank holds bit-identical parameters and
+// buffers (up to hash collisions).
 void check_replicas(torch::nn::Module& model, Plane& control, std::int64_t step);
 
 // Writes {"step", "world_size", "params": {name: {"shape", "values"}}} (values as doubles)

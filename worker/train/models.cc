@@ -5,6 +5,54 @@
 #include <stdexcept>
 
 namespace ddprun::worker {
+
+void Model::place(const std::vector<torch::Device>& devices) {
+  const std::size_t blocks = block_count();
+  if (devices.empty() || devices.size() > blocks) {
+    throw std::invalid_argument("this model has " + std::to_string(blocks) +
+                                " blocks: it can be split into 1 to " + std::to_string(blocks) +
+                                " stages, not " + std::to_string(devices.size()));
+  }
+  stage_devices_ = devices;
+  block_stage_.assign(blocks, 0);
+  const std::size_t base = blocks / devices.size(), extra = blocks % devices.size();
+  std::size_t i = 0;
+  for (std::size_t s = 0; s < devices.size(); ++s) {
+    for (std::size_t n = 0; n < base + (s < extra ? 1 : 0); ++n, ++i) {
+      block_stage_[i] = s;
+      for (auto& m : block_modules(i)) m->to(devices[s]);
+    }
+  }
+}
+
+at::Tensor Model::run_stage(std::size_t stage, at::Tensor h) {
+  h = h.to(stage_devices_[stage]);
+  for (std::size_t i = 0; i < block_count(); ++i) {
+    if (block_stage_[i] == stage) h = block(i, h);
+  }
+  return h;
+}
+
+at::Tensor Model::forward(const at::Tensor& x) {
+  if (block_stage_.empty()) place(stage_devices_);
+  const std::size_t stages = stage_devices_.size();
+  if (split_size_ <= 0 || split_size_ >= x.size(0)) {
+    at::Tensor h = x;
+    for (std::size_t s = 0; s < stages; ++s) h = run_stage(s, h);
+    return h;
+  }
+  // A wavefront: at tick t stage s takes micro-batch t - s. Stages are visited last to
+  // first, so each device is handed its work before the one feeding it gets the next.
+  std::vector<at::Tensor> h = x.split(split_size_);
+  const std::size_t chunks = h.size();
+  for (std::size_t t = 0; t + 1 < chunks + stages; ++t) {
+    for (std::size_t s = stages; s-- > 0;) {
+      if (t >= s && t - s < chunks) h[t - s] = run_stage(s, h[t - s]);
+    }
+  }
+  return torch::cat(h);
+}
+
 namespace {
 
 class Mlp : public Model {
@@ -14,10 +62,22 @@ class Mlp : public Model {
         fc2_(register_module("fc2", torch::nn::Linear(256, 128))),
         fc3_(register_module("fc3", torch::nn::Linear(128, 10))) {}
 
-  at::Tensor forward(const at::Tensor& x) override {
-    auto h = torch::relu(fc1_->forward(x.reshape({x.size(0), -1})));
-    h = torch::relu(fc2_->forward(h));
-    return fc3_->forward(h);
+  std::size_t block_count() const override { return 3; }
+
+ protected:
+  at::Tensor block(std::size_t i, const at::Tensor& h) override {
+    switch (i) {
+      case 0:
+        return torch::relu(fc1_->forward(h.reshape({h.size(0), -1})));
+      case 1:
+        return torch::relu(fc2_->forward(h));
+      default:
+        return fc3_->forward(h);
+    }
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> block_modules(std::size_t i) override {
+    const torch::nn::Linear* layers[] = {&fc1_, &fc2_, &fc3_};
+    return {layers[i]->ptr()};
   }
 
  private:
@@ -33,10 +93,23 @@ class Cnn : public Model {
                                torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
         fc_(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
 
-  at::Tensor forward(const at::Tensor& x) override {
-    auto h = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);  // 16 x 14 x 14
-    h = torch::max_pool2d(torch::relu(conv2_->forward(h)), 2);       // 32 x 7 x 7
-    return fc_->forward(h.reshape({h.size(0), -1}));
+  std::size_t block_count() const override { return 3; }
+
+ protected:
+  at::Tensor block(std::size_t i, const at::Tensor& h) override {
+    switch (i) {
+      case 0:
+        return torch::max_pool2d(torch::relu(conv1_->forward(h)), 2);  // 16 x 14 x 14
+      case 1:
+        return torch::max_pool2d(torch::relu(conv2_->forward(h)), 2);  // 32 x 7 x 7
+      default:
+        return fc_->forward(h.reshape({h.size(0), -1}));
+    }
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> block_modules(std::size_t i) override {
+    if (i == 0) return {conv1_.ptr()};
+    if (i == 1) return {conv2_.ptr()};
+    return {fc_.ptr()};
   }
 
  private:
@@ -50,8 +123,14 @@ class Toy : public Model {
       : fc1_(register_module("fc1", torch::nn::Linear(10, 10))),
         fc2_(register_module("fc2", torch::nn::Linear(10, 5))) {}
 
-  at::Tensor forward(const at::Tensor& x) override {
-    return fc2_->forward(torch::relu(fc1_->forward(x)));
+  std::size_t block_count() const override { return 2; }
+
+ protected:
+  at::Tensor block(std::size_t i, const at::Tensor& h) override {
+    return i == 0 ? torch::relu(fc1_->forward(h)) : fc2_->forward(h);
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> block_modules(std::size_t i) override {
+    return {i == 0 ? fc1_.ptr() : fc2_.ptr()};
   }
 
  private:

@@ -45,8 +45,9 @@ EvalResult evaluate(Model& model, const Dataset& test, Plane& control, const std
   for (std::int64_t start = 0; start < mine.size(0); start += kEvalChunk) {
     const auto batch =
         gather(test, mine.narrow(0, start, std::min(kEvalChunk, mine.size(0) - start)));
-    const auto x = batch.inputs.to(device), y = batch.targets.to(device);
-    const auto logits = model.forward(x);
+    const auto x = batch.inputs.to(device);
+    const auto logits = model.forward(x);  // on the last stage's device
+    const auto y = batch.targets.to(logits.device());
     correct += logits.argmax(1).eq(y).sum().item<double>();
     loss += compute_loss(loss_kind, logits, y).item<double>() * static_cast<double>(y.size(0));
   }

@@ -49,6 +49,7 @@ DdpOptions to_ddp_options(const RuntimeConfig& runtime) {
       std::min(options.first_bucket_cap_bytes, options.bucket_cap_bytes);
   options.overlap = runtime.overlap;
   options.find_unused_parameters = runtime.find_unused_parameters;
+  options.broadcast_buffers = runtime.broadcast_buffers;
   return options;
 }
 
@@ -89,14 +90,18 @@ TrainingResult Trainer::run() {
     set_blas_threads(threads);
   }
 
-  // NCCL: this rank's GPU holds the model and the data plane; everything else stays on the
-  // CPU and agrees over the control plane.
-  // The GPU is ddprun's choice (DDPRUN_DEVICES: the first of this rank's), else LOCAL_RANK's
-  // as under torchrun.
+  // NCCL: this rank's GPUs hold the model (one per stage) and the first of them the data
+  // plane; everything else stays on the CPU and agrees over the control plane. The GPUs are
+  // ddprun's choice (DDPRUN_DEVICES), else LOCAL_RANK's as under torchrun. On the CPU every
+  // stage is on the CPU.
+  std::vector<torch::Device> stage_devices(static_cast<std::size_t>(config_.model.stages),
+                                           torch::kCPU);
   if (config_.runtime.backend == "nccl") {
-    const int gpu = env_.devices.empty() ? env_.local_rank : env_.devices.front();
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+    const auto gpus = rank_devices(env_, config_.model.stages);
+    for (std::size_t s = 0; s < gpus.size(); ++s)
+      stage_devices[s] = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpus[s]));
   }
+  device_ = stage_devices.front();
   comm_ = Communicator::connect(env_, to_comm_options(config_.runtime), device_);
   const int rank = comm_->rank();
   const int world = comm_->world_size();
@@ -104,7 +109,8 @@ TrainingResult Trainer::run() {
   data_ = load_data(config_.data, config_.train.seed);
   torch::manual_seed(config_.train.seed);  // same initial weights everywhere, before broadcast
   model_ = make_model(config_.model.name);
-  model_->to(device_);
+  model_->place(stage_devices);
+  model_->set_split_size(config_.model.split_size);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
   Checkpointer checkpoints(config_, comm_->control(), *model_, *optimizer_, device_, out_);
   if (const auto resumed = checkpoints.resume()) position_ = *resumed;
@@ -130,7 +136,13 @@ TrainingResult Trainer::run() {
          << world << ", " << batch << " samples per rank per step, " << batches
          << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank, "
          << comm_->transport() << ", " << ddp.bucket_count() << " gradient bucket(s)"
-         << (ddp_options.overlap ? "" : ", all-reduce after backward") << std::endl;
+         << (ddp_options.overlap ? "" : ", all-reduce after backward");
+    if (model_->stage_count() > 1) {
+      out_ << ", model in " << model_->stage_count() << " stages on";
+      for (const auto& d : stage_devices) out_ << " " << d.str();
+    }
+    if (config_.model.split_size > 0) out_ << ", micro-batches of " << config_.model.split_size;
+    out_ << std::endl;
   }
 
   ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
@@ -155,13 +167,16 @@ TrainingResult Trainer::run() {
       const auto batch_indices =
           indices.narrow(0, b * batch, std::min(batch, per_rank - b * batch));
       const auto samples = gather(data_.train, batch_indices);
-      const auto x = samples.inputs.to(device_), y = samples.targets.to(device_);
+      const auto x = samples.inputs.to(device_);
+      const auto& y = samples.targets;
       // Zeroing by hand: a later gradient_as_bucket_view reducer must keep the grad tensors.
       for (auto& p : model_->parameters()) {
         if (p.grad().defined()) p.mutable_grad().zero_();
       }
+      ddp.prepare_for_forward();
       ddp.prepare_for_backward();
-      const auto loss = compute_loss(config_.train.loss, model_->forward(x), y);
+      const auto logits = model_->forward(x);
+      const auto loss = compute_loss(config_.train.loss, logits, y.to(logits.device()));
       loss.backward();
       ddp.finish_gradient_sync();
       optimizer_->step();

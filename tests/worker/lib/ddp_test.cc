@@ -318,6 +318,46 @@ TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
   });
 }
 
+// Running statistics and the like: PyTorch's DDP broadcasts rank 0's buffers before every
+// forward (broadcast_buffers=True), and so does prepare_for_forward(), unless turned off or
+// while gradient sync is off (no_sync).
+struct NetWithBuffer : torch::nn::Module {
+  NetWithBuffer() {
+    fc = register_module("fc", torch::nn::Linear(4, 4));
+    running = register_buffer("running", torch::zeros({3}));
+  }
+  torch::nn::Linear fc{nullptr};
+  at::Tensor running;
+};
+
+TEST_P(DdpTest, BuffersFollowRankZeroBeforeEveryForwardUnlessTurnedOff) {
+  run(2, [](Communicator& comm) {
+    const auto mine = [&comm](int step) { return static_cast<float>(10 * step + comm.rank()); };
+    auto net = std::make_shared<NetWithBuffer>();
+    DistributedDataParallel ddp(net, comm);
+    for (int step = 1; step <= 2; ++step) {
+      net->running.fill_(mine(step));  // as a forward's running statistics would diverge
+      ddp.prepare_for_forward();
+      EXPECT_TRUE(torch::equal(net->running, torch::full({3}, static_cast<float>(10 * step))))
+          << "rank " << comm.rank() << " step " << step;
+    }
+    {
+      NoSyncGuard local(ddp);
+      net->running.fill_(mine(3));
+      ddp.prepare_for_forward();
+      EXPECT_TRUE(torch::equal(net->running, torch::full({3}, mine(3))));
+    }
+
+    auto off_net = std::make_shared<NetWithBuffer>();
+    DdpOptions off;
+    off.broadcast_buffers = false;
+    DistributedDataParallel off_ddp(off_net, comm, off);
+    off_net->running.fill_(mine(4));
+    off_ddp.prepare_for_forward();
+    EXPECT_TRUE(torch::equal(off_net->running, torch::full({3}, mine(4))));
+  });
+}
+
 TEST_P(DdpTest, TwoBackwardPassesInOneSyncedStepAreAnError) {
   run(1, [](Communicator& comm) {
     auto net = std::make_shared<Net>(false);

@@ -107,6 +107,24 @@ TEST(EnvTest, DevicesAreCommaSeparatedOrdinals) {
   EXPECT_EQ(error_of(env), "DDPRUN_DEVICES=-1 is out of range 0..1023");
 }
 
+// A worker using K devices: ddprun's K (--gpus-per-proc), else LOCAL_RANK's block of K.
+TEST(EnvTest, RankDevicesAreDdprunsOrTheLocalRanksBlock) {
+  auto env = full_env();
+  env["LOCAL_RANK"] = "1";
+  EXPECT_EQ(rank_devices(read_worker_env(env), 1), (std::vector<int>{1}));
+  EXPECT_EQ(rank_devices(read_worker_env(env), 2), (std::vector<int>{2, 3}));
+  env["DDPRUN_DEVICES"] = "4,5";
+  EXPECT_EQ(rank_devices(read_worker_env(env), 2), (std::vector<int>{4, 5}));
+  EXPECT_EQ(rank_devices(read_worker_env(env), 1), (std::vector<int>{4}));
+  try {
+    rank_devices(read_worker_env(env), 3);
+    ADD_FAILURE() << "3 devices from a list of 2";
+  } catch (const ddprun::UsageError& e) {
+    EXPECT_STREQ(e.what(), "this worker needs 3 devices, and DDPRUN_DEVICES gives it 2");
+    EXPECT_EQ(e.hint(), "start it with ddprun --gpus-per-proc 3");
+  }
+}
+
 TEST(EnvTest, SnapshotSplitsAtTheFirstEquals) {
   char a[] = "A=b=c";
   char b[] = "EMPTY=";

@@ -55,11 +55,14 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_FALSE(c.runtime.find_unused_parameters);
   EXPECT_TRUE(c.runtime.shared_memory);
   EXPECT_FALSE(c.diagnostics.no_gradient_sync);
+  EXPECT_TRUE(c.runtime.broadcast_buffers);
+  EXPECT_EQ(c.model.stages, 1);
+  EXPECT_EQ(c.model.split_size, 0);
 }
 
 TEST(ConfigTest, EveryOptionalSectionIsRead) {
   const Config c = parse_config(R"({
-    "model": {"name": "toy"},
+    "model": {"name": "toy", "stages": 2, "split_size": 4},
     "data": {"name": "synthetic", "synthetic_train": 64, "synthetic_test": 16, "shuffle": false,
              "drop_last": true, "train_limit": 32},
     "optimizer": {"name": "adam", "lr": 0.001, "weight_decay": 0.01},
@@ -67,7 +70,7 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
     "checkpoint": {"dir": "/tmp/c", "interval_steps": 2, "keep_last": 3},
     "runtime": {"threads": 1, "backend": "nccl", "timeout_s": 30, "bucket_cap_mb": 1,
                 "overlap": false, "find_unused_parameters": true,
-                "shared_memory": false},
+                "shared_memory": false, "broadcast_buffers": false},
     "metrics": {"file": "m.jsonl"},
     "diagnostics": {"check_replicas": true, "final_params_file": "p.json",
                     "hold_after_step": 4, "hold_checkpoint_write_at_step": 6},
@@ -85,6 +88,9 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
   EXPECT_FALSE(c.runtime.overlap);
   EXPECT_TRUE(c.runtime.find_unused_parameters);
   EXPECT_FALSE(c.runtime.shared_memory);
+  EXPECT_FALSE(c.runtime.broadcast_buffers);
+  EXPECT_EQ(c.model.stages, 2);
+  EXPECT_EQ(c.model.split_size, 4);
   EXPECT_EQ(c.metrics.file, "m.jsonl");
   EXPECT_TRUE(c.diagnostics.check_replicas);
   EXPECT_EQ(c.diagnostics.final_params_file, "p.json");
@@ -114,6 +120,12 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
       {"\"name\": \"mlp\"", "\"name\": \"toy\"",
        "x.json: /data/name: model 'toy' needs 'synthetic' data"},
       {"\"model\": {\"name\": \"mlp\"},", "", "x.json: /model: required key is missing"},
+      {"\"name\": \"mlp\"", "\"name\": \"mlp\", \"stages\": 4",
+       "x.json: /model/stages: model 'mlp' splits into 1 to 3 stages"},
+      {"\"name\": \"mlp\"", "\"name\": \"mlp\", \"stages\": 0",
+       "x.json: /model/stages: model 'mlp' splits into 1 to 3 stages"},
+      {"\"name\": \"mlp\"", "\"name\": \"mlp\", \"split_size\": -1",
+       "x.json: /model/split_size: must be >= 0"},
       {"\"model\": {\"name\": \"mlp\"}", "\"model\": \"mlp\"", "x.json: /model: must be an object"},
       {"\"model\": {", "\"extra\": 1, \"model\": {",
        "x.json: /extra: unknown key (known here: checkpoint, data, diagnostics, metrics, model, "

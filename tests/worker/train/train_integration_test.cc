@@ -34,11 +34,12 @@ class TrainTest : public ::testing::Test {
 
   // Runs `ddprun --nproc-per-node N -- ddp-train --config toy ARGS`; returns the exit status
   // and leaves stdout+stderr in log_.
-  int train(int nproc, const std::string& args, const std::string& log_name) {
+  int train(int nproc, const std::string& args, const std::string& log_name,
+            const std::string& config = kToyConfig) {
     log_ = path(log_name);
     const std::string cmd = std::string("'") + DDPRUN_BIN + "' --nproc-per-node " +
                             std::to_string(nproc) + " -q -- '" + DDP_TRAIN_BIN + "' --config '" +
-                            kToyConfig + "' " + args + " >'" + log_ + "' 2>&1";
+                            config + "' " + args + " >'" + log_ + "' 2>&1";
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
@@ -100,6 +101,34 @@ TEST_F(TrainTest, TwoRanksWithHalfBatchesMatchOneProcessWithTheWholeBatch) {
   const json first = read_json(path("first.json"));
   EXPECT_EQ(first["step"], 1);
   EXPECT_GT(max_abs_diff(one, first), 1e-3);
+}
+
+// The toy model in 2 stages (2 "devices" per rank, both the CPU here) fed in micro-batches
+// of 3 rows, its data plane under NCCL's rules (gloo-as-nccl), trains as the unsplit model
+// does: the same parameters up to the summation order of the batch's rows.
+TEST_F(TrainTest, AModelSplitIntoStagesWithMicroBatchesTrainsLikeTheUnsplitModel) {
+  json config = read_json(kToyConfig);
+  config["model"]["stages"] = 2;
+  config["model"]["split_size"] = 3;
+  config["runtime"]["backend"] = "gloo-as-nccl";
+  const std::string split_config = path("split.json");
+  std::ofstream(split_config) << config.dump();
+  ASSERT_EQ(train(2, "--check-replicas --final-params '" + path("split-params.json") + "'",
+                  "split.log", split_config),
+            0)
+      << log();
+  EXPECT_NE(log().find("model in 2 stages on cpu cpu, micro-batches of 3"), std::string::npos)
+      << log();
+  ASSERT_EQ(train(2, "--final-params '" + path("whole-params.json") + "'", "whole.log"), 0)
+      << log();
+  const json split = read_json(path("split-params.json")),
+             whole = read_json(path("whole-params.json"));
+  EXPECT_EQ(split["step"], 30);
+  const double diff = max_abs_diff(split, whole);
+  std::cout << "max abs parameter difference, split in 2 stages x micro-batches of 3 vs whole: "
+            << diff << "\n";
+  EXPECT_GE(diff, 0);
+  EXPECT_LT(diff, 1e-5);
 }
 
 TEST_F(TrainTest, ResumeContinuesFromTheSavedStepAndEndsLikeAnUninterruptedRun) {

@@ -105,8 +105,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
     state.emplace_back(item.key(), item.value());
   }
+  // A model split over several devices of the rank is fine: gradients are copied into the
+  // buckets on the data plane's device. A CPU model beside a GPU data plane is a mistake.
   for (const auto& [name, tensor] : state) {
-    if (tensor.device() != comm_.data().device()) {
+    if (tensor.device().type() != comm_.data().device().type()) {
       throw ddprun::UsageError("DDP: '" + name + "' is on " + tensor.device().str() +
                                    ", the data plane on " + comm_.data().device().str(),
                                "move the model to the communicator's device first");
@@ -186,6 +188,15 @@ void DistributedDataParallel::broadcast_state() {
   for (const auto& p : module_->parameters(true)) state.push_back(p);
   for (const auto& b : module_->buffers(true)) state.push_back(b);
   if (!state.empty()) broadcast_coalesced(comm_.data(), state);
+}
+
+void DistributedDataParallel::prepare_for_forward() {
+  if (!options_.broadcast_buffers || !sync_enabled_ || comm_.world_size() == 1) return;
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : module_->buffers(true)) buffers.push_back(b);
+  if (buffers.empty()) return;
+  torch::NoGradGuard no_grad;
+  broadcast_coalesced(comm_.data(), buffers);
 }
 
 void DistributedDataParallel::set_gradient_sync(bool enabled) {

@@ -6,6 +6,7 @@
 #include "ddprun/common/parse_int.h"
 #include "ddprun/contract/env_names.h"
 
+#include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
 
 namespace ddprun::worker {
@@ -101,6 +102,22 @@ WorkerEnv read_worker_env(const Environment& env) {
   out.master_addr = *addr;
   out.master_port = required_int(env, ddprun::env::kMasterPort, 1, 65535);
   return out;
+}
+
+std::vector<int> rank_devices(const WorkerEnv& env, int count) {
+  std::vector<int> devices;
+  if (env.devices.empty()) {
+    for (int i = 0; i < count; ++i) devices.push_back(env.local_rank * count + i);
+    return devices;
+  }
+  if (static_cast<int>(env.devices.size()) < count) {
+    throw ddprun::UsageError("this worker needs " + std::to_string(count) + " devices, and " +
+                                 std::string(ddprun::env::kDdprunDevices) + " gives it " +
+                                 std::to_string(env.devices.size()),
+                             "start it with ddprun --gpus-per-proc " + std::to_string(count));
+  }
+  devices.assign(env.devices.begin(), env.devices.begin() + count);
+  return devices;
 }
 
 }  // namespace ddprun::worker

@@ -23,6 +23,9 @@ struct DdpOptions {
   // A trainable parameter that got no gradient in a synced backward is an error (false) or
   // counts as ready with its current gradient, zero if it has none (true).
   bool find_unused_parameters = false;
+  // true (PyTorch's default): prepare_for_forward() broadcasts rank 0's buffers (running
+  // statistics and the like) so every rank's forward sees the same ones.
+  bool broadcast_buffers = true;
 };
 
 // What the last synced step did (for tests and benchmarks).
@@ -41,7 +44,8 @@ struct SyncStats {
 // naming the first difference, on every rank), broadcasts rank 0's parameters and buffers
 // on the data plane (collective: every rank must construct it) and hooks every trainable
 // parameter's gradient accumulator. Each step:
-//   ddp.prepare_for_backward(); loss.backward(); ddp.finish_gradient_sync(); opt.step();
+//   ddp.prepare_for_forward(); loss = f(module(x)); loss.backward();
+//   ddp.finish_gradient_sync(); opt.step();
 // While gradient sync is on, each gradient is copied into its bucket as autograd produces
 // it; a full bucket is all-reduced asynchronously, buckets always launched in index order
 // on every rank (a bucket that fills early waits for its predecessors). At the end of
@@ -57,6 +61,11 @@ class DistributedDataParallel {
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Before each training forward, as PyTorch's DDP does in forward(): broadcasts rank 0's
+  // buffers when broadcast_buffers is on, gradient sync is on, the module has buffers and
+  // there is more than one rank (collective then: every rank must call it); else nothing.
+  void prepare_for_forward();
 
   // Forgets a step left unfinished (e.g. by an exception). Optional otherwise: every
   // finish_gradient_sync() leaves the next step ready.

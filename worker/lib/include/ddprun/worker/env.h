@@ -41,4 +41,10 @@ struct WorkerEnv {
 // missing, not an integer, or out of range (e.g. RANK >= WORLD_SIZE).
 WorkerEnv read_worker_env(const Environment& env);
 
+// The `count` GPU ordinals a worker that uses `count` devices should take: the first
+// `count` of DDPRUN_DEVICES, else (no DDPRUN_DEVICES) LOCAL_RANK * count .. + count - 1, as
+// a hand-written model-parallel DDP script does. Throws ddprun::UsageError when
+// DDPRUN_DEVICES names fewer than `count` (the hint says to run ddprun --gpus-per-proc).
+std::vector<int> rank_devices(const WorkerEnv& env, int count);
+
 }  // namespace ddprun::worker
