@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Training throughput: ddp-train against Python DDP (bench/python_ddp.py) on the same
 model, data, optimizer, batch and threads, both started by ddprun, world sizes 1 and 2,
-in the same run. Reports each side's median epoch samples/s over --reps runs and the ratio.
+in the same run. Reports each side's median epoch samples/s over --reps runs and the ratio;
+each run trains 2 epochs and only the second counts (the first is warm-up).
 With more than one rank ddp-train also runs with runtime.shared_memory false (gloo only,
 like Python DDP), to show what the shared-memory all-reduce is worth.
 Usage: bench/train.py [--reps 3] [--out bench/results/train.json]
@@ -22,6 +23,10 @@ CASES = [  # name, ddp-train config and overrides, python_ddp.py arguments
     ("mlp batch 64", "configs/fashion_mlp.json", [], ["--model", "mlp", "--batch", "64"]),
     ("cnn batch 64", "configs/fashion_cnn.json", [], ["--model", "cnn", "--batch", "64"]),
 ]
+
+
+EPOCHS = 2  # per run; the first is warm-up (first allocations, lazy initialisation) and
+WARMUP_EPOCHS = 1  # is left out of the figures on both sides
 
 
 def variant_config(base, tmp, name, runtime=None, diagnostics=None):
@@ -45,7 +50,8 @@ def rate(command):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     rates = [float(m) for m in re.findall(r"samples/s (\d+)", out)]
-    return statistics.median(rates)  # per-epoch figures of one run
+    assert len(rates) == EPOCHS, out
+    return statistics.median(rates[WARMUP_EPOCHS:])  # per-epoch figures after the warm-up
 
 
 def main():
@@ -61,11 +67,11 @@ def main():
     for name, config, overrides, py_args in CASES:
         for world in args.worlds:
             launch = ["build/bin/ddprun", "-q", "--nproc-per-node", str(world), "--"]
-            train_args = ["--epochs", "1", "--quiet", "--threads", "1"] + overrides
+            train_args = ["--epochs", str(EPOCHS), "--quiet", "--threads", "1"] + overrides
             commands = {
                 "ddp_train": launch + ["build/bin/ddp-train", "--config", config] + train_args,
                 "python_ddp": launch + ["/usr/bin/python3", "bench/python_ddp.py", "--epochs",
-                                        "1"] + py_args}
+                                        str(EPOCHS)] + py_args}
             if world > 1:
                 gloo = variant_config(config, tmp, name.split()[0] + "-gloo",
                                       {"shared_memory": False})
