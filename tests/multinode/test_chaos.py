@@ -471,6 +471,13 @@ class Chaos:
         self.judge(info, tdir, out)
         info.setdefault("problems", [])
 
+    def pause(self, pid, seconds, cleanup):
+        """SIGSTOP `pid` for `seconds` (the fault's own duration), then SIGCONT."""
+        os.kill(pid, signal.SIGSTOP)
+        cleanup.append(lambda: self.cont(pid))
+        time.sleep(seconds)
+        os.kill(pid, signal.SIGCONT)
+
     def fault_stop_worker_cont(self, marker, tdir, target, delay, rng, info, cleanup):
         head, workers = self.started(marker, tdir, target, delay, info)
         if workers is None:
@@ -478,10 +485,7 @@ class Chaos:
         pid, rank, node = rng.choice(workers)
         pause = round(rng.uniform(0.5, 3.0), 1)
         info["what"] = f"rank {rank} on {node} for {pause} s"
-        os.kill(pid, signal.SIGSTOP)
-        cleanup.append(lambda: self.cont(pid))
-        time.sleep(pause)  # the fault's own duration
-        os.kill(pid, signal.SIGCONT)
+        self.pause(pid, pause, cleanup)
         info["rc"] = head.wait_exit(TRIAL_TIMEOUT_S)
         self.after(head, info, tdir)
         self.expect(info, ["finished"], f"a {pause} s pause is under runtime.timeout_s "
@@ -545,10 +549,7 @@ class Chaos:
         pid, node = self.remote_agent(marker)
         pause = round(rng.uniform(1.0, 3.0), 1)
         info["what"] = f"agent pid {pid} on {node} for {pause} s"
-        os.kill(pid, signal.SIGSTOP)
-        cleanup.append(lambda: self.cont(pid))
-        time.sleep(pause)  # the fault's own duration
-        os.kill(pid, signal.SIGCONT)
+        self.pause(pid, pause, cleanup)
         info["rc"] = head.wait_exit(TRIAL_TIMEOUT_S)
         self.after(head, info, tdir)
         self.expect(info, ["finished"], "an agent paused a few seconds changes nothing")
@@ -594,10 +595,7 @@ class Chaos:
             return head
         pause = round(rng.uniform(1.0, 3.0), 1)
         info["what"] = f"head pid {head.proc.pid} for {pause} s"
-        os.kill(head.proc.pid, signal.SIGSTOP)
-        cleanup.append(lambda: self.cont(head.proc.pid))
-        time.sleep(pause)  # the fault's own duration
-        os.kill(head.proc.pid, signal.SIGCONT)
+        self.pause(head.proc.pid, pause, cleanup)
         info["rc"] = head.wait_exit(TRIAL_TIMEOUT_S)
         self.after(head, info, tdir)
         self.expect(info, ["finished"], "a head paused a few seconds changes nothing")
