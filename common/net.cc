@@ -40,20 +40,20 @@ std::vector<std::string> resolve_addresses(const std::string& host) {
   return addresses;
 }
 
-bool can_connect(const std::string& host, int port, int timeout_ms) {
+UniqueFd connect_tcp(const std::string& host, int port, int timeout_ms) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
-  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return false;
-  bool connected = false;
-  for (const addrinfo* entry = found; entry != nullptr && !connected; entry = entry->ai_next) {
-    const UniqueFd sock(
-        ::socket(entry->ai_family, entry->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return UniqueFd();
+  UniqueFd connected;
+  for (const addrinfo* entry = found; entry != nullptr && !connected.valid();
+       entry = entry->ai_next) {
+    UniqueFd sock(::socket(entry->ai_family, entry->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!sock.valid()) continue;
     if (::connect(sock.get(), entry->ai_addr, entry->ai_addrlen) == 0) {
-      connected = true;
+      connected = std::move(sock);
       break;
     }
     if (errno != EINPROGRESS) continue;
@@ -64,11 +64,17 @@ bool can_connect(const std::string& host, int port, int timeout_ms) {
     do {
       ready = ::poll(&wait, 1, timeout_ms);
     } while (ready < 0 && errno == EINTR);
-    connected = ready == 1 && ::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
-                error == 0;
+    if (ready == 1 && ::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+        error == 0) {
+      connected = std::move(sock);
+    }
   }
   ::freeaddrinfo(found);
   return connected;
+}
+
+bool can_connect(const std::string& host, int port, int timeout_ms) {
+  return connect_tcp(host, port, timeout_ms).valid();
 }
 
 }  // namespace ddprun

@@ -1,6 +1,8 @@
 #include "gpus.h"
 
 #include <algorithm>
+#include <exception>
+#include <string>
 
 #include "ddprun/common/parse_int.h"
 #include "ddprun/contract/env_names.h"
@@ -61,7 +63,25 @@ std::vector<std::string> cuda_visible_entries(std::string_view value) {
   return entries;
 }
 
-VisibleGpus visible_gpus(const Environment& env, int device_files) {
+std::size_t count_pbs_gpu_lines(std::string_view text, std::string_view hostname) {
+  const auto short_name = [](std::string_view name) { return name.substr(0, name.find('.')); };
+  std::size_t count = 0;
+  while (!text.empty()) {
+    const auto newline = text.find('\n');
+    const auto line = trimmed(text.substr(0, newline));
+    text.remove_prefix(newline == std::string_view::npos ? text.size() : newline + 1);
+    const auto gpu = line.rfind("-gpu");
+    if (gpu == std::string_view::npos || gpu == 0 || gpu + 4 == line.size() ||
+        line.find_first_not_of("0123456789", gpu + 4) != std::string_view::npos) {
+      continue;
+    }
+    if (short_name(line.substr(0, gpu)) == short_name(hostname)) ++count;
+  }
+  return count;
+}
+
+VisibleGpus visible_gpus(const Environment& env, int device_files, std::string_view pbs_gpu_file,
+                         std::string_view hostname) {
   VisibleGpus gpus;
   if (const auto value = lookup(env, env::kCudaVisibleDevices)) {
     gpus.source = env::kCudaVisibleDevices;
@@ -98,11 +118,30 @@ VisibleGpus visible_gpus(const Environment& env, int device_files) {
     gpus.devices = ordinals(count_ids(*value, " \t,"));
     return gpus;
   }
+  // Torque's file of the job's GPUs, all nodes': this node's lines count.
+  if (const auto value = lookup(env, "PBS_GPUFILE"); value && !pbs_gpu_file.empty()) {
+    gpus.source = "PBS_GPUFILE";
+    gpus.source_value = *value;
+    gpus.devices = ordinals(count_pbs_gpu_lines(pbs_gpu_file, hostname));
+    return gpus;
+  }
   if (device_files > 0) {
     gpus.source = "/dev/nvidiaN";
     gpus.devices = ordinals(static_cast<std::size_t>(device_files));
   }
   return gpus;
+}
+
+VisibleGpus node_gpus(const Environment& env, const HostFacts& host, const ReadFile& read_file) {
+  std::string gpu_file;
+  if (const auto path = lookup(env, "PBS_GPUFILE"); path && !path->empty()) {
+    try {
+      gpu_file = read_file(*path);
+    } catch (const std::exception&) {
+      // Unreadable: the device files count instead, as without the variable.
+    }
+  }
+  return visible_gpus(env, host.gpu_device_files, gpu_file, host.hostname);
 }
 
 int count_visible_gpus(const Environment& env, int device_files) {

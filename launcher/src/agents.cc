@@ -203,6 +203,7 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
   if (options.check) {
     args.emplace_back("--check");  // answer the preflight, run nothing
     for (const auto& path : options.check_paths) args.insert(args.end(), {"--check-path", path});
+    if (options.check_bandwidth) args.emplace_back("--bandwidth");
   }
   args.emplace_back("--");
   args.insert(args.end(), plan.program.begin(), plan.program.end());

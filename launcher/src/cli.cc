@@ -274,6 +274,10 @@ Parser::Parser() {
                "Ask every node whether it can take part (reachable, same master address, "
                "master port reachable, program found, clock, GPUs, /dev/shm, --log-dir and "
                "--check-path writable); print a table, start nothing");
+  app.add_flag("--bandwidth", options.check_bandwidth,
+               "With --check: every node streams 64 MiB to the next in a ring, all at once "
+               "(as a ring all-reduce loads the links), on the port after the master port; "
+               "each link's MB/s is shown and a slow one named");
   app.add_option("--check-path", options.check_paths,
                  "With --check: a folder the job writes (checkpoints, data, ...); every node "
                  "says whether it can write there and how much room is left; repeatable")
@@ -406,6 +410,10 @@ void finish_options(Parser& parser) {
                            " and --nproc-per-node cpu cannot go together",
                        "give --nproc-per-node gpu, a number, or leave it out");
     }
+  }
+  if (options.check_bandwidth && !options.check) {
+    throw UsageError("--bandwidth measures the links during --check",
+                     "run ddprun --check --bandwidth ...");
   }
   if (options.module && options.no_python) {
     throw UsageError("--module and --no-python cannot go together (as in torchrun)");

@@ -103,7 +103,7 @@ DoctorRows gather_doctor_rows(const Options& options, const Environment& env,
   } catch (const std::exception& e) {
     rows.emplace_back("scheduler", std::string("cannot read the job: ") + e.what());
   }
-  const VisibleGpus gpus = visible_gpus(env, host.gpu_device_files);
+  const VisibleGpus gpus = node_gpus(env, host, read_file_from_disk);
   std::string gpu_text = std::to_string(gpus.devices.size());
   for (std::size_t i = 0; i < gpus.devices.size(); ++i) {
     gpu_text += (i == 0 ? ": " : ",") + gpus.devices[i];

@@ -131,7 +131,7 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   inputs.launcher = choose_launcher(options, cluster, env, mpirun_found);
   // A head on node 0 tells every agent the port, so it may pick any free one.
   const bool head_on_rank0 = inputs.launcher != LauncherKind::kLocal && cluster.this_node == 0;
-  inputs.gpus = visible_gpus(env, host.gpu_device_files);
+  inputs.gpus = node_gpus(env, host, read_file);
   inputs.visible_gpus = static_cast<int>(inputs.gpus.devices.size());
 
   // Master address: the option, then MASTER_ADDR from the environment (set by a job

@@ -47,6 +47,7 @@ struct Options {
   bool dry_run = false;
   bool check = false;                    // preflight every node, print a table, start nothing
   std::vector<std::string> check_paths;  // --check-path: folders --check tries on every node
+  bool check_bandwidth = false;          // --check --bandwidth: time each link in a ring
   bool doctor = false;                   // print what ddprun sees on this node; PROGRAM is optional
   bool print_job_end = false;            // print the job's end time ("UNIX SOURCE") and exit
   PlanFormat format = PlanFormat::kText;

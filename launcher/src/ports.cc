@@ -103,7 +103,11 @@ std::string describe_port_user(int port) {
       });
       if (!match) continue;
       std::string command = read_file_head((process.path() / "cmdline").string());
-      std::replace(command.begin(), command.end(), '\0', ' ');
+      // Arguments apart by spaces, and no control character (a newline inside an argument,
+      // a script given with -c) may break the one-line message this goes into.
+      std::replace_if(
+          command.begin(), command.end(),
+          [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, ' ');
       while (!command.empty() && command.back() == ' ') command.pop_back();
       if (command.size() > 80) command = command.substr(0, 77) + "...";
       std::string text = "pid " + pid + " (" + command;

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "agents.h"
 #include "child_set.h"
@@ -16,6 +18,7 @@
 #include "host_facts.h"
 #include "ports.h"
 #include "report.h"
+#include "ring_link.h"
 #include "schedulers.h"
 
 namespace ddprun {
@@ -23,6 +26,9 @@ namespace {
 
 constexpr int kConnectTimeoutMs = 3000;
 constexpr int kAgentTimeoutMs = 30000;  // for every node to answer
+// --bandwidth: what each node streams to the next, and how long the ring may take.
+constexpr std::int64_t kRingBytes = 64 << 20;
+constexpr std::chrono::milliseconds kRingTimeout{20000};
 
 std::string joined(const std::vector<std::string>& items) {
   std::string text;
@@ -70,6 +76,12 @@ std::string mb_text(std::int64_t mb) {
   return mb < 0 ? std::string("?") : std::to_string(mb) + " MB";
 }
 
+std::string mb_s_text(double mb_s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f MB/s", mb_s);
+  return text;
+}
+
 // The problems of one node that answered, each a short phrase after "node N (host): ".
 std::vector<std::string> node_problems(const LaunchPlan& plan, const NodePlan& node,
                                        const NodeCheck& check, const PreflightExpect& expect) {
@@ -88,15 +100,24 @@ std::vector<std::string> node_problems(const LaunchPlan& plan, const NodePlan& n
                          " s ahead of this node's (check NTP/chrony there)");
     }
   }
-  if (expect.gpu_per_worker && check.gpus != node.nproc) {
+  const int wanted = node.nproc * expect.gpus_per_worker;
+  if (expect.gpus_per_worker > 0 &&
+      (expect.workers_from_gpus ? check.gpus != wanted : check.gpus < wanted)) {
     problems.push_back("sees " + std::to_string(check.gpus) + " GPU(s), the plan gives it " +
-                       std::to_string(node.nproc) + " workers, one per GPU (check " +
-                       "CUDA_VISIBLE_DEVICES and the scheduler's GPU request)");
+                       std::to_string(node.nproc) + " workers, " +
+                       (expect.gpus_per_worker == 1
+                            ? std::string("one per GPU")
+                            : std::to_string(expect.gpus_per_worker) + " GPUs each") +
+                       " (check CUDA_VISIBLE_DEVICES and the scheduler's GPU request)");
   }
   if (check.shm_free_mb >= 0 && check.shm_free_mb < expect.min_shm_mb) {
     problems.push_back("/dev/shm has " + mb_text(check.shm_free_mb) +
                        " free; the shared-memory all-reduce needs room (free it, or set "
                        "runtime.shared_memory false)");
+  }
+  if (!check.link_error.empty()) {
+    problems.push_back("its link to " + check.link_to +
+                       " could not be measured: " + check.link_error);
   }
   for (const PathCheck& path : check.paths) {
     if (!path.writable) {
@@ -167,7 +188,10 @@ std::string node_check_line(const NodeCheck& check) {
                         {"unix_time", check.unix_time},
                         {"gpus", check.gpus},
                         {"shm_free_mb", check.shm_free_mb},
-                        {"paths", nlohmann::json::array()}};
+                        {"paths", nlohmann::json::array()},
+                        {"link_to", check.link_to},
+                        {"link_mb_s", check.link_mb_s},
+                        {"link_error", check.link_error}};
   auto& paths = doc["paths"];
   for (const PathCheck& path : check.paths) {
     paths.push_back({{"path", path.path},
@@ -192,6 +216,9 @@ std::optional<NodeCheck> parse_node_check(std::string_view line) {
     check.unix_time = doc.at("unix_time").get<std::int64_t>();
     check.gpus = doc.at("gpus").get<int>();
     check.shm_free_mb = doc.at("shm_free_mb").get<std::int64_t>();
+    check.link_to = doc.value("link_to", "");
+    check.link_mb_s = doc.value("link_mb_s", 0.0);
+    check.link_error = doc.value("link_error", "");
     for (const auto& path : doc.at("paths")) {
       check.paths.push_back({path.at("path").get<std::string>(), path.at("writable").get<bool>(),
                              path.at("free_mb").get<std::int64_t>(),
@@ -213,6 +240,12 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
   text += "  node  " + pad("host", 16) + pad("reached", 9) + pad("master resolves to", 20) +
           pad("master port", 13) + pad("gpus", 6) + pad("/dev/shm", 10) + "program\n";
   std::optional<std::vector<std::string>> first_addresses;
+  struct Link {
+    double mb_s;
+    const NodePlan* from;
+    std::string to;
+  };
+  std::vector<Link> links;
   for (const NodePlan& node : plan.nodes) {
     const auto index = static_cast<std::size_t>(node.node_rank);
     const NodeReport* report = index < reports.size() ? &reports[index] : nullptr;
@@ -236,6 +269,11 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
       text += "        " + path.path + ": " + (path.writable ? "writable" : "NOT writable") + ", " +
               mb_text(path.free_mb) + " free\n";
     }
+    if (!check.link_to.empty()) {
+      text += "        link to " + check.link_to + ": " +
+              (check.link_error.empty() ? mb_s_text(check.link_mb_s) : "NOT measured") + "\n";
+      if (check.link_error.empty()) links.push_back({check.link_mb_s, &node, check.link_to});
+    }
     const std::string who = "node " + std::to_string(node.node_rank) + " (" + node.host + ")";
     if (addresses.empty()) {
       problems.push_back(who + ": master address " + plan.master_addr + " does not resolve");
@@ -250,6 +288,25 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
       problems.push_back(who + ": " + problem);
     }
   }
+  // A ring all-reduce moves at its slowest link's pace: name it, and any link far slower
+  // than the fastest.
+  if (!links.empty()) {
+    const auto [slowest, fastest] = std::minmax_element(
+        links.begin(), links.end(), [](const Link& a, const Link& b) { return a.mb_s < b.mb_s; });
+    text += "ddprun: preflight: links " + mb_s_text(slowest->mb_s) + " to " +
+            mb_s_text(fastest->mb_s) + "; the slowest: node " +
+            std::to_string(slowest->from->node_rank) + " (" + slowest->from->host + ") to " +
+            slowest->to + "\n";
+    for (const Link& link : links) {
+      if (link.mb_s < expect.slow_link_share * fastest->mb_s) {
+        problems.push_back("node " + std::to_string(link.from->node_rank) + " (" + link.from->host +
+                           "): its link to " + link.to + " carries " + mb_s_text(link.mb_s) +
+                           ", the fastest " + mb_s_text(fastest->mb_s) +
+                           " (a ring all-reduce runs at the slowest link's pace: check that "
+                           "node's network interface and cabling)");
+      }
+    }
+  }
   for (const auto& problem : problems) text += "ddprun: error: preflight: " + problem + "\n";
   if (problems.empty()) text += "ddprun: preflight: every node is ready\n";
   summary.text = std::move(text);
@@ -262,8 +319,28 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
   const auto this_node = [&] {
     std::vector<std::string> paths = options.check_paths;
     if (options.log_dir) paths.insert(paths.begin(), *options.log_dir);
-    return check_this_node(plan.this_node, inputs.host.hostname, plan.master_addr, plan.master_port,
-                           plan.program.front(), env, inputs.visible_gpus, paths);
+    NodeCheck check =
+        check_this_node(plan.this_node, inputs.host.hostname, plan.master_addr, plan.master_port,
+                        plan.program.front(), env, inputs.visible_gpus, paths);
+    // Every node at once, each to the next on the port after the master port.
+    if (options.check_bandwidth && plan.nodes.size() > 1) {
+      const auto& next =
+          plan.nodes[(static_cast<std::size_t>(plan.this_node) + 1) % plan.nodes.size()];
+      check.link_to = "node " + std::to_string(next.node_rank) + " (" + next.host + ")";
+      const int port = plan.master_port + 1;
+      const UniqueFd listener = listen_on(port);
+      if (!listener.valid()) {
+        const std::string holder = describe_port_user(port);
+        check.link_error = "port " + std::to_string(port) + " is busy on " + inputs.host.hostname +
+                           (holder.empty() ? "" : " (" + holder + ")");
+      } else {
+        const LinkMeasurement link =
+            measure_ring_link(listener.get(), next.host, port, kRingBytes, kRingTimeout);
+        check.link_mb_s = link.mb_per_s();
+        check.link_error = link.error;
+      }
+    }
+    return check;
   };
   if (options.agent) {
     out << node_check_line(this_node());
@@ -276,9 +353,13 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
   if (inputs.launcher == LauncherKind::kLocal) {
     for (auto& report : reports) report.failure = "not reached: ddprun runs once per node here";
   }
-  if (launches.local_workers) {
+  // This node's own answers: at the same time as the agents', since with --bandwidth every
+  // node's part of the ring must run at once (a thread, made after SignalChannel below has
+  // blocked the signals it inherits).
+  std::thread local;
+  const auto check_here = [&] {
     reports[static_cast<std::size_t>(plan.this_node)].check = this_node();
-  }
+  };
   std::vector<SpawnSpec> specs;
   std::vector<std::string> hellos;
   for (const ChildSpec& agent : launches.agents) {
@@ -286,10 +367,19 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
     hellos.push_back(agent.hello);
   }
   PreflightExpect expect;
-  expect.gpu_per_worker = options.nproc_per_node == "gpu";
+  const bool from_gpus = options.nproc_per_node == "gpu" || options.nproc_per_node == "auto";
+  if (options.gpus_per_proc) {
+    expect.gpus_per_worker = *options.gpus_per_proc;
+    expect.workers_from_gpus = from_gpus;
+  } else if (options.nproc_per_node == "gpu") {
+    expect.gpus_per_worker = 1;
+    expect.workers_from_gpus = true;
+  }
   expect.asked_at = static_cast<std::int64_t>(std::time(nullptr));
   SignalChannel signals;
+  if (launches.local_workers) local = std::thread(check_here);
   const auto runs = run_all_captured(signals, std::move(specs), hellos, kAgentTimeoutMs);
+  if (local.joinable()) local.join();
   expect.answered_by = static_cast<std::int64_t>(std::time(nullptr));
   for (std::size_t i = 0; i < runs.size(); ++i) {
     collect_checks(runs[i], reports, launches.agents[i].node_rank);

@@ -38,6 +38,10 @@ struct NodeCheck {
   int gpus = 0;                               // visible GPUs
   std::int64_t shm_free_mb = -1;              // room in /dev/shm; -1: unknown
   std::vector<PathCheck> paths;
+  // --bandwidth: this node's link to the next node of the ring; link_to empty: not measured.
+  std::string link_to;
+  double link_mb_s = 0;
+  std::string link_error;  // why it could not be measured
 };
 
 // What the head expects of every node's answers.
@@ -47,9 +51,15 @@ struct PreflightExpect {
   std::int64_t asked_at = 0;
   std::int64_t answered_by = 0;
   std::int64_t clock_bound_s = 2;
-  bool gpu_per_worker = false;  // --nproc-per-node gpu: each node's GPUs = its workers
+  // GPUs each worker takes (1 for --nproc-per-node gpu, K for --gpus-per-proc K; 0: none
+  // expected). With the worker count derived from the GPUs (`gpu`, `auto`) a node must see
+  // exactly workers x that many; with a worker count given, at least that many.
+  int gpus_per_worker = 0;
+  bool workers_from_gpus = false;
   std::int64_t min_free_mb = 1024;
   std::int64_t min_shm_mb = 256;
+  // A measured link slower than this share of the fastest one is a problem.
+  double slow_link_share = 0.5;
 };
 
 // A folder's state on this node (statvfs and access on it, or its nearest existing parent).

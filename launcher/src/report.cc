@@ -24,6 +24,21 @@ std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
             std::to_string(plan.max_restarts);
   }
   text += "\n";
+  // Which GPUs each of this node's ranks got, as CUDA_VISIBLE_DEVICES would name them.
+  if (plan.devices.per_rank > 0) {
+    std::string gpus;
+    for (const RankPlan& rank : plan.ranks) {
+      if (rank.node_rank != node.node_rank) continue;
+      gpus += (gpus.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank.rank) + ": ";
+      std::string list;
+      for (const int position : rank_devices(plan, rank)) {
+        list += (list.empty() ? "" : ",") +
+                plan.devices.visible.devices.at(static_cast<std::size_t>(position));
+      }
+      gpus += list;
+    }
+    text += "ddprun: GPUs on " + node.host + ": " + gpus + "\n";
+  }
   if (logs_to_files) text += "ddprun: logs in " + plan.attempt_dir + "\n";
   return text;
 }

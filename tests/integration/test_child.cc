@@ -46,6 +46,9 @@ void do_action(std::string_view action, int rank) {
   const std::string arg =
       colon == std::string_view::npos ? "" : std::string(action.substr(colon + 1));
   if (verb == "print") {
+    // One write per line: a worker stopped while printing leaves whole lines behind, so
+    // a log that ends mid-line is ddprun's doing (stdio's 4 KiB blocks would cut lines).
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     const int count = std::atoi(arg.c_str());
     for (int i = 0; i < count; ++i) std::printf("rank %d line %d\n", rank, i);
     std::fflush(stdout);

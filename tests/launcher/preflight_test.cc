@@ -33,7 +33,8 @@ PreflightExpect asked_at_1000() {
   PreflightExpect expect;
   expect.asked_at = 1000;
   expect.answered_by = 1001;
-  expect.gpu_per_worker = true;
+  expect.gpus_per_worker = 1;
+  expect.workers_from_gpus = true;
   return expect;
 }
 
@@ -117,6 +118,63 @@ TEST(Preflight, ClocksGpusSharedMemoryAndPathsAreCheckedPerNode) {
         "node 1 (n2): sees 0 GPU(s), the plan gives it 1 workers, one per GPU",
         "node 1 (n2): /dev/shm has 12 MB free", "node 2 (n3): /ckpt has only 100 MB free",
         "node 2 (n3): /logs cannot be written: /: Read-only file system"}) {
+    EXPECT_NE(summary.text.find(expected), std::string::npos) << expected << "\n" << summary.text;
+  }
+}
+
+// --gpus-per-proc 2: a node of one worker must see 2 GPUs (workers from the GPUs), or at
+// least 2 when the worker count was given.
+TEST(Preflight, WithSeveralGpusPerWorkerEachNodeMustSeeWorkersTimesThat) {
+  PreflightExpect expect = asked_at_1000();
+  expect.gpus_per_worker = 2;
+  NodeCheck two = good(0), one = good(1), three = good(2);
+  two.gpus = 2;
+  one.gpus = 1;
+  three.gpus = 3;
+  auto summary = format_preflight(three_nodes(), {{two, ""}, {one, ""}, {three, ""}}, expect);
+  EXPECT_FALSE(summary.ok);
+  EXPECT_EQ(summary.text.find("node 0 (n1): sees"), std::string::npos) << summary.text;
+  EXPECT_NE(
+      summary.text.find("node 1 (n2): sees 1 GPU(s), the plan gives it 1 workers, 2 GPUs each"),
+      std::string::npos)
+      << summary.text;
+  EXPECT_NE(summary.text.find("node 2 (n3): sees 3 GPU(s)"), std::string::npos) << summary.text;
+  expect.workers_from_gpus = false;  // --nproc-per-node 1 --gpus-per-proc 2: 3 GPUs are enough
+  summary = format_preflight(three_nodes(), {{two, ""}, {one, ""}, {three, ""}}, expect);
+  EXPECT_EQ(summary.text.find("node 2 (n3): sees"), std::string::npos) << summary.text;
+  EXPECT_NE(summary.text.find("node 1 (n2): sees 1 GPU(s)"), std::string::npos) << summary.text;
+}
+
+// --bandwidth: each node's link to the next is shown, the slowest named, one far slower
+// than the fastest is a problem, and so is one that could not be measured.
+TEST(Preflight, LinksAreShownTheSlowestNamedAndAFarSlowerOneIsAProblem) {
+  NodeCheck a = good(0), b = good(1), c = good(2);
+  a.link_to = "node 1 (n2)";
+  a.link_mb_s = 1100;
+  b.link_to = "node 2 (n3)";
+  b.link_mb_s = 1000;
+  c.link_to = "node 0 (n1)";
+  c.link_mb_s = 900;
+  const auto line = node_check_line(c);
+  const auto parsed = parse_node_check(line);
+  ASSERT_TRUE(parsed) << line;
+  EXPECT_EQ(parsed->link_to, "node 0 (n1)");
+  EXPECT_EQ(parsed->link_mb_s, 900);
+  auto summary = format_preflight(three_nodes(), {{a, ""}, {b, ""}, {c, ""}}, asked_at_1000());
+  EXPECT_TRUE(summary.ok) << summary.text;
+  EXPECT_NE(summary.text.find("link to node 1 (n2): 1100 MB/s"), std::string::npos) << summary.text;
+  EXPECT_NE(summary.text.find("ddprun: preflight: links 900 MB/s to 1100 MB/s; the slowest: "
+                              "node 2 (n3) to node 0 (n1)"),
+            std::string::npos)
+      << summary.text;
+  b.link_mb_s = 300;
+  c.link_error = "no connection to n1:29501";
+  summary = format_preflight(three_nodes(), {{a, ""}, {b, ""}, {c, ""}}, asked_at_1000());
+  EXPECT_FALSE(summary.ok);
+  for (const char* expected :
+       {"node 1 (n2): its link to node 2 (n3) carries 300 MB/s, the fastest 1100 MB/s",
+        "node 2 (n3): its link to node 0 (n1) could not be measured: no connection to n1:29501",
+        "link to node 0 (n1): NOT measured"}) {
     EXPECT_NE(summary.text.find(expected), std::string::npos) << expected << "\n" << summary.text;
   }
 }

@@ -83,6 +83,29 @@ TEST(Summary, StartBlockNamesRunWorkersNodeAndMaster) {
             "ddprun: logs in /logs/attempt_0\n");
 }
 
+// With GPUs assigned, the start block names each of this node's ranks' GPUs.
+TEST(Summary, StartBlockNamesEachRanksGpus) {
+  LaunchPlan plan;
+  plan.run_id = "r1";
+  plan.world_size = 4;
+  plan.master_addr = "n1";
+  plan.master_port = 29500;
+  plan.this_node = 1;
+  plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 2, 2}};
+  for (int r = 0; r < 4; ++r) {
+    RankPlan& rank = plan.ranks.emplace_back();
+    rank.rank = r;
+    rank.local_rank = r % 2;
+    rank.node_rank = r / 2;
+    rank.host = r < 2 ? "n1" : "n2";
+  }
+  plan.devices.visible.devices = {"GPU-a", "GPU-b", "GPU-c", "GPU-d"};
+  plan.devices.per_rank = 2;
+  EXPECT_EQ(format_launch_summary(plan, false),
+            "ddprun: run r1: 4 workers on 2 nodes (n2: ranks 2-3), master n1:29500\n"
+            "ddprun: GPUs on n2: rank 2: GPU-a,GPU-b; rank 3: GPU-c,GPU-d\n");
+}
+
 TEST(Summary, RankTableHasARowPerRankWithStatusAndMemory) {
   RoundResult result;
   result.ranks.resize(2);

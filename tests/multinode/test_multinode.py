@@ -72,7 +72,15 @@ class Case:
 
     def train_args(self, fail):
         # Success: a short run. Failure: long enough that only propagation can end it.
-        steps = ["--epochs", "1", "--max-steps", "30"] if not fail else ["--epochs", "1000"]
+        # file-store: a short run that meets in a FileStore in the folder every node sees
+        # (init_method file://), not in rank 0's TCP store on the master port.
+        steps = ["--epochs", "1000"] if fail is True or fail == "kill-agent" else \
+            ["--epochs", "1", "--max-steps", "30"]
+        if fail == "file-store":
+            store = os.path.join(self.dir, "filestore")
+            if os.path.exists(store):
+                os.unlink(store)
+            steps += ["--init-method", "file://" + store]
         return [self.worker, "--config", self.config] + steps
 
     def ddprun_args(self, marker, fail, hostfile=True):
@@ -277,6 +285,30 @@ class Watcher(threading.Thread):
             time.sleep(0.05)
 
 
+class PortWatcher(threading.Thread):
+    """Polls node1's TCP tables (its network namespace's /proc/PID/net/tcp{,6}) for a
+    listener on `port` until stopped: whether rank 0's TCP store ever listened there."""
+
+    def __init__(self, cluster, port):
+        super().__init__(daemon=True)
+        self.tables = [f"/proc/{cluster.holders[cluster.nodes[0]].pid}/net/{t}"
+                       for t in ("tcp", "tcp6")]
+        self.local = f":{port:04X}"
+        self.seen = False
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set() and not self.seen:
+            for table in self.tables:
+                with open(table) as f:
+                    next(f)  # the header
+                    for row in f:
+                        fields = row.split()
+                        if fields[1].endswith(self.local) and fields[3] == "0A":  # LISTEN
+                            self.seen = True
+            self.stop.wait(0.02)
+
+
 def scan_until_gone(cluster, marker, timeout):
     deadline = time.monotonic() + timeout
     while True:
@@ -317,34 +349,46 @@ def main():
             cluster.start_sge()
         case = Case(a, cluster)
         launch = getattr(case, f"launch_{a.case}")
-        # The head's ssh launch also loses a node's agent to SIGKILL.
-        for fail in (False, True) + (("kill-agent",) if a.case == "ssh" else ()):
+        # The head's ssh launch also loses a node's agent to SIGKILL; the head's mpirun
+        # launch also trains once with a FileStore instead of the TCP store (issue 18).
+        extra = {"ssh": ("kill-agent",), "mpirun_head": ("file-store",)}.get(a.case, ())
+        for fail in (False, True) + extra:
             marker = f"ddpc{uuid.uuid4().hex[:12]}"
             watcher = Watcher(cluster, marker, os.path.join(case.dir, "failed_at"))
             watcher.start()
+            store_port = PortWatcher(cluster, case.port)
+            store_port.start()
             t0 = time.time()
             codes, out = launch(marker, fail)
             t_end = time.time()
+            store_port.stop.set()
+            store_port.join()
             left, t_gone = scan_until_gone(cluster, marker, timeout=10)
             watcher.stop.set()
             watcher.join()
             if watcher.gone_at:
                 t_gone = min(t_gone, watcher.gone_at)
             tail = "\n".join(out.splitlines()[-40:])
-            what = {False: "success", True: "failure", "kill-agent": "agent_killed"}[fail]
+            what = {False: "success", True: "failure", "kill-agent": "agent_killed",
+                    "file-store": "file_store"}[fail]
             print(f"--- {a.case} {what}: exit codes {codes}, {t_end - t0:.1f} s\n{tail}\n")
             if left:
                 failures.append(f"{what}: processes left: {left}")
                 kill_and_wait([pid for pid, _ in left])
-            if not fail:
-                result["success_run_s"] = round(t_end - t0, 2)
+            if fail in (False, "file-store"):
+                result[what + "_run_s"] = round(t_end - t0, 2)
                 if any(codes):
-                    failures.append(f"success run: exit codes {codes}")
+                    failures.append(f"{what} run: exit codes {codes}")
+                # The TCP store listens on the master port with env://, never with file://
+                # (the env:// run shows that the watcher sees it when it is there).
+                if a.case == "mpirun_head" and store_port.seen != (fail is False):
+                    failures.append(f"{what} run: a listener on master port {case.port} was "
+                                    f"{'seen' if store_port.seen else 'never seen'}")
                 # ddprun's end table: one row per rank with its exit status.
                 ranks = set(re.findall(r"(?m)^ddprun:\s+(\d+)\s+\d+\s+\d+\s+exit code 0\b", out))
                 want = {str(r) for r in range(a.n * a.nproc)}
                 if want != ranks:
-                    failures.append(f"success run: ranks that ended with 0: {sorted(ranks)}")
+                    failures.append(f"{what} run: ranks that ended with 0: {sorted(ranks)}")
             else:
                 key = "" if fail is True else what + "_"
                 result[key + "failure_run_s"] = round(t_end - t0, 2)

@@ -132,5 +132,27 @@ TEST(VisibleGpus, KeepsTheVariablesValueForMessages) {
   EXPECT_EQ(visible_gpus({}, 2).source_value, "");
 }
 
+// Torque's PBS_GPUFILE lists the job's GPUs on every node, one "HOST-gpuN" line each; this
+// node's lines count (short names compared), after the variables that say more.
+TEST(VisibleGpus, PbsGpuFileCountsThisNodesLines) {
+  const std::string file =
+      "n1-gpu0\nn1-gpu1\nn2.cluster.example-gpu0\nn2-gpu1\n n2-gpu2 \n"
+      "n2-gpux\n-gpu3\nn2-gpu\n\n";
+  EXPECT_EQ(count_pbs_gpu_lines(file, "n1"), 2u);
+  EXPECT_EQ(count_pbs_gpu_lines(file, "n2.cluster.example"), 3u);
+  EXPECT_EQ(count_pbs_gpu_lines(file, "n3"), 0u);
+  const Environment env = {{"PBS_GPUFILE", "/var/spool/torque/aux/42.gpu"}};
+  const VisibleGpus gpus = visible_gpus(env, 8, file, "n2");
+  EXPECT_EQ(gpus.devices, (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(gpus.source, "PBS_GPUFILE");
+  EXPECT_EQ(gpus.source_value, "/var/spool/torque/aux/42.gpu");
+  // An unreadable file (no contents) says nothing: the device files count.
+  EXPECT_EQ(visible_gpus(env, 8, "", "n2").source, "/dev/nvidiaN");
+  // CUDA_VISIBLE_DEVICES, when set, comes first.
+  Environment both = env;
+  both["CUDA_VISIBLE_DEVICES"] = "0";
+  EXPECT_EQ(visible_gpus(both, 8, file, "n2").devices.size(), 1u);
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/unique_fd.h"
+
 namespace ddprun {
 
 // An IPv4 or IPv6 socket address as text ("10.1.2.3", "::1"); empty for other families.
@@ -13,6 +15,10 @@ std::string address_text(const sockaddr* address);
 
 // The addresses `host` resolves to (getaddrinfo), as text; empty when it does not resolve.
 std::vector<std::string> resolve_addresses(const std::string& host);
+
+// A TCP connection to `host`:`port` (non-blocking, close-on-exec), trying each address
+// `host` resolves to, each for up to `timeout_ms`; an invalid fd when none accepted.
+UniqueFd connect_tcp(const std::string& host, int port, int timeout_ms);
 
 // Whether a TCP connection to `host`:`port` is accepted within `timeout_ms`, trying each
 // address `host` resolves to. The connection is closed at once.

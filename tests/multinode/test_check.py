@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""ddprun --check --bandwidth across simulated nodes (head mode over ssh):
+
+  ready: every node answers, each times its link to the next in a ring (64 MiB each, all
+    at once), the slowest link is named, and the job is declared ready (exit 0).
+  slow link: node2's interface limited to 200 Mbit/s with tc (a token bucket): the check
+    fails (exit 1) naming node2's link as far slower than the fastest.
+  busy port: the ring's port (master port + 1) held on node3: the check fails naming it.
+
+  PYTHONPATH=tests tests/multinode/test_check.py --ddprun BIN
+Exit 77: skipped (not root, no namespaces, no tc); under CI=true that is a failure (exit 1).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
+
+NODES = 3
+LINK = re.compile(r"(?m)^\s+link to node (\d) \(node\d\): (\d+) MB/s$")
+
+
+def check(cluster, a, port, extra_env=None):
+    argv = [os.path.abspath(a.ddprun), "--check", "--bandwidth", "--hostfile", cluster.hostfile,
+            "--launcher", "ssh", "--ssh-config", cluster.ssh_config, "--master-port", str(port),
+            "--nproc-per-node", "1", "--", "/bin/true"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(extra_env or {})}
+    t0 = time.time()
+    r = cluster.run(cluster.nodes[0], argv, env=env, timeout=120, stderr=subprocess.STDOUT)
+    return r.returncode, r.stdout, round(time.time() - t0, 2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ddprun", required=True)
+    a = ap.parse_args()
+    try:
+        Cluster.check_possible()
+    except SkipTest as e:
+        return skip_exit_code(e)
+    failures, result = [], {"nodes": NODES}
+    cluster = Cluster(NODES)
+    port = 29400 + os.getpid() % 500
+    try:
+        cluster.start()
+        cluster.start_sshd()
+
+        rc, out, seconds = check(cluster, a, port)
+        print(f"--- ready: exit {rc}, {seconds} s\n{out}")
+        links = {int(to): int(mb) for to, mb in LINK.findall(out)}
+        result["ready_s"], result["links_mb_s"] = seconds, links
+        if rc != 0 or "every node is ready" not in out:
+            failures.append(f"ready: exit {rc}, not a ready cluster")
+        if sorted(links) != list(range(NODES)) or min(links.values(), default=0) <= 0:
+            failures.append(f"ready: want one measured link into every node, got {links}")
+        if "ddprun: preflight: links " not in out or "the slowest: node " not in out:
+            failures.append("ready: the slowest link is not named")
+
+        # node2 -> node3 limited to 200 Mbit/s (25 MB/s): 64 MiB take about 2.7 s. (node1's
+        # link to node2 slows too: node2's acknowledgements queue behind that limit.)
+        shaped = cluster.run(cluster.nodes[1], ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+                                                "rate", "200mbit", "burst", "64kb", "latency",
+                                                "50ms"], timeout=30)
+        if shaped.returncode != 0:
+            raise SkipTest(f"tc cannot shape a node's link: {shaped.stderr.strip()}")
+        rc, out, seconds = check(cluster, a, port)
+        print(f"--- slow link: exit {rc}, {seconds} s\n{out}")
+        result["slow_link_s"] = seconds
+        want = "ddprun: error: preflight: node 1 (node2): its link to node 2 (node3) carries "
+        if rc != 1 or want not in out:
+            failures.append(f"slow link: exit {rc}, and no line '{want}...'")
+        cluster.run(cluster.nodes[1], ["tc", "qdisc", "del", "dev", "eth0", "root"], timeout=30)
+
+        # The ring's port busy on node3.
+        holder = cluster.popen(cluster.nodes[2], [sys.executable, "-c",
+                               "import socket, sys, time\n"
+                               "s = socket.socket()\n"
+                               "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                               "s.bind(('', int(sys.argv[1]))); s.listen()\n"
+                               "print('listening', flush=True); time.sleep(120)", str(port + 1)],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            if holder.stdout.readline().strip() != "listening":
+                failures.append("busy port: the holder did not listen")
+            rc, out, seconds = check(cluster, a, port)
+            print(f"--- busy port: exit {rc}, {seconds} s\n{out}")
+            # One line, naming the holder.
+            want = (r"(?m)^ddprun: error: preflight: node 2 \(node3\): its link to node 0 \(node1\) "
+                    rf"could not be measured: port {port + 1} is busy on node3 \(pid \d+ "
+                    r"\(/usr/bin/python3 -c import socket.*\)\)$")
+            if rc != 1 or not re.search(want, out):
+                failures.append(f"busy port: exit {rc}, and no line matching {want}")
+        finally:
+            kill_and_wait([holder.pid])
+    except SkipTest as e:
+        cluster.stop()
+        return skip_exit_code(e)
+    finally:
+        cluster.stop()
+    print("RESULT " + json.dumps(result))
+    for f in failures:
+        print(f"FAIL: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
