@@ -1,5 +1,6 @@
 #include "process_runner.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,8 +120,16 @@ void ProcessRunner::signal(std::size_t child, int sig) {
   if (!is_agent_.at(child) || sig == SIGKILL) {
     signal_group(pid, sig);
   } else if (const int messages = children_->stdin_fd(child); messages >= 0) {
-    // ssh delivers no signals: the agent gets them as messages; a dead link, SIGKILL.
-    if (!write_all(messages, agent_signal_message(sig))) signal_group(pid, SIGKILL);
+    // ssh delivers no signals: the agent gets them as messages. Never waiting for them:
+    // a pipe that is full (an agent or its link that stopped reading) or broken is a dead
+    // link, and a dead link gets SIGKILL (the agent's node then stops its workers).
+    const std::string message = agent_signal_message(sig);
+    ::fcntl(messages, F_SETFL, ::fcntl(messages, F_GETFL) | O_NONBLOCK);
+    ssize_t written;
+    do {
+      written = ::write(messages, message.data(), message.size());
+    } while (written < 0 && errno == EINTR);
+    if (written != static_cast<ssize_t>(message.size())) signal_group(pid, SIGKILL);
   } else {
     signal_process(pid, sig);  // srun and mpirun forward it to their tasks
   }
