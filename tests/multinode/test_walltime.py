@@ -2,7 +2,7 @@
 """Drain before the walltime, on a real scheduler: the job is stopped with a checkpoint
 before its time limit, runs again, resumes and ends exactly like an uninterrupted run.
 
-  PYTHONPATH=tests tests/multinode/test_walltime.py --case slurm|sge -n 2 --ddprun BIN \
+  PYTHONPATH=tests tests/multinode/test_walltime.py --case slurm|slurm_head|sge -n 2 --ddprun BIN \
       --ddp-train BIN --config JSON --source DIR
 
 On a simulated cluster (tests/simcluster), 1 worker per node:
@@ -138,6 +138,12 @@ class Test:
     def slurm_script(self, marker, time_limit):
         with open(os.path.join(self.a.source, "scripts", "jobs", "slurm.sbatch")) as f:
             text = f.read()
+        if self.a.case == "slurm_head":
+            # ddprun called directly in the batch script: it becomes the head and starts
+            # its agents with srun itself.
+            text = text.replace("srun --ntasks-per-node=1 --wait=60 \\\n  ", "")
+            if "srun --ntasks-per-node" in text:
+                raise RuntimeError("slurm.sbatch's srun line changed: update the test")
         text = re.sub(r"(?m)^#SBATCH --nodes=.*$", f"#SBATCH --nodes={self.a.n}", text)
         text = re.sub(r"(?m)^#SBATCH --gpus-per-node=.*\n", "", text)
         text = re.sub(r"(?m)^#SBATCH --time=.*$", f"#SBATCH --time={time_limit}", text)
@@ -476,7 +482,7 @@ class Test:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True, choices=["slurm", "sge"])
+    ap.add_argument("--case", required=True, choices=["slurm", "slurm_head", "sge"])
     ap.add_argument("-n", type=int, default=2, help="nodes of the job (1 worker each)")
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
@@ -507,13 +513,13 @@ def main():
     test = None
     try:
         cluster.start()
-        if a.case == "slurm":
+        if a.case in ("slurm", "slurm_head"):
             cluster.start_slurm()
         else:
             cluster.start_sge()
         test = Test(a, cluster)
         test.result["cluster_nodes"] = nodes
-        getattr(test, f"run_{a.case}")()
+        getattr(test, "run_slurm" if a.case == "slurm_head" else f"run_{a.case}")()
     except SkipTest as e:
         cluster.stop()
         return skip_exit_code(e)
