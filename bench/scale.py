@@ -7,8 +7,11 @@ For each N and launcher: wall time from the head's start until every worker has 
 once), and the head's peak RSS. A parallel start shows as a time that grows much less than
 N times the one-node cost. Root only (namespaces).
 
-Usage: PYTHONPATH=tests bench/scale.py [--nodes 2 4 8 16] [--reps 3]
-                                      [--out bench/results/scale.json]
+The dry runs (text and JSON, medians of --dry-run-reps runs) need no root:
+--dry-run-only runs just them.
+
+Usage: PYTHONPATH=tests bench/scale.py [--nodes 2 4 8 16] [--reps 3] [--dry-run-reps 5]
+                                      [--dry-run-only] [--out bench/results/scale.json]
 """
 import argparse
 import glob
@@ -31,7 +34,7 @@ except ModuleNotFoundError as e:
         raise
     sys.exit("bench/scale.py: no simcluster package; run it with PYTHONPATH=tests")
 
-DDPRUN = os.path.join(ROOT, "build", "bin", "ddprun")
+DDPRUN = os.environ.get("DDPRUN", os.path.join(ROOT, "build", "bin", "ddprun"))
 
 
 def start_times(cluster, argv, env, stamp_dir):
@@ -55,18 +58,25 @@ def summary(runs, key):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def dry_run(nodes):
+def dry_run(nodes, fmt, reps):
+    """Median wall time and peak RSS of `reps` dry runs printing the plan (to /dev/null)."""
     with tempfile.NamedTemporaryFile("w", suffix=".hosts") as hosts:
         hosts.write("".join(f"node{i:05d} slots=8\n" for i in range(nodes)))
         hosts.flush()
-        r = subprocess.run(["/usr/bin/time", "-f", "%e %M", DDPRUN, "--dry-run", "--hostfile",
-                            hosts.name, "--node-rank", "0", "--master-addr", "10.0.0.1",
-                            "--master-port", "29500", "--nproc-per-node", "8", "true"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           check=True)
-        seconds, rss = r.stderr.strip().splitlines()[-1].split()
-        return {"nodes": nodes, "ranks": nodes * 8, "seconds": float(seconds),
-                "rss_mb": int(rss) / 1024.0}
+        runs = []
+        for _ in range(reps):
+            r = subprocess.run(["/usr/bin/time", "-f", "%e %M", DDPRUN, "--dry-run", "--format",
+                                fmt, "--hostfile", hosts.name, "--node-rank", "0",
+                                "--master-addr", "10.0.0.1", "--master-port", "29500",
+                                "--nproc-per-node", "8", "true"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               check=True)
+            seconds, rss = r.stderr.strip().splitlines()[-1].split()
+            runs.append({"seconds": float(seconds), "rss_mb": int(rss) / 1024.0})
+        return {"nodes": nodes, "ranks": nodes * 8, "format": fmt, "reps": reps,
+                "seconds": statistics.median(r["seconds"] for r in runs),
+                "rss_mb": statistics.median(r["rss_mb"] for r in runs),
+                "seconds_max": max(r["seconds"] for r in runs)}
 
 
 def main():
@@ -74,14 +84,20 @@ def main():
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8, 16, 32])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--launchers", nargs="+", default=["ssh", "srun"])
+    parser.add_argument("--dry-run-reps", type=int, default=5)
+    parser.add_argument("--dry-run-only", action="store_true",
+                        help="only the --dry-run plans (no root needed)")
     parser.add_argument("--out", default="bench/results/scale.json")
     args = parser.parse_args()
     result = {"benchmark": "scale", "date": time.strftime("%Y-%m-%d"),
               "machine": platform.node(), "cpus": os.cpu_count(), "reps": args.reps,
-              "dry_run": [dry_run(n) for n in (1024, 16384)], "launch": []}
+              "dry_run": [dry_run(n, fmt, args.dry_run_reps)
+                          for n in (1024, 16384) for fmt in ("text", "json")],
+              "launch": []}
     for row in result["dry_run"]:
-        print(f"dry run {row['nodes']:6d} nodes: {row['seconds']:.2f} s {row['rss_mb']:.0f} MB")
-    for n in args.nodes:
+        print(f"dry run {row['nodes']:6d} nodes, {row['format']:4s}: {row['seconds']:.2f} s "
+              f"{row['rss_mb']:.1f} MB (median of {row['reps']})")
+    for n in [] if args.dry_run_only else args.nodes:
         try:
             with Cluster(n) as cluster:
                 cluster.start_sshd()

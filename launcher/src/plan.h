@@ -23,16 +23,14 @@ struct NodePlan {
   int first_rank = 0;  // ranks are contiguous per node, in node order
 };
 
+// One rank. Its files' paths are computed when needed (rank_file), not stored, so that a
+// plan of 100,000 ranks stays small.
 struct RankPlan {
   int rank = 0;
   int local_rank = 0;
   int node_rank = 0;
   std::string host;
-  std::string stdout_log;  // empty: no log file
-  std::string stderr_log;
-  std::string error_file;     // TORCHELASTIC_ERROR_FILE
-  std::string progress_file;  // DDPRUN_PROGRESS_FILE
-  int console_streams = 3;    // which streams reach the console: 1 stdout, 2 stderr, 3 both
+  int console_streams = 3;  // which streams reach the console: 1 stdout, 2 stderr, 3 both
 };
 
 // How this node's GPUs are handed to its ranks (docs/environment.md, "Devices").
@@ -86,6 +84,20 @@ struct LaunchPlan {
 
 // The positions in plan.devices.visible.devices that `rank` owns; empty when none.
 std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank);
+
+// A rank's files in plan.attempt_dir.
+enum class RankFile {
+  kErrorFile,     // TORCHELASTIC_ERROR_FILE: "<attempt_dir>/rank_<N>.error.json"
+  kProgressFile,  // DDPRUN_PROGRESS_FILE: "<attempt_dir>/rank_<N>.progress"
+  kStdoutLog,     // "<attempt_dir>/rank_<N>.stdout.log" with --log-dir (plan.logs_to_dir)
+  kStderrLog,     // "<attempt_dir>/rank_<N>.stderr.log" with --log-dir
+};
+
+// The path of `rank`'s `file`; empty for a log file without --log-dir (no log file).
+std::string rank_file(const LaunchPlan& plan, int rank, RankFile file);
+
+// The same, appended to `out`: for printing many ranks without a string for each.
+void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFile file);
 
 // How this ddprun reaches the job's other nodes: kLocal runs this node's workers only
 // (one node, or one ddprun per node started by someone else); the others make it the

@@ -1,12 +1,48 @@
 #include "plan_format.h"
 
+#include <algorithm>
+#include <charconv>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "rank_environment.h"
 #include "shell_quote.h"
 
 namespace ddprun {
 namespace {
+
+using Json = nlohmann::ordered_json;
+using Vars = std::vector<std::pair<std::string, std::string>>;
+
+// The output, gathered in a buffer and handed to the stream in pieces of about this size.
+constexpr std::size_t kPieceSize = 64 * 1024;
+
+class Pieces {
+ public:
+  explicit Pieces(std::ostream& out) : out_(out) { text_.reserve(2 * kPieceSize); }
+  std::string& text() { return text_; }
+  void write_if_full() {
+    if (text_.size() >= kPieceSize) write();
+  }
+  void write() {
+    out_.write(text_.data(), static_cast<std::streamsize>(text_.size()));
+    text_.clear();
+  }
+
+ private:
+  std::ostream& out_;
+  std::string text_;
+};
+
+void append_int(std::string& out, long long value) {
+  char digits[24];
+  out.append(digits, std::to_chars(std::begin(digits), std::end(digits), value).ptr);
+}
 
 // "4 visible (CUDA_VISIBLE_DEVICES=0,1,2,3), 2 per rank, narrowed per rank".
 std::string devices_text(const DevicePlan& devices) {
@@ -23,12 +59,102 @@ std::string devices_text(const DevicePlan& devices) {
   return text;
 }
 
+// "  key          ": the start of a text line, its value in column 16 (keys up to 12
+// characters; a longer key gets one space).
+void append_key(std::string& out, std::string_view key) {
+  out += "  ";
+  out += key;
+  out.append(13 - std::min<std::size_t>(12, key.size()), ' ');
+}
+
+// `text` as a JSON string, exactly as nlohmann's dump writes it (UTF-8 kept, invalid bytes
+// replaced): printable ASCII without quotes or backslashes is copied, the rest goes
+// through the library.
+void append_json_string(std::string& out, std::string_view text) {
+  const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
+    return c >= ' ' && c <= '~' && c != '"' && c != '\\';
+  });
+  if (plain) {
+    out += '"';
+    out += text;
+    out += '"';
+  } else {
+    out += Json(std::string(text)).dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+}
+
+// `"key": ` at `indent` spaces, after the previous member's ",\n" or the opening "{\n".
+void append_member(std::string& out, std::size_t indent, std::string_view key) {
+  out.append(indent, ' ');
+  out += '"';
+  out += key;
+  out += "\": ";
+}
+
+// One element of "ranks", as nlohmann's dump(2) writes it at depth 2.
+void append_json_rank(std::string& out, const LaunchPlan& plan, const RankPlan& rank,
+                      const Vars& vars) {
+  out += "    {\n";
+  append_member(out, 6, "rank");
+  append_int(out, rank.rank);
+  out += ",\n";
+  append_member(out, 6, "local_rank");
+  append_int(out, rank.local_rank);
+  out += ",\n";
+  append_member(out, 6, "node_rank");
+  append_int(out, rank.node_rank);
+  out += ",\n";
+  append_member(out, 6, "host");
+  append_json_string(out, rank.host);
+  out += ",\n";
+  append_member(out, 6, "devices");
+  const std::vector<int> devices = rank_devices(plan, rank);
+  if (devices.empty()) {
+    out += "[]";
+  } else {
+    out += "[\n";
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      out.append(i == 0 ? "" : ",\n");
+      out.append(8, ' ');
+      append_json_string(out,
+                         plan.devices.visible.devices.at(static_cast<std::size_t>(devices[i])));
+    }
+    out += "\n      ]";
+  }
+  out += ",\n";
+  append_member(out, 6, "env");
+  if (vars.empty()) {
+    out += "{}";
+  } else {
+    out += "{\n";
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      out.append(i == 0 ? "" : ",\n");
+      out.append(8, ' ');
+      append_json_string(out, vars[i].first);
+      out += ": ";
+      append_json_string(out, vars[i].second);
+    }
+    out += "\n      }";
+  }
+  out += "\n    }";
+}
+
+template <typename Write>
+std::string as_string(Write write, const LaunchPlan& plan) {
+  std::ostringstream out;
+  write(plan, out);
+  return std::move(out).str();
+}
+
 }  // namespace
 
-std::string format_plan_text(const LaunchPlan& plan) {
-  std::string out;
-  const auto line = [&out](const std::string& key, const std::string& value) {
-    out += "  " + key + std::string(13 - std::min<std::size_t>(12, key.size()), ' ') + value + "\n";
+void write_plan_text(const LaunchPlan& plan, std::ostream& stream) {
+  Pieces pieces(stream);
+  std::string& out = pieces.text();
+  const auto line = [&out](std::string_view key, std::string_view value) {
+    append_key(out, key);
+    out += value;
+    out += '\n';
   };
   out += "ddprun launch plan\n";
   line("run id", plan.run_id);
@@ -52,18 +178,31 @@ std::string format_plan_text(const LaunchPlan& plan) {
     line("node " + std::to_string(node.node_rank),
          node.host + "  ranks " + std::to_string(node.first_rank) + ".." +
              std::to_string(node.first_rank + node.nproc - 1) + marker);
+    pieces.write_if_full();
   }
+  Vars vars;
+  std::string key;
   for (const auto& rank : plan.ranks) {
-    std::string vars;
-    for (const auto& [key, value] : rank_environment(plan, rank))
-      vars += " " + key + "=" + quote_command({value});
-    line("rank " + std::to_string(rank.rank), vars.substr(1));
+    rank_environment(plan, rank, vars);
+    key = "rank ";
+    append_int(key, rank.rank);
+    append_key(out, key);
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      if (i > 0) out += ' ';
+      out += vars[i].first;
+      out += '=';
+      append_command_word(out, vars[i].second);
+    }
+    out += '\n';
+    pieces.write_if_full();
   }
-  return out;
+  pieces.write();
 }
 
-std::string format_plan_json(const LaunchPlan& plan) {
-  nlohmann::ordered_json doc;
+void write_plan_json(const LaunchPlan& plan, std::ostream& stream) {
+  // Everything but "nodes" and "ranks" through the library; those two, by far the largest,
+  // are written here in the same layout, one element at a time.
+  Json doc;
   doc["run_id"] = plan.run_id;
   doc["scheduler"] = plan.scheduler;
   doc["master_addr"] = plan.master_addr;
@@ -78,34 +217,54 @@ std::string format_plan_json(const LaunchPlan& plan) {
                  {"source", gpus.source},
                  {"per_rank", plan.devices.per_rank},
                  {"virtual_local_rank", plan.devices.virtual_local_rank}};
-  doc["socket_ifname"] = plan.socket_interface.name.empty()
-                             ? nlohmann::ordered_json(nullptr)
-                             : nlohmann::ordered_json(plan.socket_interface.name);
+  doc["socket_ifname"] =
+      plan.socket_interface.name.empty() ? Json(nullptr) : Json(plan.socket_interface.name);
   doc["socket_ifname_reason"] = plan.socket_interface.reason;
-  doc["nodes"] = nlohmann::ordered_json::array();
-  for (const auto& node : plan.nodes) {
-    doc["nodes"].push_back({{"host", node.host},
-                            {"node_rank", node.node_rank},
-                            {"nproc", node.nproc},
-                            {"first_rank", node.first_rank}});
-  }
-  doc["ranks"] = nlohmann::ordered_json::array();
-  for (const auto& rank : plan.ranks) {
-    nlohmann::ordered_json env = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : rank_environment(plan, rank)) env[key] = value;
-    nlohmann::ordered_json devices = nlohmann::ordered_json::array();
-    for (const int position : rank_devices(plan, rank)) {
-      devices.push_back(gpus.devices.at(static_cast<std::size_t>(position)));
-    }
-    doc["ranks"].push_back({{"rank", rank.rank},
-                            {"local_rank", rank.local_rank},
-                            {"node_rank", rank.node_rank},
-                            {"host", rank.host},
-                            {"devices", devices},
-                            {"env", env}});
-  }
+  Pieces pieces(stream);
+  std::string& out = pieces.text();
   // Replace, not throw, on invalid UTF-8 in user-given strings.
-  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  out = doc.dump(2, ' ', false, Json::error_handler_t::replace);
+  out.resize(out.size() - 2);  // the closing "\n}": more members follow
+
+  out += ",\n  \"nodes\": [";
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    const NodePlan& node = plan.nodes[i];
+    out += i == 0 ? "\n    {\n" : ",\n    {\n";
+    append_member(out, 6, "host");
+    append_json_string(out, node.host);
+    out += ",\n";
+    append_member(out, 6, "node_rank");
+    append_int(out, node.node_rank);
+    out += ",\n";
+    append_member(out, 6, "nproc");
+    append_int(out, node.nproc);
+    out += ",\n";
+    append_member(out, 6, "first_rank");
+    append_int(out, node.first_rank);
+    out += "\n    }";
+    pieces.write_if_full();
+  }
+  out += plan.nodes.empty() ? "]" : "\n  ]";
+
+  out += ",\n  \"ranks\": [";
+  Vars vars;
+  for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
+    rank_environment(plan, plan.ranks[i], vars);
+    out += i == 0 ? "\n" : ",\n";
+    append_json_rank(out, plan, plan.ranks[i], vars);
+    pieces.write_if_full();
+  }
+  out += plan.ranks.empty() ? "]" : "\n  ]";
+  out += "\n}\n";
+  pieces.write();
+}
+
+std::string format_plan_text(const LaunchPlan& plan) {
+  return as_string(write_plan_text, plan);
+}
+
+std::string format_plan_json(const LaunchPlan& plan) {
+  return as_string(write_plan_json, plan);
 }
 
 }  // namespace ddprun

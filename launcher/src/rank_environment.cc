@@ -1,42 +1,56 @@
 #include "rank_environment.h"
 
 #include <algorithm>
+#include <charconv>
+#include <iterator>
+#include <string_view>
 
 #include "ddprun/contract/env_names.h"
 #include "ddprun/contract/version.h"
 
 namespace ddprun {
 
-std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPlan& plan,
-                                                                  const RankPlan& rank) {
+void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
+                      std::vector<std::pair<std::string, std::string>>& vars) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(rank.node_rank));
-  const auto str = [](int value) { return std::to_string(value); };
   const bool narrowed = plan.devices.virtual_local_rank && plan.devices.per_rank > 0;
-  std::vector<std::pair<std::string, std::string>> vars = {
-      {env::kRank, str(rank.rank)},
-      // torchrun's --virtual-local-rank: every worker's own GPU is its device 0.
-      {env::kLocalRank, narrowed ? "0" : str(rank.local_rank)},
-      {env::kWorldSize, str(plan.world_size)},
-      {env::kLocalWorldSize, str(node.nproc)},
-      {env::kGroupRank, str(node.node_rank)},
-      {env::kGroupWorldSize, str(static_cast<int>(plan.nodes.size()))},
-      {env::kRoleRank, str(rank.rank)},
-      {env::kRoleWorldSize, str(plan.world_size)},
-      {env::kRoleName, plan.role},
-      {env::kMasterAddr, plan.master_addr},
-      {env::kMasterPort, str(plan.master_port)},
-      {env::kRunId, plan.run_id},
-      {env::kRestartCount, str(plan.restart_count)},
-      {env::kMaxRestarts, str(plan.max_restarts)},
-      {env::kErrorFile, rank.error_file},
-      {env::kDdprunProgressFile, rank.progress_file},
-      {env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling},
-      {env::kDdprunHost, rank.host},
-      {env::kDdprunVersion, kVersion},
-      {env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0"},
+  std::size_t count = 0;
+  // The next variable's value, emptied; the pair and its strings are reused when there.
+  const auto next = [&vars, &count](const char* key) -> std::string& {
+    if (count == vars.size()) vars.emplace_back();
+    auto& [name, value] = vars[count++];
+    name = key;
+    value.clear();
+    return value;
   };
+  const auto put = [&next](const char* key, std::string_view value) { next(key) = value; };
+  const auto put_int = [&next](const char* key, long long value) {
+    char digits[24];
+    next(key).append(digits, std::to_chars(std::begin(digits), std::end(digits), value).ptr);
+  };
+  put_int(env::kRank, rank.rank);
+  // torchrun's --virtual-local-rank: every worker's own GPU is its device 0.
+  put_int(env::kLocalRank, narrowed ? 0 : rank.local_rank);
+  put_int(env::kWorldSize, plan.world_size);
+  put_int(env::kLocalWorldSize, node.nproc);
+  put_int(env::kGroupRank, node.node_rank);
+  put_int(env::kGroupWorldSize, static_cast<int>(plan.nodes.size()));
+  put_int(env::kRoleRank, rank.rank);
+  put_int(env::kRoleWorldSize, plan.world_size);
+  put(env::kRoleName, plan.role);
+  put(env::kMasterAddr, plan.master_addr);
+  put_int(env::kMasterPort, plan.master_port);
+  put(env::kRunId, plan.run_id);
+  put_int(env::kRestartCount, plan.restart_count);
+  put_int(env::kMaxRestarts, plan.max_restarts);
+  append_rank_file(next(env::kErrorFile), plan, rank.rank, RankFile::kErrorFile);
+  append_rank_file(next(env::kDdprunProgressFile), plan, rank.rank, RankFile::kProgressFile);
+  put(env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling);
+  put(env::kDdprunHost, rank.host);
+  put(env::kDdprunVersion, kVersion);
+  put(env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0");
   if (plan.set_legacy_nccl_async) {
-    vars.emplace_back(env::kNcclAsyncErrorHandling, plan.nccl_async_error_handling);
+    put(env::kNcclAsyncErrorHandling, plan.nccl_async_error_handling);
   }
   if (plan.devices.per_rank > 0) {
     // Positions in the node's list; a narrowed worker numbers its own GPUs from 0.
@@ -45,26 +59,32 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
     for (const int position : rank_devices(plan, rank)) {
       const std::string separator = ordinals.empty() ? "" : ",";
       visible += separator + plan.devices.visible.devices.at(static_cast<std::size_t>(position));
-      ordinals += separator + str(narrowed ? position % plan.devices.per_rank : position);
+      ordinals +=
+          separator + std::to_string(narrowed ? position % plan.devices.per_rank : position);
     }
-    if (narrowed) vars.emplace_back(env::kCudaVisibleDevices, visible);
-    vars.emplace_back(env::kDdprunDevices, ordinals);
+    if (narrowed) put(env::kCudaVisibleDevices, visible);
+    put(env::kDdprunDevices, ordinals);
   }
   if (!plan.socket_interface.name.empty() && rank.node_rank == plan.this_node) {
-    vars.emplace_back(env::kNcclSocketIfname, plan.socket_interface.name);
-    vars.emplace_back(env::kGlooSocketIfname, plan.socket_interface.name);
+    put(env::kNcclSocketIfname, plan.socket_interface.name);
+    put(env::kGlooSocketIfname, plan.socket_interface.name);
   }
-  if (plan.logs_to_dir) vars.emplace_back(env::kDdprunLogDir, plan.attempt_dir);
-  if (plan.job_end_unix) {
-    vars.emplace_back(env::kDdprunJobEndTime, std::to_string(*plan.job_end_unix));
-  }
+  if (plan.logs_to_dir) put(env::kDdprunLogDir, plan.attempt_dir);
+  if (plan.job_end_unix) put_int(env::kDdprunJobEndTime, *plan.job_end_unix);
   if (plan.threads.set_omp) {
     // torchrun's rule, so that Python scripts see what they would under torchrun; ddp-train
     // reads its share of the CPUs from DDPRUN_THREADS_PER_RANK instead.
-    if (node.nproc > 1) vars.emplace_back(env::kOmpNumThreads, "1");
-    vars.emplace_back(env::kDdprunThreadsPerRank,
-                      str(std::max(1, plan.threads.cpu_count / std::max(1, node.nproc))));
+    if (node.nproc > 1) put(env::kOmpNumThreads, "1");
+    put_int(env::kDdprunThreadsPerRank,
+            std::max(1, plan.threads.cpu_count / std::max(1, node.nproc)));
   }
+  vars.resize(count);
+}
+
+std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPlan& plan,
+                                                                  const RankPlan& rank) {
+  std::vector<std::pair<std::string, std::string>> vars;
+  rank_environment(plan, rank, vars);
   return vars;
 }
 

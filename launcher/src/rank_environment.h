@@ -21,6 +21,11 @@ namespace ddprun {
 std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPlan& plan,
                                                                   const RankPlan& rank);
 
+// The same, written over `vars` (its strings' storage reused): for printing the variables
+// of many ranks without allocating for each one.
+void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
+                      std::vector<std::pair<std::string, std::string>>& vars);
+
 // "KEY=VALUE" strings for execve: `env` with `overrides` laid over it.
 std::vector<std::string> merge_environment(
     const Environment& env, const std::vector<std::pair<std::string, std::string>>& overrides);

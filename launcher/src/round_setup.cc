@@ -23,10 +23,10 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
     child.path = program_path;
     child.argv = plan.program;
     child.env = merge_environment(env, rank_environment(plan, rank));
-    child.stdout_log = rank.stdout_log;
-    child.stderr_log = rank.stderr_log;
-    child.error_file = rank.error_file;
-    child.progress_file = rank.progress_file;
+    child.stdout_log = rank_file(plan, rank.rank, RankFile::kStdoutLog);
+    child.stderr_log = rank_file(plan, rank.rank, RankFile::kStderrLog);
+    child.error_file = rank_file(plan, rank.rank, RankFile::kErrorFile);
+    child.progress_file = rank_file(plan, rank.rank, RankFile::kProgressFile);
     child.stdout_to_console = (rank.console_streams & 1) != 0;
     child.stderr_to_console = (rank.console_streams & 2) != 0;
   }

@@ -15,4 +15,7 @@ std::string shell_quote(std::string_view word);
 // would otherwise split or expand it.
 std::string quote_command(const std::vector<std::string>& argv);
 
+// One word as quote_command shows it, appended to `out`.
+void append_command_word(std::string& out, std::string_view word);
+
 }  // namespace ddprun

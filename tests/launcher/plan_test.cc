@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
+#include <streambuf>
 
 #include "ddprun/contract/errors.h"
 #include "plan_format.h"
@@ -73,7 +76,7 @@ TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
     EXPECT_EQ(env.count("TORCHELASTIC_USE_AGENT_STORE"), 0u);
     EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"),
               "/tmp/s/attempt_0/rank_" + std::to_string(i) + ".error.json");
-    EXPECT_TRUE(rank.stdout_log.empty());
+    EXPECT_TRUE(rank_file(plan, i, RankFile::kStdoutLog).empty());
   }
 }
 
@@ -127,8 +130,10 @@ TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
   PlanInputs inputs = local_inputs();
   inputs.restart_count = 2;
   const auto plan = build_plan(options, inputs, {});
-  EXPECT_EQ(plan.ranks[1].stdout_log, "/logs/attempt_2/rank_1.stdout.log");
-  EXPECT_EQ(plan.ranks[1].stderr_log, "/logs/attempt_2/rank_1.stderr.log");
+  EXPECT_EQ(rank_file(plan, 1, RankFile::kStdoutLog), "/logs/attempt_2/rank_1.stdout.log");
+  EXPECT_EQ(rank_file(plan, 1, RankFile::kStderrLog), "/logs/attempt_2/rank_1.stderr.log");
+  EXPECT_EQ(rank_file(plan, 1, RankFile::kErrorFile), "/logs/attempt_2/rank_1.error.json");
+  EXPECT_EQ(rank_file(plan, 1, RankFile::kProgressFile), "/logs/attempt_2/rank_1.progress");
   const auto env = env_map(plan, plan.ranks[1]);
   EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "2");
   EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
@@ -174,6 +179,147 @@ TEST(PlanFormat, TextNamesTheMasterAndEveryRank) {
   EXPECT_NE(text.find("127.0.0.1:29500"), std::string::npos);
   EXPECT_NE(text.find("rank 1"), std::string::npos);
   EXPECT_NE(text.find("./w --flag"), std::string::npos);
+}
+
+// The JSON plan as the library writes it when given the whole document: what
+// format_plan_json printed before it wrote the nodes and ranks itself.
+std::string library_json(const LaunchPlan& plan) {
+  nlohmann::ordered_json doc;
+  doc["run_id"] = plan.run_id;
+  doc["scheduler"] = plan.scheduler;
+  doc["master_addr"] = plan.master_addr;
+  doc["master_port"] = plan.master_port;
+  doc["world_size"] = plan.world_size;
+  doc["this_node"] = plan.this_node;
+  doc["restart_count"] = plan.restart_count;
+  doc["max_restarts"] = plan.max_restarts;
+  doc["program"] = plan.program;
+  const VisibleGpus& gpus = plan.devices.visible;
+  doc["gpus"] = {{"visible", gpus.devices},
+                 {"source", gpus.source},
+                 {"per_rank", plan.devices.per_rank},
+                 {"virtual_local_rank", plan.devices.virtual_local_rank}};
+  doc["socket_ifname"] = plan.socket_interface.name.empty()
+                             ? nlohmann::ordered_json(nullptr)
+                             : nlohmann::ordered_json(plan.socket_interface.name);
+  doc["socket_ifname_reason"] = plan.socket_interface.reason;
+  doc["nodes"] = nlohmann::ordered_json::array();
+  for (const auto& node : plan.nodes) {
+    doc["nodes"].push_back({{"host", node.host},
+                            {"node_rank", node.node_rank},
+                            {"nproc", node.nproc},
+                            {"first_rank", node.first_rank}});
+  }
+  doc["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& rank : plan.ranks) {
+    nlohmann::ordered_json env = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : rank_environment(plan, rank)) env[key] = value;
+    nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+    for (const int position : rank_devices(plan, rank)) {
+      devices.push_back(gpus.devices.at(static_cast<std::size_t>(position)));
+    }
+    doc["ranks"].push_back({{"rank", rank.rank},
+                            {"local_rank", rank.local_rank},
+                            {"node_rank", rank.node_rank},
+                            {"host", rank.host},
+                            {"devices", devices},
+                            {"env", env}});
+  }
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
+  Options options = options_with("2");
+  options.role = "tab\there \"quoted\" back\\slash caf\xc3\xa9 bad\xff end\x01";
+  options.log_dir = "/logs/it's";
+  options.virtual_local_rank = true;
+  PlanInputs inputs = local_inputs();
+  inputs.cluster = Cluster{"hostfile", "", {{"a", 2}, {"b", 2}}, 1, {}};
+  inputs.gpus.devices = {"GPU-\"a\"", "1"};
+  inputs.gpus.source = "CUDA_VISIBLE_DEVICES";
+  inputs.visible_gpus = 2;
+  inputs.socket_interface = {"ib0", "routes to the master"};
+  inputs.job_end_unix = 1790000000;
+  const LaunchPlan plan = build_plan(options, inputs, {{"OMP_NUM_THREADS", "3"}});
+  EXPECT_EQ(format_plan_json(plan), library_json(plan));
+  // No GPUs, no interface, one node, the defaults.
+  const LaunchPlan plain = build_plan(options_with("3"), local_inputs(), {});
+  EXPECT_EQ(format_plan_json(plain), library_json(plain));
+}
+
+TEST(PlanFormat, TextQuotesEachValueAsAShellWould) {
+  Options options = options_with("1");
+  options.role = "it's mine";
+  const std::string text = format_plan_text(build_plan(options, local_inputs(), {}));
+  EXPECT_NE(text.find("\n  rank 0       RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" ROLE_NAME='it'\\''s mine' MASTER_ADDR=127.0.0.1 "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" DDPRUN_THREADS_PER_RANK=8\n"), std::string::npos) << text;
+}
+
+// 16,384 nodes of 8 ranks: each rank's values computed from a plan that stores no
+// variables or file paths per rank.
+TEST(BuildPlan, SixteenThousandNodesOfEightRanks) {
+  PlanInputs inputs = local_inputs();
+  inputs.cluster = Cluster{"hostfile", "", {}, 0, {}};
+  for (int i = 0; i < 16384; ++i) inputs.cluster.nodes.push_back({"n" + std::to_string(i), 8});
+  const LaunchPlan plan = build_plan(options_with("8"), inputs, {});
+  EXPECT_EQ(plan.world_size, 131072);
+  ASSERT_EQ(plan.ranks.size(), 131072u);
+  const RankPlan& last = plan.ranks.back();
+  EXPECT_EQ(last.rank, 131071);
+  EXPECT_EQ(last.local_rank, 7);
+  EXPECT_EQ(last.node_rank, 16383);
+  EXPECT_EQ(last.host, "n16383");
+  const auto env = env_map(plan, plan.ranks[70001]);
+  EXPECT_EQ(env.at("RANK"), "70001");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(env.at("GROUP_RANK"), "8750");
+  EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "16384");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "131072");
+  EXPECT_EQ(env.at("DDPRUN_HOST"), "n8750");
+  EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"), "/tmp/s/attempt_0/rank_70001.error.json");
+}
+
+// Keeps what is written to it and the largest single write.
+class PieceRecorder : public std::streambuf {
+ public:
+  std::string text;
+  std::size_t largest = 0;
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) {
+      const char one = static_cast<char>(c);
+      xsputn(&one, 1);
+    }
+    return c;
+  }
+  std::streamsize xsputn(const char* piece, std::streamsize size) override {
+    text.append(piece, static_cast<std::size_t>(size));
+    largest = std::max(largest, static_cast<std::size_t>(size));
+    return size;
+  }
+};
+
+// A --dry-run of 16,384 nodes prints over 100 MB: the plan goes out in pieces as it is
+// formatted, never whole (1,024 nodes here: 5 MB of text, 9 MB of JSON).
+TEST(PlanFormat, LargePlansAreWrittenInPiecesNotHeldWhole) {
+  PlanInputs inputs = local_inputs();
+  inputs.cluster = Cluster{"hostfile", "", {}, 0, {}};
+  for (int i = 0; i < 1024; ++i) inputs.cluster.nodes.push_back({"n" + std::to_string(i), 8});
+  const LaunchPlan plan = build_plan(options_with("8"), inputs, {});
+  for (const auto write : {write_plan_text, write_plan_json}) {
+    PieceRecorder recorder;
+    std::ostream out(&recorder);
+    write(plan, out);
+    EXPECT_GT(recorder.text.size(), 4000000u);
+    EXPECT_LE(recorder.largest, 256u * 1024u);
+    // Text: 9 header lines, one per node, one per rank. JSON: 32 lines per rank.
+    EXPECT_EQ(std::count(recorder.text.begin(), recorder.text.end(), '\n'),
+              write == write_plan_text ? 9 + 1024 + 8192 : 22 + 1024 * 6 + 4 + 8192 * 32);
+  }
 }
 
 TEST(QuoteCommand, QuotesOnlyWhatAShellWouldSplitOrExpand) {

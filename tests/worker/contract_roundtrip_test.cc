@@ -40,7 +40,7 @@ TEST(ContractRoundTrip, EveryRankReadsBackThePlacementThePlanGaveIt) {
     EXPECT_EQ(read.master_port, 29511);
     EXPECT_EQ(read.run_id, "job42");
     EXPECT_EQ(read.restart_count, 2);
-    EXPECT_EQ(read.error_file, rank.error_file);
+    EXPECT_EQ(read.error_file, rank_file(plan, rank.rank, RankFile::kErrorFile));
     const int nproc = plan.nodes[static_cast<std::size_t>(rank.node_rank)].nproc;
     EXPECT_EQ(read.threads_per_rank, 8 / nproc);
     EXPECT_EQ(read.omp_num_threads, nproc > 1 ? std::optional<int>(1) : std::nullopt);
