@@ -9,9 +9,6 @@
 namespace ddprun::worker {
 namespace {
 
-// Fashion-MNIST's training-set pixel mean and standard deviation (after scaling to [0, 1]).
-constexpr double kFashionMean = 0.2860;
-constexpr double kFashionStd = 0.3530;
 constexpr std::int64_t kSyntheticFeatures = 10;
 constexpr std::int64_t kSyntheticClasses = 5;
 
@@ -56,11 +53,16 @@ Dataset limit(Dataset data, std::int64_t n) {
 
 at::Tensor images_to_tensor(const IdxArray& images) {
   if (images.dims.size() != 3) throw DataError("images must have 3 dimensions (N x H x W)");
-  const auto bytes =
-      torch::from_blob(const_cast<std::uint8_t*>(images.data.data()),
-                       {images.dims[0], 1, images.dims[1], images.dims[2]}, torch::kUInt8);
-  // to() copies, so the result does not borrow `images`.
-  return bytes.to(torch::kFloat).div_(255.0).sub_(kFashionMean).div_(kFashionStd);
+  // One pass through a table of the 256 normalised values instead of four passes over the
+  // floats (188 MB for the training set): the table is made by the same tensor operations,
+  // so every pixel is bit for bit what bytes.to(kFloat).div_(255).sub_(mean).div_(std) gives.
+  const auto table =
+      torch::arange(256, torch::kFloat).div_(255.0).sub_(kFashionMean).div_(kFashionStd);
+  auto out = torch::empty({images.dims[0], 1, images.dims[1], images.dims[2]}, torch::kFloat);
+  const float* normalised = table.data_ptr<float>();
+  float* pixels = out.data_ptr<float>();
+  for (std::size_t i = 0; i < images.data.size(); ++i) pixels[i] = normalised[images.data[i]];
+  return out;
 }
 
 DataSplits load_fashion_mnist(const std::string& dir) {

@@ -23,6 +23,10 @@ struct DataSplits {
   std::int64_t num_classes = 0;
 };
 
+// Fashion-MNIST's training-set pixel mean and standard deviation (after scaling to [0, 1]).
+constexpr double kFashionMean = 0.2860;
+constexpr double kFashionStd = 0.3530;
+
 // Images as float32 N x 1 x H x W, scaled to [0, 1] then normalized with Fashion-MNIST's
 // mean and standard deviation. Throws DataError unless `images` is N x H x W.
 at::Tensor images_to_tensor(const IdxArray& images);
