@@ -275,13 +275,16 @@ std::optional<long long> reported_step(const RoundResult& result) {
 }  // namespace
 
 int run_job(Runner& runner, const JobSettings& settings,
-            const std::function<RoundSetup(int round)>& make_round, std::ostream& messages) {
+            const std::function<RoundSetup(int round, const RoundResult* previous)>& make_round,
+            std::ostream& messages) {
   std::string previous_failure;  // how the last restarted round failed
   std::optional<long long> best_step;
+  std::optional<RoundResult> previous;
   for (int round = 0;; ++round) {
-    const RoundSetup setup = make_round(round);
+    const RoundSetup setup = make_round(round, previous ? &*previous : nullptr);
+    if (settings.summaries || !setup.notice.empty()) messages << setup.notice;
     if (settings.summaries) messages << setup.summary;
-    const RoundResult result = run_round(runner, setup.children, settings.round);
+    const RoundResult& result = previous.emplace(run_round(runner, setup.children, settings.round));
     if (settings.tables) messages << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut) {
       std::vector<std::string> error_files;

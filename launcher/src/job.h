@@ -58,13 +58,16 @@ struct JobSettings {
 struct RoundSetup {
   std::vector<ChildSpec> children;
   std::string summary;  // printed before the round when settings.summaries
+  std::string notice;   // printed before the round always (e.g. a spare node taking over)
   std::string log_dir;  // named after a final failure; empty: no log folder
 };
 
-// Runs rounds made by `make_round(round number)` until one succeeds, is stopped or
+// Runs rounds made by `make_round(round number, previous round)` until one succeeds, is stopped or
 // preempted, or fails with no restart left; messages go to `messages`. Returns ddprun's
 // exit code. Exceptions from make_round and the runner pass through.
+// `previous` is the round before (null for round 0).
 int run_job(Runner& runner, const JobSettings& settings,
-            const std::function<RoundSetup(int round)>& make_round, std::ostream& messages);
+            const std::function<RoundSetup(int round, const RoundResult* previous)>& make_round,
+            std::ostream& messages);
 
 }  // namespace ddprun

@@ -119,16 +119,28 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   }
   Cluster& cluster = inputs.cluster;
   const int nodes = static_cast<int>(cluster.nodes.size());
-  if (options.nnodes && *options.nnodes != nodes) {
+  cluster.this_node = resolve_this_node(options, cluster, host);
+  const bool mpirun_found = services.program_on_path && services.program_on_path("mpirun");
+  inputs.launcher = choose_launcher(options, cluster, env, mpirun_found);
+  // Fewer nodes than given: a head that starts the others keeps the rest as spares, each
+  // to take the place of a node that fails a round (prepare_round).
+  const bool spares = options.nnodes && *options.nnodes < nodes &&
+                      inputs.launcher != LauncherKind::kLocal && !options.agent &&
+                      cluster.this_node < *options.nnodes;
+  if (spares) {
+    const auto first_spare = cluster.nodes.begin() + *options.nnodes;
+    inputs.spare_nodes.assign(first_spare, cluster.nodes.end());
+    cluster.nodes.erase(first_spare, cluster.nodes.end());
+  } else if (options.nnodes && *options.nnodes != nodes) {
     throw UsageError("--nnodes " + std::to_string(*options.nnodes) + " does not match " +
                          source_of(cluster) + ", which has " + std::to_string(nodes) + " node(s)",
                      nodes == 1 && cluster.scheduler == "local"
                          ? "give the nodes with --hostfile, or run inside a scheduler's job"
+                     : *options.nnodes < nodes
+                         ? "drop --nnodes, or fix the allocation (spare nodes need one ddprun "
+                           "on the first node that starts the others)"
                          : "drop --nnodes, or fix the allocation");
   }
-  cluster.this_node = resolve_this_node(options, cluster, host);
-  const bool mpirun_found = services.program_on_path && services.program_on_path("mpirun");
-  inputs.launcher = choose_launcher(options, cluster, env, mpirun_found);
   // A head on node 0 tells every agent the port, so it may pick any free one.
   const bool head_on_rank0 = inputs.launcher != LauncherKind::kLocal && cluster.this_node == 0;
   inputs.gpus = node_gpus(env, host, read_file);

@@ -150,7 +150,9 @@ int run(Options options, Environment env) {
   // must not hold up the job, nor its exit for long (process_runner.h).
   const int code = run_job(
       runner, settings,
-      [&](int round) { return prepare_round(options, inputs, env, round, program_path, self); },
+      [&](int round, const RoundResult* previous) {
+        return prepare_round(options, inputs, env, round, previous, program_path, self);
+      },
       runner.messages());
   runner.drain_console();
   signals.discard_pending();  // the outcome is decided; a late signal must not change it

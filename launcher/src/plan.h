@@ -121,6 +121,8 @@ struct PlanInputs {
   bool stdout_is_tty = false;
   LauncherKind launcher = LauncherKind::kLocal;
   std::optional<std::int64_t> job_end_unix;  // the job's walltime end, when known
+  // Nodes beyond --nnodes (head mode): each may take the place of a node that failed.
+  std::vector<NodeSlots> spare_nodes;
 };
 
 // How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these

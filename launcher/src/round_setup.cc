@@ -1,5 +1,7 @@
 #include "round_setup.h"
 
+#include <algorithm>
+
 #include "agents.h"
 #include "ddprun/common/files.h"
 #include "ports.h"
@@ -33,13 +35,36 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
   return children;
 }
 
+std::string replace_failed_node(PlanInputs& inputs, const RoundResult& previous) {
+  if (!previous.first_failure || inputs.spare_nodes.empty()) return {};
+  const RankResult& failed = previous.ranks.at(*previous.first_failure);
+  // srun and mpirun stand for all nodes at once (node rank -1): no node to blame.
+  if (!failed.agent || failed.node_rank < 0 || failed.node_rank == inputs.cluster.this_node) {
+    return {};
+  }
+  NodeSlots& place = inputs.cluster.nodes.at(static_cast<std::size_t>(failed.node_rank));
+  const auto spare = std::find_if(inputs.spare_nodes.begin(), inputs.spare_nodes.end(),
+                                  [&](const NodeSlots& s) { return s.slots == place.slots; });
+  if (spare == inputs.spare_nodes.end()) return {};
+  const std::string line = "ddprun: leaving " + place.host + " out: node " +
+                           std::to_string(failed.node_rank) + " failed first; the spare node " +
+                           spare->host + " takes its place (" +
+                           std::to_string(inputs.spare_nodes.size() - 1) + " spare(s) left)\n";
+  place = *spare;
+  inputs.spare_nodes.erase(spare);
+  return line;
+}
+
 RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Environment& env,
-                         int round, const std::string& program_path, const std::string& self) {
+                         int round, const RoundResult* previous, const std::string& program_path,
+                         const std::string& self) {
+  std::string notice = previous ? replace_failed_node(inputs, *previous) : std::string();
   inputs.restart_count = options.agent ? options.restart_count.value_or(0) : round;
   if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
   const LaunchPlan plan = build_plan(options, inputs, env);
   AgentLaunches agents = agent_launches(options, inputs, plan, env, self);
   RoundSetup setup;
+  setup.notice = std::move(notice);
   if (agents.local_workers || options.log_dir) make_directories(plan.attempt_dir);
   if (agents.local_workers) setup.children = worker_children(plan, program_path, env);
   setup.summary = format_launch_summary(plan, options.log_dir.has_value());

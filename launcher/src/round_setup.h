@@ -20,6 +20,13 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
 // summary to print. `self` is this ddprun's executable (for agents). Throws what planning
 // and folder creation throw.
 RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Environment& env,
-                         int round, const std::string& program_path, const std::string& self);
+                         int round, const RoundResult* previous, const std::string& program_path,
+                         const std::string& self);
+
+// After a round that `previous` says a remote node's agent failed first: that node's place
+// goes to the first spare with as many slots (same node rank, same ranks: the world size
+// stays), which leaves the spares. Returns the line that says so, or empty when no spare
+// fits or the failure is not a remote node's.
+std::string replace_failed_node(PlanInputs& inputs, const RoundResult& previous);
 
 }  // namespace ddprun

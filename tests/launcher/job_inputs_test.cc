@@ -314,6 +314,30 @@ TEST(HeadNode, FirstNodeOfAHostfileBecomesTheHeadAndPicksThePort) {
   EXPECT_EQ(inputs.master_addr, "node1");
 }
 
+// --nnodes below the nodes given: a head keeps the rest as spares; one ddprun per node
+// cannot (no one would start a spare), and says so.
+TEST(HeadNode, NodesBeyondNnodesAreSparesForAHeadOnly) {
+  Options options = options_for();
+  options.hostfile = "/h";
+  options.nnodes = 2;
+  const auto read = files({{"/h", "node1\nnode2\nnode3\n"}});
+  const auto inputs =
+      resolve_plan_inputs(options, {}, read, host_named("node1"), fake_services(kHosts), true);
+  EXPECT_EQ(inputs.launcher, LauncherKind::kSsh);
+  ASSERT_EQ(inputs.cluster.nodes.size(), 2u);
+  ASSERT_EQ(inputs.spare_nodes.size(), 1u);
+  EXPECT_EQ(inputs.spare_nodes[0].host, "node3");
+  EXPECT_EQ(build_plan(options, inputs, {}).world_size, 4);
+  options.launcher = "local";
+  try {
+    resolve_plan_inputs(options, {}, read, host_named("node1"), fake_services(kHosts), true);
+    ADD_FAILURE() << "one ddprun per node with spares";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nnodes 2 does not match"), std::string::npos);
+    EXPECT_NE(e.hint().find("spare nodes need one ddprun on the first node"), std::string::npos);
+  }
+}
+
 TEST(HeadNode, AgentPlansFromTheHeadsNodeListAndCounts) {
   Options options = options_for("auto");
   options.agent = true;

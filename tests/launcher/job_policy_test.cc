@@ -48,8 +48,8 @@ JobRun run(FakeRunner& runner, JobSettings settings, int nproc = 4) {
   JobRun result;
   result.exit_code = run_job(
       runner, settings,
-      [&](int) {
-        return RoundSetup{workers(nproc), "", ""};
+      [&](int, const RoundResult*) {
+        return RoundSetup{workers(nproc), "", "", ""};
       },
       messages);
   result.messages = messages.str();
@@ -157,14 +157,14 @@ JobRun run_with_progress(FakeRunner& runner, JobSettings settings,
   JobRun result;
   result.exit_code = run_job(
       runner, settings,
-      [&](int round) {
+      [&](int round, const RoundResult*) {
         auto children = workers(2);
         for (auto& child : children) {
           child.progress_file = dir + "/rank_" + std::to_string(child.rank) + ".progress";
           std::ofstream out(child.progress_file, std::ios::trunc);
           if (const auto step = step_of_round(round)) out << *step << "\n";
         }
-        return RoundSetup{children, "", ""};
+        return RoundSetup{children, "", "", ""};
       },
       messages);
   std::filesystem::remove_all(dir);

@@ -1,0 +1,59 @@
+// A spare node takes the place of a remote node that failed a round; nothing else moves.
+#include "round_setup.h"
+
+#include <gtest/gtest.h>
+
+namespace ddprun {
+namespace {
+
+PlanInputs four_nodes_one_short_spare_one_spare() {
+  PlanInputs inputs;
+  inputs.cluster.nodes = {{"n1", 8}, {"n2", 8}, {"n3", 8}};
+  inputs.cluster.this_node = 0;
+  inputs.spare_nodes = {{"s1", 4}, {"s2", 8}};
+  return inputs;
+}
+
+RoundResult failed_first(bool agent, int node_rank) {
+  RoundResult result;
+  result.outcome = Outcome::kWorkerFailed;
+  RankResult& rank = result.ranks.emplace_back();
+  rank.agent = agent;
+  rank.node_rank = node_rank;
+  result.first_failure = 0;
+  return result;
+}
+
+TEST(SpareNodes, TheFirstSpareWithAsManySlotsTakesTheFailedNodesPlace) {
+  PlanInputs inputs = four_nodes_one_short_spare_one_spare();
+  EXPECT_EQ(replace_failed_node(inputs, failed_first(true, 2)),
+            "ddprun: leaving n3 out: node 2 failed first; the spare node s2 takes its place (1 "
+            "spare(s) left)\n");
+  EXPECT_EQ(inputs.cluster.nodes[2].host, "s2");
+  EXPECT_EQ(inputs.cluster.nodes[1].host, "n2");
+  ASSERT_EQ(inputs.spare_nodes.size(), 1u);
+  EXPECT_EQ(inputs.spare_nodes[0].host, "s1");
+  // s1 has fewer slots: it cannot stand in for an 8-slot node.
+  EXPECT_EQ(replace_failed_node(inputs, failed_first(true, 1)), "");
+  EXPECT_EQ(inputs.cluster.nodes[1].host, "n2");
+}
+
+TEST(SpareNodes, NoNodeToBlameMeansNoReplacement) {
+  for (const auto& previous : {failed_first(false, 0),    // a worker of the head's own node
+                               failed_first(true, -1),    // srun or mpirun: all nodes at once
+                               failed_first(true, 0)}) {  // the head's node
+    PlanInputs inputs = four_nodes_one_short_spare_one_spare();
+    EXPECT_EQ(replace_failed_node(inputs, previous), "");
+    EXPECT_EQ(inputs.cluster.nodes[0].host, "n1");
+    EXPECT_EQ(inputs.spare_nodes.size(), 2u);
+  }
+  PlanInputs no_spares = four_nodes_one_short_spare_one_spare();
+  no_spares.spare_nodes.clear();
+  EXPECT_EQ(replace_failed_node(no_spares, failed_first(true, 2)), "");
+  RoundResult succeeded;
+  PlanInputs inputs = four_nodes_one_short_spare_one_spare();
+  EXPECT_EQ(replace_failed_node(inputs, succeeded), "");
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""A spare node takes a failed node's place (head mode over ssh, 3 simulated nodes, the job
+on 2 of them: --nnodes 2): in round 0 the worker on node2 fails; round 1 leaves node2 out,
+runs rank 1 on node3 and trains to the end; nothing is left on any node.
+
+  PYTHONPATH=tests tests/multinode/test_spare.py --ddprun BIN --ddp-train BIN --config JSON
+Exit 77: skipped (not root, no namespaces); under CI=true that is a failure (exit 1).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
+
+# Fails on node2 in round 0 only; elsewhere, and later, trains.
+WORKER_SH = r"""#!/bin/sh
+echo "round $TORCHELASTIC_RESTART_COUNT rank $RANK on $(hostname)"
+if [ "$(hostname)" = node2 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  echo "injected failure on node2" >&2
+  exit 3
+fi
+exec "$DDPC_TRAIN" "$@"
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--ddp-train", required=True)
+    ap.add_argument("--config", required=True)
+    a = ap.parse_args()
+    try:
+        Cluster.check_possible()
+    except SkipTest as e:
+        return skip_exit_code(e)
+    failures, result = [], {"nodes": 3, "nnodes": 2}
+    cluster = Cluster(3)
+    try:
+        cluster.start()
+        cluster.start_sshd()
+        job = os.path.join(cluster.dir, "job")
+        os.makedirs(job)
+        worker = os.path.join(job, "worker.sh")
+        with open(worker, "w") as f:
+            f.write(WORKER_SH)
+        os.chmod(worker, 0o755)
+        with open(a.config) as f:
+            cfg = json.load(f)
+        cfg.setdefault("runtime", {}).update({"timeout_s": 30, "threads": 1})
+        config = os.path.join(job, "config.json")
+        with open(config, "w") as f:
+            json.dump(cfg, f)
+        marker = f"ddpc{uuid.uuid4().hex[:12]}"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DDPC_MARK": marker,
+               "DDPC_TRAIN": os.path.abspath(a.ddp_train), "OMP_NUM_THREADS": "1",
+               "OPENBLAS_NUM_THREADS": "1"}
+        argv = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--nnodes", "2",
+                "--launcher", "ssh", "--ssh-config", cluster.ssh_config, "--run-id", marker,
+                "--tag-output", "--shutdown-timeout", "5", "--max-restarts", "1",
+                "--env", "DDPC_MARK", "--env", "DDPC_TRAIN", "--", worker, "--config", config,
+                "--epochs", "1", "--max-steps", "20"]
+        t0 = time.time()
+        r = cluster.run(cluster.nodes[0], argv, env=env, timeout=150, stderr=subprocess.STDOUT)
+        result["run_s"] = round(time.time() - t0, 2)
+        print(f"--- exit {r.returncode}\n{r.stdout}")
+        if r.returncode != 0:
+            failures.append(f"the head exited {r.returncode}, not 0")
+        for want in ("round 0 rank 1 on node2", "injected failure on node2",
+                     "ddprun: leaving node2 out: node 1 failed first; the spare node node3 takes "
+                     "its place (0 spare(s) left)",
+                     "round 1 rank 0 on node1", "round 1 rank 1 on node3"):
+            if want not in r.stdout:
+                failures.append(f"no line with '{want}'")
+        if "round 1 rank 1 on node2" in r.stdout:
+            failures.append("node2 ran a worker in round 1")
+        left = cluster.leftovers(marker)
+        if left:
+            failures.append(f"processes left: {left}")
+            kill_and_wait([p for p, _ in left])
+    except SkipTest as e:
+        cluster.stop()
+        return skip_exit_code(e)
+    finally:
+        cluster.stop()
+    print("RESULT " + json.dumps(result))
+    for f in failures:
+        print(f"FAIL: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
