@@ -4,6 +4,7 @@
 
 #include "agents.h"
 #include "ddprun/common/files.h"
+#include "ddprun/contract/errors.h"
 #include "ports.h"
 #include "rank_environment.h"
 #include "report.h"
@@ -61,6 +62,17 @@ RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Envir
   std::string notice = previous ? replace_failed_node(inputs, *previous) : std::string();
   inputs.restart_count = options.agent ? options.restart_count.value_or(0) : round;
   if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
+  // A fixed port taken while the last round ran (another job, a stray process): say who
+  // holds it now, as at the start, instead of starting a round that cannot bind it.
+  if (round > 0 && inputs.fixed_port && inputs.cluster.this_node == 0 && !options.agent &&
+      !port_is_free(inputs.master_port)) {
+    const std::string holder = describe_port_user(inputs.master_port);
+    throw UsageError("cannot restart: master port " + std::to_string(inputs.master_port) +
+                         " was taken on this host while round " + std::to_string(round - 1) +
+                         " ran" + (holder.empty() ? "" : ", by " + holder),
+                     "free the port, or leave out --master-port so that every restart picks a "
+                     "free one");
+  }
   const LaunchPlan plan = build_plan(options, inputs, env);
   AgentLaunches agents = agent_launches(options, inputs, plan, env, self);
   RoundSetup setup;
