@@ -83,7 +83,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8, 16, 32])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--launchers", nargs="+", default=["ssh", "srun"])
+    parser.add_argument("--launchers", nargs="+", default=["ssh", "ssh_tree4", "srun"])
     parser.add_argument("--dry-run-reps", type=int, default=5)
     parser.add_argument("--dry-run-only", action="store_true",
                         help="only the --dry-run plans (no root needed)")
@@ -107,6 +107,9 @@ def main():
                 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
                 launchers = {
                     "ssh": (["--launcher", "ssh", "--ssh-config", cluster.ssh_config], env),
+                    # Agents start agents: at most 4 ssh starts per node.
+                    "ssh_tree4": (["--launcher", "ssh", "--ssh-config", cluster.ssh_config,
+                                   "--ssh-fanout", "4"], env),
                     "srun": (["--launcher", "srun"], None),
                 }
                 for name, (extra, run_env) in launchers.items():
@@ -126,7 +129,7 @@ def main():
                            "total_s": summary(runs, "total_s"),
                            "head_rss_mb": summary(runs, "head_rss_mb")}
                     result["launch"].append(row)
-                    print(f"{name:5s} {n:3d} nodes: first worker started after "
+                    print(f"{name:9s} {n:3d} nodes: first worker started after "
                           f"{row['first_started_s']['median']:.2f} s, all after "
                           f"{row['all_started_s']['median']:.2f} s, run "
                           f"{row['total_s']['median']:.2f} s, head "

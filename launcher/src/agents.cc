@@ -151,7 +151,7 @@ AgentMessage parse_agent_message(std::string_view line) {
 }
 
 std::vector<std::string> agent_arguments(const Options& options, const LaunchPlan& plan,
-                                         const NodePlan* node) {
+                                         const NodePlan* node, int subtree_last) {
   std::string nodes;
   for (const NodePlan& each : plan.nodes) {
     if (!nodes.empty()) nodes += ',';
@@ -174,6 +174,16 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
                                    seconds_text(options.shutdown_timeout_s)};
   if (node != nullptr) {
     args.insert(args.end(), {"--node-rank", std::to_string(node->node_rank), "--agent-stdin"});
+  }
+  if (node != nullptr && subtree_last > node->node_rank) {
+    // It starts agents of its own: it needs what this ddprun uses to start them. The
+    // values of --env reach it in the hello, never on a command line: names only here.
+    args.insert(args.end(), {"--agent-subtree", std::to_string(subtree_last), "--ssh-fanout",
+                             std::to_string(options.ssh_fanout)});
+    if (options.ssh_config) args.insert(args.end(), {"--ssh-config", *options.ssh_config});
+    for (const auto& item : options.env_vars) {
+      args.insert(args.end(), {"--env", item.substr(0, item.find('='))});
+    }
   }
   if (options.log_dir) args.insert(args.end(), {"--log-dir", *options.log_dir});
   if (options.role != "default") args.insert(args.end(), {"--role", options.role});
@@ -259,15 +269,29 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan, const Environmen
   return argv;
 }
 
+std::vector<std::pair<int, int>> subtree_children(int first, int last, int fanout) {
+  std::vector<std::pair<int, int>> ranges;
+  const int rest = last - first;
+  if (rest <= 0) return ranges;
+  const int count = std::min(std::max(fanout, 1), rest);
+  int next = first + 1;
+  for (int i = 0; i < count; ++i) {
+    const int size = rest / count + (i < rest % count ? 1 : 0);
+    ranges.emplace_back(next, next + size - 1);
+    next += size;
+  }
+  return ranges;
+}
+
 AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
                              const LaunchPlan& plan, const Environment& env,
                              const std::string& self) {
   AgentLaunches launches;
   if (inputs.launcher == LauncherKind::kLocal) return launches;
   const Environment forwarded = forwarded_environment(env, options.env_vars);
-  const auto agent_argv = [&](const NodePlan* node) {
+  const auto agent_argv = [&](const NodePlan* node, int subtree_last) {
     std::vector<std::string> argv = {self};
-    const auto args = agent_arguments(options, plan, node);
+    const auto args = agent_arguments(options, plan, node, subtree_last);
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   };
@@ -275,14 +299,29 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
     const std::string ssh = resolve_program("ssh", env);
     const std::string cwd = current_directory();
     const std::vector<std::string> own_env = merge_environment(env, {});
-    for (const NodePlan& node : plan.nodes) {
-      if (node.node_rank == plan.this_node) continue;
+    // This node's children in the ssh tree: every other node when the head is node 0 and
+    // they are no more than --ssh-fanout; else each child starts the rest of its range.
+    // --check asks every node itself: its agents answer for their own node only.
+    std::vector<std::pair<int, int>> children;
+    const int last = static_cast<int>(plan.nodes.size()) - 1;
+    const int fanout = options.check ? last : options.ssh_fanout;
+    if (options.agent) {
+      children = subtree_children(plan.this_node, options.agent_subtree_last.value_or(0), fanout);
+    } else if (plan.this_node == 0) {
+      children = subtree_children(0, last, fanout);
+    } else {
+      for (const NodePlan& node : plan.nodes) {
+        if (node.node_rank != plan.this_node) children.emplace_back(node.node_rank, node.node_rank);
+      }
+    }
+    for (const auto& [first, subtree_last] : children) {
+      const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(first));
       ChildSpec agent;
       agent.agent = true;
       agent.node_rank = node.node_rank;
       agent.host = node.host;
       agent.path = ssh;
-      agent.argv = ssh_command(node.host, options, cwd, agent_argv(&node));
+      agent.argv = ssh_command(node.host, options, cwd, agent_argv(&node, subtree_last));
       agent.env = own_env;
       agent.hello = agent_hello(forwarded);
       launches.agents.push_back(std::move(agent));
@@ -297,8 +336,8 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
   agent.host = std::string(launcher_name(inputs.launcher));
   agent.path = resolve_program(agent.host, env);
   agent.argv = inputs.launcher == LauncherKind::kSrun
-                   ? srun_command(plan, agent_argv(nullptr))
-                   : mpirun_command(plan, forwarded, agent_argv(nullptr));
+                   ? srun_command(plan, agent_argv(nullptr, -1))
+                   : mpirun_command(plan, forwarded, agent_argv(nullptr, -1));
   agent.env = merge_environment(env, {forwarded.begin(), forwarded.end()});
   launches.agents.push_back(std::move(agent));
   return launches;

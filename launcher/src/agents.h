@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cluster.h"
@@ -50,9 +51,11 @@ AgentMessage parse_agent_message(std::string_view line);
 
 // ddprun's own arguments for the agent on `node` (without the executable): --agent, the
 // agreed master address, port, run id and restart round, the node list, this node's
-// worker count, and the options that shape output, then "--" and the program.
+// worker count, and the options that shape output, then "--" and the program. With
+// `subtree_last` beyond the node's rank (the ssh tree), that agent also starts the agents
+// of nodes node+1 .. subtree_last.
 std::vector<std::string> agent_arguments(const Options& options, const LaunchPlan& plan,
-                                         const NodePlan* node);
+                                         const NodePlan* node, int subtree_last = -1);
 
 // ssh's argv for running `remote_argv` in `cwd` on `host` (docs/multinode.md): batch
 // mode, no terminal, the command quoted once.
@@ -72,6 +75,11 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan, const Environmen
 // (this node runs its own workers), or one srun/mpirun that starts an agent on every
 // node, this one's included (then this node starts no workers itself). `self` is this
 // ddprun's executable. Resolves ssh, srun or mpirun in PATH (ProgramError if missing).
+// The ssh tree: the nodes first+1 .. last, cut into at most `fanout` consecutive ranges of
+// sizes that differ by one at most; node `first` starts the first node of each range,
+// which starts the rest of its range the same way. Returns (first, last) of each range.
+std::vector<std::pair<int, int>> subtree_children(int first, int last, int fanout);
+
 struct AgentLaunches {
   bool local_workers = true;
   std::vector<ChildSpec> agents;

@@ -312,11 +312,18 @@ Parser::Parser() {
           },
           "NAME[=VALUE]", "env"));
   app.add_option("--ssh-config", options.ssh_config, "ssh configuration file (ssh -F FILE)");
+  app.add_option("--ssh-fanout", options.ssh_fanout,
+                 "With ssh, the most nodes one node starts itself (default 32); beyond that "
+                 "agents start agents, a tree whose start time grows with its depth")
+      ->check(CLI::Range(1, 4096));
   app.add_flag("--agent", options.agent, "Started by a head ddprun")->group("");
   app.add_flag("--agent-stdin", options.agent_stdin, "The head talks on stdin")->group("");
   app.add_option("--agent-nodes", options.agent_nodes, "Nodes of the head's plan")->group("");
   app.add_option("--restart-count", options.restart_count, "The head's restart round")
       ->check(CLI::Range(0, 1000000))
+      ->group("");
+  app.add_option("--agent-subtree", options.agent_subtree_last, "Last node this agent starts")
+      ->check(CLI::Range(0, 1 << 24))
       ->group("");
 }
 

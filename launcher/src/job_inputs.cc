@@ -122,6 +122,11 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   cluster.this_node = resolve_this_node(options, cluster, host);
   const bool mpirun_found = services.program_on_path && services.program_on_path("mpirun");
   inputs.launcher = choose_launcher(options, cluster, env, mpirun_found);
+  // An agent inside the ssh tree starts the agents below it, over ssh as the head does.
+  if (options.agent && options.agent_subtree_last &&
+      *options.agent_subtree_last > cluster.this_node) {
+    inputs.launcher = LauncherKind::kSsh;
+  }
   // Fewer nodes than given: a head that starts the others keeps the rest as spares, each
   // to take the place of a node that fails a round (prepare_round).
   const bool spares = options.nnodes && *options.nnodes < nodes &&

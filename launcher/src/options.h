@@ -73,12 +73,16 @@ struct Options {
   std::string launcher = "auto";          // auto, ssh, mpirun, srun, local
   std::vector<std::string> env_vars;      // --env NAME or NAME=VALUE, for remote agents
   std::optional<std::string> ssh_config;  // --ssh-config: ssh -F FILE
+  // --ssh-fanout: the most nodes one node starts over ssh; beyond, agents start agents.
+  int ssh_fanout = 32;
   // Set by the head on the agents it starts; not for users.
   bool agent = false;
   bool agent_stdin = false;                // the head talks to this agent on stdin (ssh)
   std::optional<std::string> agent_nodes;  // "host:nproc,host:nproc,..." in node order
   std::optional<int> restart_count;        // the head's restart round
-  std::vector<std::string> program;        // program and its arguments; empty only with doctor
+  // ssh tree: this agent also starts the agents of nodes node_rank+1 .. agent_subtree_last.
+  std::optional<int> agent_subtree_last;
+  std::vector<std::string> program;  // program and its arguments; empty only with doctor
 };
 
 // Either options to run with, or a message to print and an exit code (help, version,

@@ -81,9 +81,15 @@ RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Envir
   if (agents.local_workers) setup.children = worker_children(plan, program_path, env);
   setup.summary = format_launch_summary(plan, options.log_dir.has_value());
   if (inputs.launcher != LauncherKind::kLocal) {
-    setup.summary += "ddprun: starting " +
-                     std::to_string(plan.nodes.size() - (agents.local_workers ? 1 : 0)) +
-                     " node agent(s) with " + std::string(launcher_name(inputs.launcher)) + "\n";
+    const std::size_t reached = plan.nodes.size() - (agents.local_workers ? 1 : 0);
+    setup.summary += "ddprun: starting " + std::to_string(reached) + " node agent(s) with " +
+                     std::string(launcher_name(inputs.launcher));
+    if (inputs.launcher == LauncherKind::kSsh && agents.agents.size() < reached) {
+      setup.summary += ", a tree: " + std::to_string(agents.agents.size()) +
+                       " from here, each starting the next at most " +
+                       std::to_string(options.ssh_fanout);
+    }
+    setup.summary += "\n";
   }
   for (ChildSpec& agent : agents.agents) setup.children.push_back(std::move(agent));
   if (options.log_dir) setup.log_dir = plan.attempt_dir;

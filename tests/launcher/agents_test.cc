@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <iostream>
 
 #include "ddprun/contract/errors.h"
 #include "shell_quote.h"
@@ -186,6 +187,96 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
   EXPECT_EQ(
       std::vector<std::string>(at, at + 5),
       (std::vector<std::string>{"--check", "--check-path", "/ckpt", "--check-path", "/data"}));
+}
+
+// The ssh tree: at most `fanout` children per node, consecutive ranges of near-equal size,
+// every node reached exactly once.
+TEST(SshTree, ChildrenTakeConsecutiveRangesOfNearlyEqualSize) {
+  using Ranges = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(subtree_children(0, 6, 2), (Ranges{{1, 3}, {4, 6}}));
+  EXPECT_EQ(subtree_children(1, 3, 2), (Ranges{{2, 2}, {3, 3}}));
+  EXPECT_EQ(subtree_children(0, 3, 32), (Ranges{{1, 1}, {2, 2}, {3, 3}}));  // flat
+  EXPECT_EQ(subtree_children(0, 10, 3), (Ranges{{1, 4}, {5, 7}, {8, 10}}));
+  EXPECT_EQ(subtree_children(5, 5, 2), Ranges{});
+  for (const int nodes : {2, 33, 1000, 16384}) {
+    std::vector<int> reached(static_cast<std::size_t>(nodes), 0);
+    std::vector<std::pair<int, int>> todo = {{0, nodes - 1}};
+    reached[0] = 1;
+    while (!todo.empty()) {
+      const auto [first, last] = todo.back();
+      todo.pop_back();
+      const auto children = subtree_children(first, last, 32);
+      EXPECT_LE(children.size(), 32u);
+      for (const auto& child : children) {
+        ++reached[static_cast<std::size_t>(child.first)];
+        todo.push_back(child);
+      }
+    }
+    EXPECT_EQ(std::count(reached.begin(), reached.end(), 1), nodes) << nodes << " nodes";
+  }
+}
+
+// When the last node of the tree has started, if each node starts its children one after
+// the other and each start costs `per_ssh` seconds of that node's time (the ssh client's
+// handshake: about 0.1 s on these 2-core machines).
+double tree_start_seconds(int nodes, int fanout, double per_ssh) {
+  double latest = 0;
+  std::vector<std::pair<std::pair<int, int>, double>> todo = {{{0, nodes - 1}, 0.0}};
+  while (!todo.empty()) {
+    const auto [range, started] = todo.back();
+    todo.pop_back();
+    latest = std::max(latest, started);
+    double t = started;
+    for (const auto& child : subtree_children(range.first, range.second, fanout)) {
+      t += per_ssh;
+      todo.push_back({child, t});
+    }
+  }
+  return latest;
+}
+
+// Simulated to 16,384 nodes: flat, the start time grows with the node count; as a tree it
+// grows with the depth (3 levels of at most 32 for 16,384 nodes).
+TEST(SshTree, StartTimeGrowsWithTheDepthNotTheNodeCount) {
+  const double flat = tree_start_seconds(16384, 16384, 0.1);
+  EXPECT_NEAR(flat, 1638.3, 0.01);
+  const double tree_1k = tree_start_seconds(1024, 32, 0.1);
+  const double tree_16k = tree_start_seconds(16384, 32, 0.1);
+  EXPECT_LE(tree_16k, 3 * 32 * 0.1 + 1e-9);
+  EXPECT_LT(tree_16k, 2 * tree_1k);  // 16 times the nodes, one more level
+  EXPECT_LT(tree_16k * 100, flat);
+  std::cout << "simulated start of the last agent, 0.1 s per ssh: flat 16,384 nodes " << flat
+            << " s; tree of 32: 1,024 nodes " << tree_1k << " s, 16,384 nodes " << tree_16k
+            << " s\n";
+}
+
+// An agent inside the tree is told its range, the fan-out and what the head uses to reach
+// nodes; --env values stay off the command line (names only: values come in the hello).
+TEST(SshTree, AnInnerAgentIsToldItsRangeAndHowToReachIt) {
+  Options options;
+  options.ssh_fanout = 2;
+  options.ssh_config = "/etc/ddp_ssh";
+  options.env_vars = {"SECRET=s3cret", "DDPC_MARK"};
+  LaunchPlan plan;
+  plan.master_addr = "n1";
+  plan.master_port = 29500;
+  plan.run_id = "job";
+  for (int i = 0; i < 7; ++i) plan.nodes.push_back({"n" + std::to_string(i + 1), i, 1, i});
+  plan.program = {"w"};
+  const auto args = agent_arguments(options, plan, &plan.nodes[1], 3);
+  const auto after = [&](const std::string& flag) {
+    const auto at = std::find(args.begin(), args.end(), flag);
+    return at == args.end() || at + 1 == args.end() ? std::string("(none)") : *(at + 1);
+  };
+  EXPECT_EQ(after("--agent-subtree"), "3");
+  EXPECT_EQ(after("--ssh-fanout"), "2");
+  EXPECT_EQ(after("--ssh-config"), "/etc/ddp_ssh");
+  EXPECT_EQ(std::count(args.begin(), args.end(), "SECRET"), 1);
+  EXPECT_EQ(std::count(args.begin(), args.end(), "DDPC_MARK"), 1);
+  for (const auto& arg : args) EXPECT_EQ(arg.find("s3cret"), std::string::npos) << arg;
+  // A leaf is told nothing of the tree.
+  const auto leaf = agent_arguments(options, plan, &plan.nodes[2], 2);
+  EXPECT_EQ(std::find(leaf.begin(), leaf.end(), "--agent-subtree"), leaf.end());
 }
 
 TEST(LauncherCommands, SrunAndMpirunStartOneAgentPerNode) {
