@@ -136,9 +136,14 @@ void ProcessRunner::signal(std::size_t child, int sig) {
 }
 
 RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
+  const bool output_was_open = children_->output_open();
   while (pending_.empty()) {
     if (deadline && RunnerClock::now() >= *deadline) return RunnerEvent{};
     children_->wait_once(deadline, config_.head_fd, events_);
+    // The last output closing is news too: after the last exit it ends the round, which
+    // must not wait out the drain deadline (seen: 2 s when a pipe's end came after its
+    // child's exit).
+    if (pending_.empty() && output_was_open && !children_->output_open()) return RunnerEvent{};
   }
   const RunnerEvent event = pending_.front();
   pending_.pop_front();

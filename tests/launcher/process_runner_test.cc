@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string>
 
+#include "job.h"
 #include "process.h"
 
 namespace ddprun {
@@ -33,6 +35,36 @@ TEST(ProcessRunner, AnAgentThatStopsReadingItsMessagesIsKilledNotWaitedFor) {
   ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
   EXPECT_TRUE(WIFSIGNALED(event.wait_status) && WTERMSIG(event.wait_status) == SIGKILL)
       << "wait status " << event.wait_status;
+}
+
+// A worker whose output stays open a moment after it exits (here a grandchild in a session
+// of its own holds it): the round ends when that output closes, not at the drain deadline
+// (60 s here; it was the 2 s default that every such round waited out).
+TEST(ProcessRunner, TheRoundEndsWhenTheLastOutputClosesNotAtTheDrainDeadline) {
+  SignalChannel signals;
+  Guardian guardian;
+  ProcessRunner runner(signals, guardian, ProcessRunnerConfig{});
+  ChildSpec worker;
+  worker.rank = 0;
+  worker.path = "/bin/sh";
+  // The grandchild says it has left the worker's process group (which ddprun kills when
+  // the worker exits) before the worker exits; then it keeps stdout 0.3 s longer.
+  char dir[] = "/tmp/ddprun-runner-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string ready = std::string(dir) + "/ready";
+  worker.argv = {"sh", "-c",
+                 "setsid sh -c 'touch \"$0\"; sleep 0.3' \"" + ready + "\" & while [ ! -e \"" +
+                     ready + "\" ]; do sleep 0.01; done; exit 0"};
+  RoundPolicy policy;
+  policy.drain_after_exit = std::chrono::seconds(60);
+  const auto started = RunnerClock::now();
+  const RoundResult result = run_round(runner, {worker}, policy);
+  EXPECT_EQ(result.outcome, Outcome::kSucceeded);
+  const auto took = RunnerClock::now() - started;
+  EXPECT_GE(took, std::chrono::milliseconds(300));  // the output did stay open
+  EXPECT_LT(took, std::chrono::seconds(30));
+  ::unlink(ready.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace
