@@ -9,6 +9,9 @@ no-comm time: every step under model.no_sync()). ddp-train's no-comm time comes 
 diagnostics.no_gradient_sync. Same cases, threads and launcher as bench/train.py; all
 variants interleaved in every rep.
 Usage: bench/sync_overhead.py [--reps 3] [--out bench/results/sync_overhead.json]
+                              [--cases toy mlp cnn] [--variants overlap_gloo ...]
+--cases and --variants run only some cases and ddp-train variants (the no-comm runs and
+Python's always run). The binaries are build/bin's unless DDPRUN / DDP_TRAIN name others.
 """
 import argparse
 import json
@@ -19,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train import CASES, rate, stats, variant_config  # noqa: E402
+from train import CASES, DDP_TRAIN, DDPRUN, EPOCHS, rate, stats, variant_config  # noqa: E402
 
 SMALL_BUCKET_MB = 0.05
 GLOO = {"shared_memory": False}
@@ -39,21 +42,29 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--out", default="bench/results/sync_overhead.json")
+    parser.add_argument("--cases", nargs="+", choices=[c[0].split()[0] for c in CASES],
+                        default=[c[0].split()[0] for c in CASES])
+    parser.add_argument("--variants", nargs="+", choices=list(RUNTIME_VARIANTS),
+                        default=list(RUNTIME_VARIANTS))
     args = parser.parse_args()
-    launch = ["build/bin/ddprun", "-q", "--nproc-per-node", str(args.world), "--"]
+    launch = [DDPRUN, "-q", "--nproc-per-node", str(args.world), "--"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, config, overrides, py_args in CASES:
             key = name.split()[0]
+            if key not in args.cases:
+                continue
             configs = {v: variant_config(config, tmp, f"{key}-{v}", runtime)
-                       for v, runtime in RUNTIME_VARIANTS.items()}
+                       for v, runtime in RUNTIME_VARIANTS.items() if v in args.variants}
             configs["no_comm"] = variant_config(config, tmp, key + "-no_comm",
                                                 diagnostics={"no_gradient_sync": True})
+            # Epochs as bench/train.py: rate() counts those after its warm-up epoch.
+            epochs = ["--epochs", str(EPOCHS)]
             commands = {
-                f"ddp_train_{v}": launch + ["build/bin/ddp-train", "--config", path, "--epochs",
-                                            "1", "--quiet", "--threads", "1"] + overrides
+                f"ddp_train_{v}": launch + [DDP_TRAIN, "--config", path, "--quiet", "--threads",
+                                            "1"] + epochs + overrides
                 for v, path in configs.items()}
-            py = launch + ["/usr/bin/python3", "bench/python_ddp.py", "--epochs", "1"] + py_args
+            py = launch + ["/usr/bin/python3", "bench/python_ddp.py"] + epochs + py_args
             commands["python_ddp"] = py
             commands["python_no_comm"] = py + ["--no-sync"]
             rates = {k: [] for k in commands}

@@ -6,6 +6,7 @@ each run trains 2 epochs and only the second counts (the first is warm-up).
 With more than one rank ddp-train also runs with runtime.shared_memory false (gloo only,
 like Python DDP), to show what the shared-memory all-reduce is worth.
 Usage: bench/train.py [--reps 3] [--out bench/results/train.json]
+The binaries are build/bin's unless the environment names others: DDPRUN, DDP_TRAIN.
 """
 import argparse
 import json
@@ -16,6 +17,10 @@ import statistics
 import subprocess
 import tempfile
 import time
+
+# The binaries: build/bin's unless DDPRUN / DDP_TRAIN name others (another build folder).
+DDPRUN = os.environ.get("DDPRUN", os.path.join("build", "bin", "ddprun"))
+DDP_TRAIN = os.environ.get("DDP_TRAIN", os.path.join("build", "bin", "ddp-train"))
 
 CASES = [  # name, ddp-train config and overrides, python_ddp.py arguments
     ("toy batch 20", "configs/toy.json", ["--batch-size", "20"],
@@ -66,17 +71,16 @@ def main():
     tmp = tempfile.mkdtemp()
     for name, config, overrides, py_args in CASES:
         for world in args.worlds:
-            launch = ["build/bin/ddprun", "-q", "--nproc-per-node", str(world), "--"]
+            launch = [DDPRUN, "-q", "--nproc-per-node", str(world), "--"]
             train_args = ["--epochs", str(EPOCHS), "--quiet", "--threads", "1"] + overrides
             commands = {
-                "ddp_train": launch + ["build/bin/ddp-train", "--config", config] + train_args,
+                "ddp_train": launch + [DDP_TRAIN, "--config", config] + train_args,
                 "python_ddp": launch + ["/usr/bin/python3", "bench/python_ddp.py", "--epochs",
                                         str(EPOCHS)] + py_args}
             if world > 1:
                 gloo = variant_config(config, tmp, name.split()[0] + "-gloo",
                                       {"shared_memory": False})
-                commands["ddp_train_gloo"] = launch + ["build/bin/ddp-train", "--config",
-                                                       gloo] + train_args
+                commands["ddp_train_gloo"] = launch + [DDP_TRAIN, "--config", gloo] + train_args
             rates = {k: [] for k in commands}
             for _ in range(args.reps):  # interleaved, so drift hits all alike
                 for k, command in commands.items():

@@ -34,8 +34,10 @@ struct CommOptions {
   std::string init_method = "env://";
 };
 
-// A collective in flight. wait() blocks until it is done and throws CollectiveError (see
-// Communicator) if it failed or timed out. Destroying it without wait() is allowed.
+// A collective in flight. wait() returns when it is done and throws CollectiveError (see
+// Communicator) if it failed or timed out. On a CPU plane (gloo) it yields the CPU in a
+// loop for up to 20 ms before it blocks, so that gloo's threads get a core at once.
+// Destroying it without wait() is allowed.
 class PendingWork {
  public:
   PendingWork();
