@@ -91,22 +91,28 @@ void append_member(std::string& out, std::size_t indent, std::string_view key) {
   out += "\": ";
 }
 
+// `"key": value` at `indent`, then `after` (the separator or the line end).
+void append_int_field(std::string& out, std::size_t indent, std::string_view key, long long value,
+                      std::string_view after) {
+  append_member(out, indent, key);
+  append_int(out, value);
+  out += after;
+}
+void append_string_field(std::string& out, std::size_t indent, std::string_view key,
+                         std::string_view value, std::string_view after) {
+  append_member(out, indent, key);
+  append_json_string(out, value);
+  out += after;
+}
+
 // One element of "ranks", as nlohmann's dump(2) writes it at depth 2.
 void append_json_rank(std::string& out, const LaunchPlan& plan, const RankPlan& rank,
                       const Vars& vars) {
   out += "    {\n";
-  append_member(out, 6, "rank");
-  append_int(out, rank.rank);
-  out += ",\n";
-  append_member(out, 6, "local_rank");
-  append_int(out, rank.local_rank);
-  out += ",\n";
-  append_member(out, 6, "node_rank");
-  append_int(out, rank.node_rank);
-  out += ",\n";
-  append_member(out, 6, "host");
-  append_json_string(out, rank.host);
-  out += ",\n";
+  append_int_field(out, 6, "rank", rank.rank, ",\n");
+  append_int_field(out, 6, "local_rank", rank.local_rank, ",\n");
+  append_int_field(out, 6, "node_rank", rank.node_rank, ",\n");
+  append_string_field(out, 6, "host", rank.host, ",\n");
   append_member(out, 6, "devices");
   const std::vector<int> devices = rank_devices(plan, rank);
   if (devices.empty()) {
@@ -230,18 +236,10 @@ void write_plan_json(const LaunchPlan& plan, std::ostream& stream) {
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const NodePlan& node = plan.nodes[i];
     out += i == 0 ? "\n    {\n" : ",\n    {\n";
-    append_member(out, 6, "host");
-    append_json_string(out, node.host);
-    out += ",\n";
-    append_member(out, 6, "node_rank");
-    append_int(out, node.node_rank);
-    out += ",\n";
-    append_member(out, 6, "nproc");
-    append_int(out, node.nproc);
-    out += ",\n";
-    append_member(out, 6, "first_rank");
-    append_int(out, node.first_rank);
-    out += "\n    }";
+    append_string_field(out, 6, "host", node.host, ",\n");
+    append_int_field(out, 6, "node_rank", node.node_rank, ",\n");
+    append_int_field(out, 6, "nproc", node.nproc, ",\n");
+    append_int_field(out, 6, "first_rank", node.first_rank, "\n    }");
     pieces.write_if_full();
   }
   out += plan.nodes.empty() ? "]" : "\n  ]";

@@ -11,7 +11,6 @@
 Exit 77: skipped (not root, no namespaces, no tc); under CI=true that is a failure (exit 1).
 """
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -20,6 +19,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.jobs import report  # noqa: E402
 
 NODES = 3
 LINK = re.compile(r"(?m)^\s+link to node (\d) \(node\d\): (\d+) MB/s$")
@@ -102,10 +102,7 @@ def main():
         return skip_exit_code(e)
     finally:
         cluster.stop()
-    print("RESULT " + json.dumps(result))
-    for f in failures:
-        print(f"FAIL: {f}")
-    return 1 if failures else 0
+    return report(result, failures)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ runs rank 1 on node3 and trains to the end; nothing is left on any node.
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure (exit 1).
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.jobs import report, write_job  # noqa: E402
 
 # Fails on node2 in round 0 only; elsewhere, and later, trains.
 WORKER_SH = r"""#!/bin/sh
@@ -43,18 +43,8 @@ def main():
     try:
         cluster.start()
         cluster.start_sshd()
-        job = os.path.join(cluster.dir, "job")
-        os.makedirs(job)
-        worker = os.path.join(job, "worker.sh")
-        with open(worker, "w") as f:
-            f.write(WORKER_SH)
-        os.chmod(worker, 0o755)
-        with open(a.config) as f:
-            cfg = json.load(f)
-        cfg.setdefault("runtime", {}).update({"timeout_s": 30, "threads": 1})
-        config = os.path.join(job, "config.json")
-        with open(config, "w") as f:
-            json.dump(cfg, f)
+        job, worker, config = write_job(cluster, WORKER_SH, a.config, timeout_s=30,
+                                            threads=1)
         marker = f"ddpc{uuid.uuid4().hex[:12]}"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DDPC_MARK": marker,
                "DDPC_TRAIN": os.path.abspath(a.ddp_train), "OMP_NUM_THREADS": "1",
@@ -87,10 +77,7 @@ def main():
         return skip_exit_code(e)
     finally:
         cluster.stop()
-    print("RESULT " + json.dumps(result))
-    for f in failures:
-        print(f"FAIL: {f}")
-    return 1 if failures else 0
+    return report(result, failures)
 
 
 if __name__ == "__main__":
