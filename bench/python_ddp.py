@@ -45,6 +45,8 @@ def main():
     parser.add_argument("--optimizer", default="adam")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--synthetic", type=int, default=4096)
+    parser.add_argument("--limit", type=int, default=0,
+                        help="train on the first N samples only (ddp-train's data.train_limit)")
     parser.add_argument("--no-sync", action="store_true",
                         help="every step under model.no_sync(): no gradient communication "
                              "(benchmarks the compute alone; ranks diverge)")
@@ -63,6 +65,8 @@ def main():
         x = (torch.from_numpy(images).unsqueeze(1) - MEAN) / STD
         y = torch.from_numpy(idx(f"{root}/train-labels-idx1-ubyte.gz").astype(np.int64))
         loss_fn = F.cross_entropy
+    if args.limit > 0:
+        x, y = x[:args.limit], y[:args.limit]
     torch.manual_seed(1)
     model = nn.parallel.DistributedDataParallel(models(args.model))
     opt = (torch.optim.Adam(model.parameters(), lr=args.lr) if args.optimizer == "adam"

@@ -10,8 +10,8 @@ N times the one-node cost. Root only (namespaces).
 The dry runs (text and JSON, medians of --dry-run-reps runs) need no root:
 --dry-run-only runs just them.
 
-Usage: PYTHONPATH=tests bench/scale.py [--nodes 2 4 8 16] [--reps 3] [--dry-run-reps 5]
-                                      [--dry-run-only] [--out bench/results/scale.json]
+Usage: bench/scale.py [--nodes 2 4 8 16] [--reps 3] [--dry-run-reps 5]
+                       [--dry-run-only] [--out bench/results/scale.json]
 """
 import argparse
 import glob
@@ -20,21 +20,10 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-try:
-    from simcluster import Cluster, SkipTest  # noqa: E402
-except ModuleNotFoundError as e:
-    if e.name != "simcluster":
-        raise
-    sys.exit("bench/scale.py: no simcluster package; run it with PYTHONPATH=tests")
-
-DDPRUN = os.environ.get("DDPRUN", os.path.join(ROOT, "build", "bin", "ddprun"))
+from on_nodes import Cluster, SkipTest, DDPRUN, ROOT
 
 
 def start_times(cluster, argv, env, stamp_dir):

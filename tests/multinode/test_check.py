@@ -18,8 +18,8 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
-from simcluster.jobs import report  # noqa: E402
+from simcluster import SkipTest, kill_and_wait  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.jobs import run_on_cluster  # noqa: E402
 
 NODES = 3
 LINK = re.compile(r"(?m)^\s+link to node (\d) \(node\d\): (\d+) MB/s$")
@@ -39,17 +39,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
     a = ap.parse_args()
-    try:
-        Cluster.check_possible()
-    except SkipTest as e:
-        return skip_exit_code(e)
-    failures, result = [], {"nodes": NODES}
-    cluster = Cluster(NODES)
     port = 29400 + os.getpid() % 500
-    try:
-        cluster.start()
-        cluster.start_sshd()
 
+    def body(cluster, result, failures):
         rc, out, seconds = check(cluster, a, port)
         print(f"--- ready: exit {rc}, {seconds} s\n{out}")
         links = {int(to): int(mb) for to, mb in LINK.findall(out)}
@@ -97,12 +89,8 @@ def main():
                 failures.append(f"busy port: exit {rc}, and no line matching {want}")
         finally:
             kill_and_wait([holder.pid])
-    except SkipTest as e:
-        cluster.stop()
-        return skip_exit_code(e)
-    finally:
-        cluster.stop()
-    return report(result, failures)
+
+    return run_on_cluster(NODES, body, {"nodes": NODES})
 
 
 if __name__ == "__main__":

@@ -20,8 +20,7 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
-from simcluster.jobs import report, write_job  # noqa: E402
+from simcluster.jobs import check_leftovers, run_on_cluster, write_job  # noqa: E402 (tests/ on PYTHONPATH)
 from simcluster.procs import all_pids, cmdline  # noqa: E402
 
 
@@ -44,15 +43,8 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--source", required=True)
     a = ap.parse_args()
-    try:
-        Cluster.check_possible()
-    except SkipTest as e:
-        return skip_exit_code(e)
-    failures, result = [], {"nodes": a.n}
-    cluster = Cluster(a.n)
-    try:
-        cluster.start()
-        cluster.start_sshd()
+
+    def body(cluster, result, failures):
         job, worker, config = write_job(cluster, WORKER_SH, a.config, timeout_s=30,
                                             threads=1)
         marker = f"ddpc{uuid.uuid4().hex[:12]}"
@@ -91,10 +83,7 @@ def main():
             failures.append("preempt: not every rank exited 75")
         if not os.path.exists(os.path.join(ckpt, "latest")):
             failures.append("preempt: no checkpoint was written")
-        left = cluster.leftovers(marker)
-        if left:
-            failures.append(f"preempt: processes left: {left}")
-            kill_and_wait([p for p, _ in left])
+        check_leftovers(cluster, marker, failures, "preempt: ")
 
         # The head killed with SIGKILL: its guardian ends the ssh clients, each agent sees its
         # connection close and stops its node's workers. Nothing may survive anywhere.
@@ -111,10 +100,7 @@ def main():
         while cluster.leftovers(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
         result["head_sigkill_to_all_gone_s"] = round(time.time() - t0, 2)
-        left = cluster.leftovers(marker)
-        if left:
-            failures.append(f"head killed: processes left: {left}")
-            kill_and_wait([p for p, _ in left])
+        check_leftovers(cluster, marker, failures, "head killed: ")
 
         # A restart round on every node.
         argv = head + ["--env", "DDPC_FAIL_ROUND0", "--max-restarts", "1", "--", worker, "--config", config, "--epochs", "1",
@@ -129,15 +115,9 @@ def main():
         for rank in range(a.n):
             if f"round 1 rank {rank} on" not in r.stdout:
                 failures.append(f"restart: rank {rank} did not run in round 1")
-        left = cluster.leftovers(marker)
-        if left:
-            failures.append(f"restart: processes left: {left}")
-            kill_and_wait([p for p, _ in left])
-    except SkipTest as e:
-        return skip_exit_code(e)
-    finally:
-        cluster.stop()
-    return report(result, failures)
+        check_leftovers(cluster, marker, failures, "restart: ")
+
+    return run_on_cluster(a.n, body, {"nodes": a.n})
 
 
 if __name__ == "__main__":

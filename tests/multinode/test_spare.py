@@ -6,7 +6,6 @@ runs rank 1 on node3 and trains to the end; nothing is left on any node.
   PYTHONPATH=tests tests/multinode/test_spare.py --ddprun BIN --ddp-train BIN --config JSON
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure (exit 1).
 """
-import argparse
 import os
 import subprocess
 import sys
@@ -14,8 +13,8 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
-from simcluster.jobs import report, write_job  # noqa: E402
+from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
+    check_leftovers, job_arguments, run_on_cluster, write_job)
 
 # Fails on node2 in round 0 only; elsewhere, and later, trains.
 WORKER_SH = r"""#!/bin/sh
@@ -29,20 +28,9 @@ exec "$DDPC_TRAIN" "$@"
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--ddp-train", required=True)
-    ap.add_argument("--config", required=True)
-    a = ap.parse_args()
-    try:
-        Cluster.check_possible()
-    except SkipTest as e:
-        return skip_exit_code(e)
-    failures, result = [], {"nodes": 3, "nnodes": 2}
-    cluster = Cluster(3)
-    try:
-        cluster.start()
-        cluster.start_sshd()
+    a = job_arguments()
+
+    def body(cluster, result, failures):
         job, worker, config = write_job(cluster, WORKER_SH, a.config, timeout_s=30,
                                             threads=1)
         marker = f"ddpc{uuid.uuid4().hex[:12]}"
@@ -68,16 +56,9 @@ def main():
                 failures.append(f"no line with '{want}'")
         if "round 1 rank 1 on node2" in r.stdout:
             failures.append("node2 ran a worker in round 1")
-        left = cluster.leftovers(marker)
-        if left:
-            failures.append(f"processes left: {left}")
-            kill_and_wait([p for p, _ in left])
-    except SkipTest as e:
-        cluster.stop()
-        return skip_exit_code(e)
-    finally:
-        cluster.stop()
-    return report(result, failures)
+        check_leftovers(cluster, marker, failures)
+
+    return run_on_cluster(3, body, {"nodes": 3, "nnodes": 2})
 
 
 if __name__ == "__main__":

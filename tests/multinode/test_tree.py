@@ -11,7 +11,6 @@ node5; node2 starts node3 and node4, node5 starts node6 and node7), one ddp-trai
   PYTHONPATH=tests tests/multinode/test_tree.py --ddprun BIN --ddp-train BIN --config JSON
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure (exit 1).
 """
-import argparse
 import os
 import signal
 import subprocess
@@ -20,8 +19,8 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa: E402 (tests/ on PYTHONPATH)
-from simcluster.jobs import report, write_job  # noqa: E402
+from simcluster import kill_and_wait  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.jobs import job_arguments, run_on_cluster, write_job  # noqa: E402
 from simcluster.procs import all_pids, cmdline  # noqa: E402
 
 NODES = 7
@@ -45,20 +44,9 @@ def wait_gone(cluster, marker, seconds):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--ddp-train", required=True)
-    ap.add_argument("--config", required=True)
-    a = ap.parse_args()
-    try:
-        Cluster.check_possible()
-    except SkipTest as e:
-        return skip_exit_code(e)
-    failures, result = [], {"nodes": NODES, "ssh_fanout": 2}
-    cluster = Cluster(NODES)
-    try:
-        cluster.start()
-        cluster.start_sshd()
+    a = job_arguments()
+
+    def body(cluster, result, failures):
         job, worker, config = write_job(cluster, WORKER_SH, a.config, timeout_s=30,
                                             threads=1)
         secret = f"s3cret-{uuid.uuid4().hex}"
@@ -132,12 +120,8 @@ def main():
         if left:
             failures.append(f"head killed: processes left: {left}")
             kill_and_wait([p for p, _ in left])
-    except SkipTest as e:
-        cluster.stop()
-        return skip_exit_code(e)
-    finally:
-        cluster.stop()
-    return report(result, failures)
+
+    return run_on_cluster(NODES, body, {"nodes": NODES, "ssh_fanout": 2})
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
-"""What the multinode test scripts share around a job: its folder with the worker script
-and the training config every node reads, and the closing report."""
+"""What the multinode test scripts share around a job: the cluster's start and stop, its
+folder with the worker script and the training config every node reads, its environment,
+the check that nothing is left, and the closing report."""
 
+import argparse
 import json
 import os
+
+from .cluster import Cluster
+from .namespaces import SkipTest, skip_exit_code
+from .procs import kill_and_wait
 
 
 def write_job(cluster, worker_sh, config_path, **runtime):
@@ -30,3 +36,52 @@ def report(result, failures):
     for failure in failures:
         print(f"FAIL: {failure}")
     return 1 if failures else 0
+
+
+def run_on_cluster(nodes, body, result=None):
+    """Starts `nodes` simulated nodes with sshd, runs body(cluster, result, failures) and
+    stops the cluster whatever happens. Returns report()'s exit code, or the skip code
+    (77; under CI=true a failure) when this machine cannot make the nodes."""
+    try:
+        Cluster.check_possible()
+    except SkipTest as e:
+        return skip_exit_code(e)
+    result = dict(result or {})
+    failures = []
+    cluster = Cluster(nodes)
+    try:
+        cluster.start()
+        cluster.start_sshd()
+        body(cluster, result, failures)
+    except SkipTest as e:
+        return skip_exit_code(e)
+    finally:
+        cluster.stop()
+    return report(result, failures)
+
+
+def job_env(marker, **extra):
+    """A job's environment: PATH, the marker that finds its processes on every node
+    (DDPC_MARK), one thread per rank, and `extra`."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DDPC_MARK": marker,
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env.update(extra)
+    return env
+
+
+def check_leftovers(cluster, marker, failures, what=""):
+    """A failure (prefixed `what`) for each process of the job still alive on any node,
+    which is then killed."""
+    left = cluster.leftovers(marker)
+    if left:
+        failures.append(f"{what}processes left: {left}")
+        kill_and_wait([p for p, _ in left])
+
+
+def job_arguments():
+    """The command line of a test that trains: --ddprun BIN --ddp-train BIN --config JSON."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--ddp-train", required=True)
+    ap.add_argument("--config", required=True)
+    return ap.parse_args()

@@ -64,7 +64,10 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, bool s
         env.world_size = world;
         env.master_port = port;
         env.run_id = "ddp-test";
-        if (same_node) env.local_world_size = world;
+        if (same_node) {
+          env.local_rank = r;
+          env.local_world_size = world;
+        }
         CommOptions options;
         options.timeout = std::chrono::seconds(30);
         options.init_method = init_method;

@@ -173,6 +173,68 @@ TEST(SharedMemoryAllreduceTest, RandomFloatsSumInRankOrderAndEveryRankEndsBitIde
   }));
 }
 
+// Rank r's random input for one round.
+std::vector<float> random_floats(int rank, int round, std::size_t n) {
+  std::mt19937 gen(static_cast<unsigned>(1000 * round + rank));
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(gen);
+  return v;
+}
+
+TEST(SharedMemoryAllreduceTest, ReduceGivesTheRootTheAllreduceBitsBroadcastGivesEveryoneTheRoots) {
+  // The halves of a hierarchical all-reduce, interleaved with whole all-reduces so that
+  // chunks of every kind follow each other in both slot sets.
+  constexpr int kSize = 3;
+  expect_all_passed(run_ranks(kSize, [](int rank, SharedMemoryAllreduce& shm) -> std::string {
+    const std::size_t n = shm.chunk_bytes() / sizeof(float) * 2 + 77;
+    for (int round = 0; round < 6; ++round) {
+      const int root = round % kSize;
+      const auto input = random_floats(rank, round, n);
+      auto whole = input;
+      shm.allreduce(whole.data(), n, ShmType::kFloat32, ShmOp::kSum, milliseconds(30'000));
+      auto reduced = input;
+      shm.reduce(reduced.data(), n, ShmType::kFloat32, ShmOp::kSum, root, milliseconds(30'000));
+      const auto& expected = rank == root ? whole : input;
+      if (std::memcmp(reduced.data(), expected.data(), n * sizeof(float)) != 0)
+        return "round " + std::to_string(round) + ": reduce to " + std::to_string(root) +
+               (rank == root ? " is not the all-reduce's result" : " changed a non-root's data");
+      // A byte count that is no multiple of the chunk or of an element.
+      const std::size_t bytes = shm.chunk_bytes() * 2 + 13;
+      std::vector<unsigned char> data(bytes, static_cast<unsigned char>(rank));
+      if (rank == root)
+        for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<unsigned char>(i * 31 + 7);
+      shm.broadcast(data.data(), bytes, root, milliseconds(30'000));
+      for (std::size_t i = 0; i < bytes; ++i) {
+        if (data[i] != static_cast<unsigned char>(i * 31 + 7))
+          return "round " + std::to_string(round) + ": broadcast byte " + std::to_string(i);
+      }
+    }
+    return "";
+  }));
+}
+
+TEST(SharedMemoryAllreduceTest, AnAbortMakesEveryWaitingPeerFailNamingTheRankThatAborted) {
+  const auto messages = run_ranks(3, [](int rank, SharedMemoryAllreduce& shm) -> std::string {
+    std::vector<float> data(16, 1.0F);
+    shm.reduce(data.data(), data.size(), ShmType::kFloat32, ShmOp::kSum, 1, milliseconds(60'000));
+    // Rank 1 cannot deliver what the others wait for (its link to another node failed).
+    if (rank == 1) {
+      shm.abort();
+      return "";
+    }
+    try {
+      shm.broadcast(data.data(), data.size() * sizeof(float), 1, milliseconds(60'000));
+    } catch (const SharedMemoryError& e) {
+      return e.what();
+    }
+    return "no error";
+  });
+  EXPECT_EQ(messages[0], "rank 1 abandoned the shared-memory collective");
+  EXPECT_EQ(messages[1], "");
+  EXPECT_EQ(messages[2], "rank 1 abandoned the shared-memory collective");
+}
+
 TEST(SharedMemoryAllreduceTest, APeerThatExitsIsNamedWithoutWaitingForTheTimeout) {
   const auto messages = run_ranks(3, [](int rank, SharedMemoryAllreduce& shm) -> std::string {
     std::vector<float> data(16, 1.0F);

@@ -37,9 +37,11 @@ constexpr auto kPatience = std::chrono::seconds(90);
 class Job {
  public:
   // Starts every rank, or only those in `ranks` (start() starts the others later).
+  // `per_node` ranks per simulated node (0: all on one): LOCAL_RANK, LOCAL_WORLD_SIZE and
+  // GROUP_RANK say so, as ddprun would on several nodes.
   Job(int world, const std::vector<std::string>& args, const fs::path& dir,
-      const std::vector<int>& ranks = {})
-      : world_(world), args_(args), dir_(dir) {
+      const std::vector<int>& ranks = {}, int per_node = 0)
+      : world_(world), per_node_(per_node > 0 ? per_node : world), args_(args), dir_(dir) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     read_fd_ = fds[0];
@@ -60,9 +62,10 @@ class Job {
   void start(int rank) {
     std::vector<std::string> env = {
         "RANK=" + std::to_string(rank),
-        "LOCAL_RANK=" + std::to_string(rank),
+        "LOCAL_RANK=" + std::to_string(rank % per_node_),
         "WORLD_SIZE=" + std::to_string(world_),
-        "LOCAL_WORLD_SIZE=" + std::to_string(world_),
+        "LOCAL_WORLD_SIZE=" + std::to_string(per_node_),
+        "GROUP_RANK=" + std::to_string(rank / per_node_),
         "MASTER_ADDR=127.0.0.1",
         "MASTER_PORT=1",  // read with the other variables; the FileStore needs no port
         "OMP_NUM_THREADS=1",
@@ -162,6 +165,7 @@ class Job {
   }
 
   int world_;
+  int per_node_;
   std::vector<std::string> args_;
   fs::path dir_;
   std::string store_;
@@ -380,16 +384,16 @@ TEST_F(PreemptionTest, KillingARankAtAnyStepOfTheSharedMemoryJoinLeavesNothingBe
   {
     SCOPED_TRACE("rank 0 killed after publishing and answering, rank 1 never came");
     Job job(2, {"--config", cfg}, dir_, {0});
-    ASSERT_TRUE(job.wait_for_key("shm/ok/0")) << job.output();
+    ASSERT_TRUE(job.wait_for_key("shm/0/ok/0")) << job.output();
     ::kill(job.pid(0), SIGKILL);
     EXPECT_EQ(job.wait(0), 128 + SIGKILL);
   }
   for (const int victim : {0, 1}) {
     SCOPED_TRACE("rank " + std::to_string(victim) + " killed once both answered");
     Job job(2, {"--config", cfg}, dir_, {0});
-    ASSERT_TRUE(job.wait_for_key("shm/ok/0")) << job.output();
+    ASSERT_TRUE(job.wait_for_key("shm/0/ok/0")) << job.output();
     job.start(1);
-    ASSERT_TRUE(job.wait_for_key("shm/ok/1")) << job.output();
+    ASSERT_TRUE(job.wait_for_key("shm/0/ok/1")) << job.output();
     ::kill(job.pid(victim), SIGKILL);
     EXPECT_EQ(job.wait(victim), 128 + SIGKILL);
     EXPECT_EQ(job.wait(1 - victim), 1) << job.output();
@@ -411,6 +415,67 @@ TEST_F(PreemptionTest, ResumingWithAnotherWorldSizeIsRefusedOnEveryRank) {
   two.drain();
   EXPECT_NE(two.output().find("was written by a job of 1 ranks; this one has 2"), std::string::npos)
       << two.output();
+}
+
+// Four ranks on two simulated nodes of two: all-reduces are hierarchical (shared memory
+// within each node, gloo between the node leaders). The run trains as over flat gloo, with
+// every rank's parameters bit-identical at every replica check (check_replicas).
+TEST_F(PreemptionTest, FourRanksOnTwoNodesTrainHierarchicallyAsOverFlatGloo) {
+  json params[2];
+  for (const bool shared_memory : {true, false}) {
+    const std::string tag = shared_memory ? "hierarchical" : "flat";
+    const std::string file = path(tag + ".params.json");
+    const std::string cfg = config(tag + ".json", {{"runtime", {{"shared_memory", shared_memory}}},
+                                                   {"progress", {{"quiet", false}}}});
+    Job job(4, {"--config", cfg, "--final-params", file}, dir_, {}, 2);
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(job.wait(r), 0) << job.output();
+    job.drain();
+    EXPECT_NE(job.output().find(shared_memory ? "gloo between 2 nodes + shared memory within"
+                                              : "world 4, 8 samples per rank per step, 5 steps "
+                                                "per epoch, 1 thread(s) per rank, gloo,"),
+              std::string::npos)
+        << job.output();
+    ASSERT_TRUE(fs::exists(file));
+    params[shared_memory ? 0 : 1] = read_json(file)["params"];
+  }
+  for (const auto& [name, p] : params[0].items()) {
+    const auto& a = p["values"];
+    const auto& b = params[1][name]["values"];
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i].get<double>(), b[i].get<double>(), 1e-5) << name << "[" << i << "]";
+  }
+}
+
+// A rank killed on either node, leader or not, ends every other rank with an error well
+// before the collective timeout (120 s, beyond the test's patience): the node's peers see
+// a dead rank in the segment or an abandoned collective, the other leader a closed gloo
+// connection.
+TEST_F(PreemptionTest, ARankKilledOnEitherNodeOfAHierarchicalJobEndsEveryRankWithoutTimingOut) {
+  const std::string cfg = config("held.json", {{"runtime", {{"timeout_s", 120}}},
+                                               {"diagnostics", {{"hold_after_step", 5}}},
+                                               {"preemption", {{"check_every_steps", 1}}}});
+  for (const int victim : {3, 2, 1}) {
+    SCOPED_TRACE("rank " + std::to_string(victim) + " killed");
+    Job job(4, {"--config", cfg}, dir_, {}, 2);
+    ASSERT_TRUE(job.wait_for("holding after step 5", 4)) << job.output();
+    ::kill(job.pid(victim), SIGKILL);
+    EXPECT_EQ(job.wait(victim), 128 + SIGKILL);
+    for (int r = 0; r < 4; ++r) {
+      if (r != victim) ::kill(job.pid(r), SIGUSR1);  // released into step 6's collectives
+    }
+    for (int r = 0; r < 4; ++r) {
+      if (r != victim) {
+        EXPECT_EQ(job.wait(r), 1) << "rank " << r << "\n" << job.output();
+      }
+    }
+    job.drain();
+    if (victim == 3) {
+      EXPECT_NE(job.output().find("rank 3 exited during a shared-memory all-reduce"),
+                std::string::npos)
+          << job.output();
+    }
+  }
 }
 
 }  // namespace

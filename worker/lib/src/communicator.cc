@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/init_method.h"
@@ -59,19 +60,40 @@ struct Plane::Impl {
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
   std::string name;  // what transport() says, without shared memory
   at::Device device{at::kCPU};
-  std::unique_ptr<SharedMemoryAllreduce> shm;  // null: every all-reduce goes to `backend`
+  // All-reduces of CPU tensors among this node's ranks (null: every all-reduce goes to
+  // `backend`, or, across nodes, this rank is alone on its node).
+  std::unique_ptr<SharedMemoryAllreduce> shm;
+  // Hierarchical all-reduce, when the job spans nodes and some share a node: the node's sum
+  // to its leader (local rank 0) through `shm`, an all-reduce among the leaders over gloo
+  // (`leaders`, on leaders only), the leader's result back to the node through `shm`.
+  bool across_nodes = false;
+  int nodes = 1;
+  c10::intrusive_ptr<compat::CollectiveBackend> leaders;
   // gloo-as-nccl: refuse what NCCL would refuse. The storages device_zeros() made stand for
   // GPU memory; weak, so a freed one is not mistaken for a new tensor at the same address.
   bool device_rules = false;
   std::unordered_map<const void*, c10::weak_intrusive_ptr<c10::StorageImpl>> device_storages;
 
   void check_device_rules(const char* op, const at::Tensor& tensor) const;
+  PendingWork allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op);
 };
 
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   CommunicatorImpl* owner = nullptr;  // outlives the work (documented in the header)
   bool yield_first = false;           // a CPU collective: see wait()
+  // Hierarchical all-reduce: the node's segment, through which wait() broadcasts the
+  // leader's result into `tensor`. Never taken (the work dropped unwaited), the node's
+  // ranks no longer agree on their order of collectives: the segment is aborted, so that
+  // its peers fail at once, and the communicator is unusable.
+  SharedMemoryAllreduce* node = nullptr;
+  at::Tensor tensor;
+  ~Impl() {
+    if (node) {
+      node->abort();
+      owner->failed = true;
+    }
+  }
 };
 
 PendingWork::PendingWork() = default;
@@ -80,12 +102,13 @@ PendingWork::PendingWork(PendingWork&&) noexcept = default;
 PendingWork& PendingWork::operator=(PendingWork&&) noexcept = default;
 
 bool PendingWork::asynchronous() const {
-  return impl_ && impl_->work;
+  return impl_ && (impl_->work || impl_->node);
 }
 
 void PendingWork::wait() {
-  if (!impl_ || !impl_->work) return;
+  if (!impl_ || (!impl_->work && !impl_->node)) return;
   auto work = std::move(impl_->work);  // waited for once, whatever happens
+  SharedMemoryAllreduce* node = std::exchange(impl_->node, nullptr);
   // Gloo's all-reduce is a chain of hand-offs between its threads and the peer's (worker,
   // socket loop). Blocked here, this thread leaves its core idle: an idle (virtual) CPU
   // halts, and on a busy one a woken thread can wait out another's time slice. Over
@@ -96,11 +119,27 @@ void PendingWork::wait() {
   // blocked thread would sleep, and spinning there made its steps bimodal (2 ranks on 2
   // cores: 20-77k samples/s against 45-62k blocking). The MLP's 940 KB and the CNN's 82 KB
   // gain. (NCCL's wait() only orders streams: never spin on a GPU's progress.)
-  if (impl_->yield_first) {
+  if (work && impl_->yield_first) {
     const auto until = std::chrono::steady_clock::now() + kSpinBeforeBlocking;
     while (!work->isCompleted() && std::chrono::steady_clock::now() < until) sched_yield();
   }
-  impl_->owner->guard("all-reduce", [&] { work->wait(); });
+  auto& owner = *impl_->owner;
+  owner.guard("all-reduce", [&] {
+    if (work) {
+      try {
+        work->wait();
+      } catch (...) {
+        if (node) node->abort();  // the node's ranks wait for a result that will not come
+        throw;
+      }
+    }
+    if (node) {
+      node->broadcast(
+          impl_->tensor.data_ptr(),
+          static_cast<std::size_t>(impl_->tensor.numel() * impl_->tensor.element_size()), 0,
+          owner.timeout);
+    }
+  });
 }
 
 namespace {
@@ -174,41 +213,81 @@ std::vector<std::uint8_t> as_bytes(const std::string& text) {
   return {text.begin(), text.end()};
 }
 
-// Rank 0 creates the segment and publishes its name; every rank says whether it could
-// open it; all use it only if all could (a rank on another node, or in a container with
-// its own PID namespace, cannot). Rank 0 closes the name once every rank has answered. The
-// segment is anonymous memory, never a file in /dev/shm: nothing is left behind whoever
+// One segment per node: its local rank 0 creates it and publishes its name under the
+// node's keys; every rank of the node says whether it could open it (with its job rank, for
+// error messages); the node uses it only if all could (a rank in a container with its own
+// PID namespace cannot). The creator closes the name once every rank here has answered.
+// The segment is anonymous memory, never a file in /dev/shm: nothing is left behind whoever
 // dies when (SharedMemoryAllreduce::create).
-std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store, int rank, int size) {
+std::unique_ptr<SharedMemoryAllreduce> join_node_shared_memory(c10d::Store& store,
+                                                               const WorkerEnv& env) {
+  const std::string keys = "shm/" + std::to_string(env.group_rank) + "/";
+  // Two ranks of a node with one LOCAL_RANK would wait for each other's answers forever.
+  if (store.add(keys + "claim/" + std::to_string(env.local_rank), 1) != 1) {
+    throw EnvError("rank " + std::to_string(env.rank) + ": LOCAL_RANK " +
+                       std::to_string(env.local_rank) + " of the node with GROUP_RANK " +
+                       std::to_string(env.group_rank) + " is another rank's too",
+                   "every rank of a node needs its own LOCAL_RANK, 0 to LOCAL_WORLD_SIZE - 1");
+  }
   std::unique_ptr<SharedMemoryAllreduce> shm;
   std::string why_not;
-  if (rank == 0) {
+  if (env.local_rank == 0) {
     try {
-      shm = SharedMemoryAllreduce::create(size);
+      shm = SharedMemoryAllreduce::create(env.local_world_size);
     } catch (const SharedMemoryError& e) {
       why_not = e.what();
     }
-    store.set("shm/name", as_bytes(shm ? shm->name() : ""));
+    store.set(keys + "name", as_bytes(shm ? shm->name() : ""));
   } else {
-    const auto name = store.get("shm/name");
+    const auto name = store.get(keys + "name");
     if (!name.empty()) {
       try {
-        shm = SharedMemoryAllreduce::open(std::string(name.begin(), name.end()), rank, size);
+        shm = SharedMemoryAllreduce::open(std::string(name.begin(), name.end()), env.local_rank,
+                                          env.local_world_size);
       } catch (const SharedMemoryError& e) {
         why_not = e.what();
       }
     }
   }
-  store.set("shm/ok/" + std::to_string(rank), as_bytes(shm ? "1" : "0"));
-  bool everyone = true;
-  for (int r = 0; r < size; ++r)
-    everyone = store.get("shm/ok/" + std::to_string(r)) == as_bytes("1") && everyone;
-  if (rank == 0 && shm) shm->unlink();
+  store.set(keys + "ok/" + std::to_string(env.local_rank),
+            as_bytes(shm ? std::to_string(env.rank) : "-"));
+  std::vector<int> job_ranks;
+  for (int r = 0; r < env.local_world_size; ++r) {
+    const auto answer = store.get(keys + "ok/" + std::to_string(r));
+    if (answer != as_bytes("-"))
+      job_ranks.push_back(std::stoi(std::string(answer.begin(), answer.end())));
+  }
+  if (env.local_rank == 0 && shm) shm->unlink();
   if (!why_not.empty()) {
     std::fprintf(stderr, "ddprun worker: rank %d: all-reduce over gloo, not shared memory: %s\n",
-                 rank, why_not.c_str());
+                 env.rank, why_not.c_str());
   }
-  return everyone ? std::move(shm) : nullptr;
+  if (!shm || static_cast<int>(job_ranks.size()) != env.local_world_size) return nullptr;
+  shm->set_job_ranks(std::move(job_ranks));
+  return shm;
+}
+
+// Across nodes, every rank must take the same path, so one all-reduce of votes decides:
+// hierarchical only if every node's ranks share a segment, some node has several ranks,
+// and the node leaders' GROUP_RANKs are 0..nodes-1 (they number the leaders' group; a
+// duplicate shows in the store, where each leader counts its GROUP_RANK). Returns the
+// number of nodes, or 0 for plain gloo.
+int agree_on_nodes(c10d::Store& store, compat::CollectiveBackend& gloo, const WorkerEnv& env,
+                   bool joined_here) {
+  const bool leader = env.local_rank == 0;
+  const bool duplicate = leader && store.add("nodes/" + std::to_string(env.group_rank), 1) != 1;
+  auto votes = at::tensor(
+      {std::int64_t{joined_here || env.local_world_size == 1 ? 0 : 1}, std::int64_t{leader},
+       std::int64_t{duplicate}, std::int64_t{leader ? env.group_rank : 0},
+       std::int64_t{leader && env.local_world_size > 1}},
+      at::kLong);
+  std::vector<at::Tensor> tensors{votes};
+  gloo.allreduce(tensors)->wait();
+  const auto* v = votes.data_ptr<std::int64_t>();
+  const std::int64_t nodes = v[1];
+  const bool numbered = v[2] == 0 && v[3] == nodes * (nodes - 1) / 2;
+  if (v[0] != 0 || !numbered || v[4] == 0 || nodes < 2) return 0;
+  return static_cast<int>(nodes);
 }
 
 bool told_to_stop_now() {
@@ -333,20 +412,35 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   impl->store = compat::make_prefix_store(
       "ddprun/" + env.run_id + "/" + std::to_string(env.restart_count), store);
 
-  // The control plane: gloo on the CPU, through shared memory when every rank is here.
+  // The control plane: gloo on the CPU, through shared memory within each node.
   // The shared memory first: its join needs only the store, so a rank that dies during it
   // is not also waited for by gloo's connections.
+  const bool use_shm = options.shared_memory && env.world_size > 1;
+  const bool one_node = env.local_world_size == env.world_size;
   std::unique_ptr<SharedMemoryAllreduce> shm;
-  if (options.shared_memory && env.world_size > 1 && env.local_world_size == env.world_size) {
-    shm = join_shared_memory(*impl->store, env.rank, env.world_size);
+  if (use_shm && env.local_world_size > 1) shm = join_node_shared_memory(*impl->store, env);
+  const auto control_store =
+      backend == "gloo" ? impl->store : compat::make_prefix_store("control", impl->store);
+  auto control =
+      make_plane(*impl, "gloo",
+                 compat::make_gloo(control_store, env.rank, env.world_size, options.timeout,
+                                   env.gloo_socket_ifname, env.master_addr),
+                 at::kCPU);
+  if (use_shm && one_node) {
+    control->shm = std::move(shm);
+  } else if (use_shm) {
+    const bool joined = shm != nullptr;
+    control->nodes = agree_on_nodes(*control_store, *control->backend, env, joined);
+    if (control->nodes > 0) {
+      control->across_nodes = true;
+      control->shm = std::move(shm);
+      if (env.local_rank == 0) {
+        control->leaders = compat::make_gloo(compat::make_prefix_store("leaders", control_store),
+                                             env.group_rank, control->nodes, options.timeout,
+                                             env.gloo_socket_ifname, env.master_addr);
+      }
+    }
   }
-  auto control = make_plane(
-      *impl, "gloo",
-      compat::make_gloo(
-          backend == "gloo" ? impl->store : compat::make_prefix_store("control", impl->store),
-          env.rank, env.world_size, options.timeout, env.gloo_socket_ifname, env.master_addr),
-      at::kCPU);
-  control->shm = std::move(shm);
   impl->control = std::unique_ptr<Plane>(new Plane(std::move(control)));
   // The data plane: its own group unless it is plain gloo.
   if (backend == "nccl") {
@@ -400,6 +494,10 @@ at::Device Plane::device() const {
 }
 
 std::string Plane::transport() const {
+  if (impl_->across_nodes) {
+    return impl_->name + " between " + std::to_string(impl_->nodes) +
+           " nodes + shared memory within";
+  }
   return impl_->shm ? impl_->name + " + shared memory" : impl_->name;
 }
 
@@ -443,7 +541,9 @@ void Plane::Impl::check_device_rules(const char* op, const at::Tensor& tensor) c
 PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
   impl_->check_device_rules("all-reduce", tensor);
   auto& owner = *impl_->owner;
-  if (impl_->shm) {
+  if (impl_->across_nodes) {
+    if (const auto type = to_shm(tensor)) return impl_->allreduce_across_nodes(tensor, *type, op);
+  } else if (impl_->shm) {
     if (const auto type = to_shm(tensor)) {
       owner.guard("all-reduce", [&] {
         impl_->shm->allreduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *type,
@@ -463,6 +563,38 @@ PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
       static_cast<std::size_t>(tensor.numel() * tensor.element_size()) >= kSpinFromBytes;
   owner.guard("all-reduce",
               [&] { pending.impl_->work = impl_->backend->allreduce(tensors, opts); });
+  return pending;
+}
+
+PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op) {
+  const auto count = static_cast<std::size_t>(tensor.numel());
+  if (shm) {
+    owner->guard("all-reduce", [&] {
+      shm->reduce(tensor.data_ptr(), count, type, *to_shm(op), 0, owner->timeout);
+    });
+  }
+  PendingWork pending;
+  pending.impl_ = std::make_unique<PendingWork::Impl>();
+  pending.impl_->owner = owner;
+  if (leaders) {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    pending.impl_->yield_first =
+        count * static_cast<std::size_t>(tensor.element_size()) >= kSpinFromBytes;
+    owner->guard("all-reduce", [&] {
+      try {
+        pending.impl_->work = leaders->allreduce(tensors, opts);
+      } catch (...) {
+        if (shm) shm->abort();  // before fail() waits for this node's ranks to answer
+        throw;
+      }
+    });
+  }
+  if (shm) {
+    pending.impl_->node = shm.get();
+    pending.impl_->tensor = tensor;
+  }
   return pending;
 }
 

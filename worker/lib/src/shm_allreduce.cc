@@ -130,8 +130,9 @@ struct SharedMemoryAllreduce::Layout {
     std::uint32_t chunk_bytes;
   };
   struct alignas(kLine) Wake {
-    std::atomic<std::uint32_t> epoch;     // bumped on every arrival; sleepers wait on it
-    std::atomic<std::uint32_t> sleepers;  // ranks that may be in futex_wait
+    std::atomic<std::uint32_t> epoch;       // bumped on every arrival; sleepers wait on it
+    std::atomic<std::uint32_t> sleepers;    // ranks that may be in futex_wait
+    std::atomic<std::uint32_t> aborted_by;  // 0, or 1 + the rank that called abort()
   };
   struct alignas(kLine) Counter {
     std::atomic<std::uint64_t> phase;
@@ -278,7 +279,7 @@ void SharedMemoryAllreduce::check_peers_alive() const {
   }
   if (gone.empty()) return;
   std::string text;
-  for (const int r : gone) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  for (const int r : gone) text += (text.empty() ? "" : ", ") + std::to_string(job_rank(r));
   throw SharedMemoryError(std::string(gone.size() == 1 ? "rank " : "ranks ") + text +
                           " exited during a shared-memory all-reduce");
 }
@@ -294,13 +295,22 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
     }
     return true;
   };
+  const auto check_aborted = [&] {
+    if (const std::uint32_t by = wake->aborted_by.load(); by != 0) {
+      throw SharedMemoryError("rank " + std::to_string(job_rank(static_cast<int>(by) - 1)) +
+                              " abandoned the shared-memory collective");
+    }
+  };
   if (all_arrived()) return;
   if (spin_) {
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     for (unsigned i = 1;; ++i) {
       cpu_relax();
       if (all_arrived()) return;
-      if (i % 64 == 0 && std::chrono::steady_clock::now() >= spin_until) break;
+      if (i % 64 == 0) {
+        check_aborted();
+        if (std::chrono::steady_clock::now() >= spin_until) break;
+      }
     }
   }
   for (;;) {
@@ -313,6 +323,7 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
     futex_wait(&wake->epoch, epoch, kSleepSlice);
     wake->sleepers.fetch_sub(1);
     if (all_arrived()) return;
+    check_aborted();
     check_peers_alive();
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
@@ -320,7 +331,7 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
         const auto* counter = reinterpret_cast<const Layout::Counter*>(
             bytes + Layout::counters_offset() + static_cast<std::size_t>(r) * kLine);
         if (counter->phase.load() < phase_)
-          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          missing += (missing.empty() ? "" : ", ") + std::to_string(job_rank(r));
       }
       throw SharedMemoryError("shared-memory all-reduce timed out waiting for rank(s) " + missing);
     }
@@ -329,15 +340,23 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
 
 void SharedMemoryAllreduce::allreduce(void* data, std::size_t count, ShmType type, ShmOp op,
                                       std::chrono::milliseconds timeout) {
+  reduce_chunks(data, count, type, op, -1, timeout);
+}
+
+void SharedMemoryAllreduce::reduce(void* data, std::size_t count, ShmType type, ShmOp op, int root,
+                                   std::chrono::milliseconds timeout) {
+  reduce_chunks(data, count, type, op, root, timeout);
+}
+
+void SharedMemoryAllreduce::reduce_chunks(void* data, std::size_t count, ShmType type, ShmOp op,
+                                          int root, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::size_t elem = element_bytes(type);
   const std::size_t per_chunk = chunk_bytes_ / elem;
-  auto* bytes = static_cast<std::byte*>(base_);
   auto* user = static_cast<std::byte*>(data);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(per_chunk, count - done);
-    std::byte* set = bytes + Layout::data_offset(size_) +
-                     (chunks_done_ % 2) * Layout::set_bytes(size_, chunk_bytes_);
+    std::byte* set = slot_set();
     std::byte* result = set + static_cast<std::size_t>(size_) * chunk_bytes_;
     std::memcpy(set + static_cast<std::size_t>(rank_) * chunk_bytes_, user + done * elem, n * elem);
     arrive();
@@ -362,10 +381,49 @@ void SharedMemoryAllreduce::allreduce(void* data, std::size_t count, ShmType typ
     }
     arrive();
     wait_for_all(deadline);
-    std::memcpy(user + done * elem, result, n * elem);
+    if (root < 0 || root == rank_) std::memcpy(user + done * elem, result, n * elem);
     ++chunks_done_;
     done += n;
   }
+}
+
+void SharedMemoryAllreduce::broadcast(void* data, std::size_t bytes, int root,
+                                      std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto* user = static_cast<std::byte*>(data);
+  // One barrier per chunk is enough: a rank reads chunk k before it arrives anywhere in
+  // chunk k + 1, and the root writes this set again only in chunk k + 2, after that arrival.
+  for (std::size_t done = 0; done < bytes;) {
+    const std::size_t n = std::min(chunk_bytes_, bytes - done);
+    std::byte* result = slot_set() + static_cast<std::size_t>(size_) * chunk_bytes_;
+    if (rank_ == root) std::memcpy(result, user + done, n);
+    arrive();
+    wait_for_all(deadline);
+    if (rank_ != root) std::memcpy(user + done, result, n);
+    ++chunks_done_;
+    done += n;
+  }
+}
+
+void SharedMemoryAllreduce::set_job_ranks(std::vector<int> ranks) {
+  if (static_cast<int>(ranks.size()) == size_) job_ranks_ = std::move(ranks);
+}
+
+int SharedMemoryAllreduce::job_rank(int rank) const {
+  return job_ranks_.empty() ? rank : job_ranks_[static_cast<std::size_t>(rank)];
+}
+
+std::byte* SharedMemoryAllreduce::slot_set() const {
+  return static_cast<std::byte*>(base_) + Layout::data_offset(size_) +
+         (chunks_done_ % 2) * Layout::set_bytes(size_, chunk_bytes_);
+}
+
+void SharedMemoryAllreduce::abort() {
+  auto* wake = reinterpret_cast<Layout::Wake*>(static_cast<std::byte*>(base_) + kLine);
+  std::uint32_t none = 0;
+  wake->aborted_by.compare_exchange_strong(none, static_cast<std::uint32_t>(rank_) + 1);
+  wake->epoch.fetch_add(1);
+  futex_wake_all(&wake->epoch);
 }
 
 }  // namespace ddprun::worker

@@ -10,8 +10,11 @@
 // is reduced by one rank in one order, so all ranks end bit-identical. Chunks alternate
 // between two sets of slots, which makes two barriers per chunk enough.
 //
-// A peer that died (its lock on the segment is gone) or did not arrive within the timeout
-// makes allreduce() throw SharedMemoryError naming it.
+// reduce() and broadcast() are the two halves of a hierarchical all-reduce (Communicator):
+// the node's sum to one rank, and that rank's result to the node.
+//
+// A peer that died (its lock on the segment is gone), that abort()ed, or that did not
+// arrive within the timeout makes a collective throw SharedMemoryError naming it.
 
 #include <chrono>
 #include <cstddef>
@@ -19,6 +22,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ddprun::worker {
 
@@ -48,6 +52,8 @@ class SharedMemoryAllreduce {
 
   const std::string& name() const { return name_; }
   std::size_t chunk_bytes() const { return chunk_bytes_; }
+  // The job's rank of each of the segment's ranks, for error messages (default: the same).
+  void set_job_ranks(std::vector<int> ranks);
   // Rank 0, once every rank has opened it: nobody can open it any more (name() is then
   // empty); the memory stays mapped.
   void unlink();
@@ -56,11 +62,24 @@ class SharedMemoryAllreduce {
   // count, type and op, in the same order. Blocks until all ranks have contributed.
   void allreduce(void* data, std::size_t count, ShmType type, ShmOp op,
                  std::chrono::milliseconds timeout);
+  // The same reduction, but only `root` gets the result; the others' data stay as they were.
+  void reduce(void* data, std::size_t count, ShmType type, ShmOp op, int root,
+              std::chrono::milliseconds timeout);
+  // Overwrites `bytes` bytes at `data` on every rank with root's.
+  void broadcast(void* data, std::size_t bytes, int root, std::chrono::milliseconds timeout);
+  // Makes every rank waiting in a collective now or later throw SharedMemoryError naming this
+  // rank: for a rank that cannot finish its part (its all-reduce between nodes failed), so
+  // that its peers here fail at once instead of at the timeout. The segment stays unusable.
+  void abort();
 
  private:
   struct Layout;
   SharedMemoryAllreduce(std::string name, int fd, int rank, int size, std::size_t chunk_bytes,
                         void* base, std::size_t mapped_bytes);
+  void reduce_chunks(void* data, std::size_t count, ShmType type, ShmOp op, int root,
+                     std::chrono::milliseconds timeout);
+  std::byte* slot_set() const;  // the slot set of the current chunk
+  int job_rank(int rank) const;
   void arrive();
   void wait_for_all(std::chrono::steady_clock::time_point deadline);
   void check_peers_alive() const;
@@ -75,6 +94,7 @@ class SharedMemoryAllreduce {
   std::uint64_t phase_ = 0;        // phases this rank has completed (two per chunk)
   std::uint64_t chunks_done_ = 0;  // picks the slot set: chunks alternate between two
   bool spin_ = true;               // false when ranks outnumber CPUs: sleep instead
+  std::vector<int> job_ranks_;     // empty: the segment's ranks are the job's
 };
 
 }  // namespace ddprun::worker

@@ -1,0 +1,258 @@
+// The hierarchical all-reduce (shared memory within a node, gloo between node leaders,
+// shared memory back), with ranks as threads of this process that the environment places
+// on simulated nodes: every rank ends bit-identical, integers exactly, DDP trains as over
+// flat gloo, the path is chosen by all ranks alike, and a leader that abandons its part
+// makes its node fail at once.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddprun/worker/ddp.h"
+#include "ddprun/worker/errors.h"
+
+namespace ddprun::worker {
+namespace {
+
+struct Placement {
+  std::vector<int> node_sizes;  // ranks per node, in rank order
+  bool shared_memory = true;
+  std::chrono::milliseconds unresponsive_wait{5'000};
+  std::chrono::milliseconds timeout{30'000};
+  bool one_local_rank = false;  // a broken environment: every LOCAL_RANK 0
+};
+
+// Runs `body(comm)` on every rank of `placement`, one thread each, meeting in a FileStore
+// of their own. Returns each rank's error ("" when none escaped).
+std::vector<std::string> run_on_nodes(const Placement& placement,
+                                      const std::function<void(Communicator&)>& body) {
+  static int runs = 0;
+  const std::string store =
+      (std::filesystem::temp_directory_path() /
+       ("ddprun-hierarchy-test-" + std::to_string(::getpid()) + "-" + std::to_string(++runs)))
+          .string();
+  int world = 0;
+  for (const int n : placement.node_sizes) world += n;
+  std::vector<std::string> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  int rank = 0;
+  for (std::size_t node = 0; node < placement.node_sizes.size(); ++node) {
+    for (int local = 0; local < placement.node_sizes[node]; ++local, ++rank) {
+      threads.emplace_back([&, rank, local, node] {
+        try {
+          WorkerEnv env;
+          env.rank = rank;
+          env.local_rank = placement.one_local_rank ? 0 : local;
+          env.world_size = world;
+          env.local_world_size = placement.node_sizes[node];
+          env.group_rank = static_cast<int>(node);
+          env.master_port = 1;
+          env.run_id = "hierarchy-test";
+          CommOptions options;
+          options.timeout = placement.timeout;
+          options.unresponsive_wait = placement.unresponsive_wait;
+          options.init_method = "file://" + store;
+          options.shared_memory = placement.shared_memory;
+          auto comm = Communicator::connect(env, options);
+          body(*comm);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(rank)] = e.what();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  std::filesystem::remove(store);
+  return errors;
+}
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (std::size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+at::Tensor random_floats(int rank, int round, std::int64_t n) {
+  auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(1000 * round + rank));
+  return torch::randn({n}, gen);
+}
+
+class Hierarchy : public ::testing::TestWithParam<std::vector<int>> {};
+
+INSTANTIATE_TEST_SUITE_P(Nodes, Hierarchy,
+                         ::testing::Values(std::vector<int>{2, 2}, std::vector<int>{2, 1, 3}),
+                         [](const ::testing::TestParamInfo<std::vector<int>>& p) {
+                           std::string name;
+                           for (const int n : p.param)
+                             name += (name.empty() ? "" : "x") + std::to_string(n);
+                           return "Ranks" + name;
+                         });
+
+// Several all-reduces in flight at once (as DDP's buckets are), of sizes within one chunk
+// and across several: every rank ends with the same bits, close to the sum in double;
+// integer sums, minima and maxima are exact.
+TEST_P(Hierarchy, AllReducesEndBitIdenticalOnEveryRankAndExactOnIntegers) {
+  const auto& sizes = GetParam();
+  int world = 0;
+  for (const int n : sizes) world += n;
+  const std::vector<std::int64_t> lengths{1, 1000, 150'000};
+  std::vector<std::vector<at::Tensor>> results(static_cast<std::size_t>(world));
+  expect_no_errors(run_on_nodes({sizes}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.transport(),
+              "gloo between " + std::to_string(sizes.size()) + " nodes + shared memory within");
+    auto& mine = results[static_cast<std::size_t>(comm.rank())];
+    for (int round = 0; round < 2; ++round) {
+      std::vector<at::Tensor> tensors;
+      std::vector<PendingWork> works;
+      for (const auto n : lengths) tensors.push_back(random_floats(comm.rank(), round, n));
+      for (auto& t : tensors) works.push_back(comm.control().allreduce_async(t));
+      for (auto& w : works) w.wait();
+      mine.insert(mine.end(), tensors.begin(), tensors.end());
+    }
+    auto ints = torch::arange(0, 5000, torch::kLong) * (comm.rank() + 1) - 7 * comm.rank();
+    const auto sum = ints.clone(), low = ints.clone(), high = ints.clone();
+    auto s = sum, lo = low, hi = high;
+    comm.control().allreduce(s);
+    comm.control().allreduce(lo, ReduceOp::kMin);
+    comm.control().allreduce(hi, ReduceOp::kMax);
+    const auto base = torch::arange(0, 5000, torch::kLong);
+    at::Tensor want_sum = torch::zeros({5000}, torch::kLong);
+    at::Tensor want_lo = base.clone(), want_hi = base.clone();
+    for (int r = 0; r < comm.world_size(); ++r) {
+      const auto x = base * (r + 1) - 7 * r;
+      want_sum += x;
+      want_lo = torch::minimum(want_lo, x);
+      want_hi = torch::maximum(want_hi, x);
+    }
+    EXPECT_TRUE(torch::equal(s, want_sum));
+    EXPECT_TRUE(torch::equal(lo, want_lo));
+    EXPECT_TRUE(torch::equal(hi, want_hi));
+  }));
+  for (std::size_t i = 0; i < results[0].size(); ++i) {
+    const auto round = static_cast<int>(i / lengths.size());
+    auto expected = torch::zeros_like(results[0][i], torch::kDouble);
+    for (int r = 0; r < world; ++r)
+      expected += random_floats(r, round, results[0][i].numel()).to(torch::kDouble);
+    EXPECT_TRUE(torch::allclose(results[0][i].to(torch::kDouble), expected, 1e-5, 1e-5));
+    for (int r = 1; r < world; ++r) {
+      const auto& other = results[static_cast<std::size_t>(r)][i];
+      ASSERT_EQ(other.numel(), results[0][i].numel());
+      EXPECT_EQ(std::memcmp(other.data_ptr(), results[0][i].data_ptr(),
+                            static_cast<std::size_t>(other.nbytes())),
+                0)
+          << "rank " << r << " differs from rank 0 in all-reduce " << i;
+    }
+  }
+}
+
+struct Net : torch::nn::Module {
+  Net() {
+    a = register_module("a", torch::nn::Linear(16, 32));
+    b = register_module("b", torch::nn::Linear(32, 4));
+    auto gen = at::detail::createCPUGenerator(1);
+    torch::NoGradGuard no_grad;
+    for (auto& p : parameters()) p.copy_(torch::randn(p.sizes(), gen));
+  }
+  at::Tensor forward(const at::Tensor& x) { return b->forward(torch::tanh(a->forward(x))); }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+
+// Ten SGD steps of a small net with several buckets, on rank-dependent data; returns every
+// rank's final parameters, flattened.
+std::vector<at::Tensor> train(const Placement& placement) {
+  int world = 0;
+  for (const int n : placement.node_sizes) world += n;
+  std::vector<at::Tensor> finals(static_cast<std::size_t>(world));
+  expect_no_errors(run_on_nodes(placement, [&](Communicator& comm) {
+    auto net = std::make_shared<Net>();
+    DdpOptions options;
+    options.bucket_cap_bytes = options.first_bucket_cap_bytes = 1024;  // several buckets
+    DistributedDataParallel ddp(net, comm, options);
+    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+    for (int step = 0; step < 10; ++step) {
+      auto gen =
+          at::detail::createCPUGenerator(static_cast<std::uint64_t>(100 * step + comm.rank()));
+      const auto x = torch::randn({8, 16}, gen);
+      sgd.zero_grad();
+      ddp.prepare_for_forward();
+      net->forward(x).pow(2).mean().backward();
+      ddp.finish_gradient_sync();
+      sgd.step();
+    }
+    std::vector<at::Tensor> flat;
+    for (const auto& p : net->parameters()) flat.push_back(p.detach().flatten());
+    finals[static_cast<std::size_t>(comm.rank())] = torch::cat(flat);
+  }));
+  return finals;
+}
+
+TEST_P(Hierarchy, DdpTrainsAsOverFlatGlooAndEveryRankHoldsTheSameBits) {
+  const auto hierarchical = train({GetParam()});
+  Placement flat{GetParam()};
+  flat.shared_memory = false;
+  const auto reference = train(flat);
+  ASSERT_TRUE(hierarchical[0].defined() && reference[0].defined());
+  for (std::size_t r = 0; r < hierarchical.size(); ++r) {
+    EXPECT_TRUE(torch::equal(hierarchical[r], hierarchical[0])) << "rank " << r;
+    EXPECT_TRUE(torch::allclose(hierarchical[r], reference[r], 1e-5, 1e-6)) << "rank " << r;
+  }
+}
+
+// The path is the job's, not the rank's: without shared memory, or with one rank per node,
+// every rank uses plain gloo.
+TEST(HierarchyChoice, PlainGlooWithoutSharedMemoryOrWithOneRankPerNode) {
+  for (const auto& placement : {Placement{{2, 2}, false}, Placement{{1, 1, 1}, true}}) {
+    expect_no_errors(run_on_nodes(placement, [](Communicator& comm) {
+      EXPECT_EQ(comm.transport(), "gloo");
+      auto t = torch::full({3}, static_cast<float>(comm.rank()));
+      comm.control().allreduce(t);
+      const int n = comm.world_size();
+      EXPECT_TRUE(torch::equal(t, torch::full({3}, static_cast<float>(n * (n - 1) / 2))));
+    }));
+  }
+}
+
+// A leader that drops its all-reduce unwaited can never give its node the result: its node
+// peer fails at once, naming it, instead of waiting for the timeout; the leader's
+// communicator refuses every later collective.
+TEST(HierarchyFailure, ALeaderThatAbandonsItsPartMakesItsNodeFailNamingIt) {
+  Placement placement{{2, 2}};
+  placement.unresponsive_wait = std::chrono::milliseconds(100);
+  const auto errors = run_on_nodes(placement, [](Communicator& comm) {
+    auto t = torch::ones({64});
+    if (comm.rank() == 0) {
+      { auto dropped = comm.control().allreduce_async(t); }
+      comm.control().allreduce(t);  // throws: the communicator is unusable
+    } else {
+      comm.control().allreduce(t);
+    }
+  });
+  EXPECT_EQ(errors[0],
+            "all-reduce on rank 0: the communicator is unusable after an earlier failed "
+            "collective");
+  EXPECT_NE(errors[1].find("rank 0 abandoned the shared-memory collective"), std::string::npos)
+      << errors[1];
+  EXPECT_EQ(errors[2], "");  // the leaders' all-reduce itself completed
+  EXPECT_EQ(errors[3], "");
+}
+
+// Two ranks of one node with the same LOCAL_RANK: one of them says so, instead of both
+// waiting for the other's answer until the timeout.
+TEST(HierarchyChoice, TwoRanksWithOneLocalRankAreNamed) {
+  Placement placement{{2}};
+  placement.one_local_rank = true;
+  placement.timeout = std::chrono::milliseconds(1'000);
+  const auto errors = run_on_nodes(placement, [](Communicator&) {});
+  const std::string named = ": LOCAL_RANK 0 of the node with GROUP_RANK 0 is another rank's too";
+  EXPECT_TRUE(errors[0] == "rank 0" + named || errors[1] == "rank 1" + named) << errors[0] << "\n"
+                                                                              << errors[1];
+}
+
+}  // namespace
+}  // namespace ddprun::worker
