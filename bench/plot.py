@@ -45,6 +45,12 @@ def ratios():
     if train:
         for row in train["rows"]:
             rows.append((f"train {row['case'].split()[0]} w{row['world']}: Python DDP", row["ratio"]))
+    hierarchy = load("hierarchy")
+    if hierarchy:
+        for row in hierarchy["rows"]:
+            if row["link"] == "none":
+                rows.append((f"train {row['case'].split()[0]} 2x2 nodes: Python DDP",
+                             row["ratio_vs_python_ddp"]))
     shm, gloo = load("allreduce"), load("allreduce_gloo")
     if shm and gloo:
         speed = {r["bytes"]: r["allreduce_gb_per_s"]["median"] for r in shm["rows"]}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole benchmark suite in one command: every script writes bench/results/NAME.json,
 # then bench/plot.py draws bench/results/summary.svg. Needs a built tree (scripts/setup.sh);
-# the scale benchmark needs root (network namespaces) and is skipped otherwise.
+# the benchmarks on simulated nodes (scale, hierarchy) need root (network namespaces) and are
+# skipped otherwise.
 # Usage: bench/run_all.sh [--quick]   (--quick: fewer repetitions)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$rep
 build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$reps" \
   --shared-memory 0 --out bench/results/allreduce_gloo.json
 if [[ $(id -u) == 0 ]]; then
-  PYTHONPATH=tests${PYTHONPATH:+:$PYTHONPATH} /usr/bin/python3 bench/scale.py --reps "$reps"
+  /usr/bin/python3 bench/scale.py --reps "$reps"
+  /usr/bin/python3 bench/hierarchy.py --reps "$reps"
 fi
 python3 bench/plot.py

@@ -9,9 +9,9 @@ On a simulated cluster (tests/simcluster), 1 worker per node:
   1. reference: the user's job script (scripts/jobs/slurm.sbatch or abci-sge.sh, resource
      lines adapted) with a generous time limit trains the config to the end and writes its
      final parameters;
-  2. the same script with a 1 minute limit and DDPRUN_ARGS --drain-before 25: every rank
+  2. the same script with a 1 minute limit and DDPRUN_ARGS --drain-before 20: every rank
      holds after a small step (diagnostics.hold_after_step) until ddprun's SIGUSR1 comes
-     about 35 s in; ddp-train stops at an agreed step K with a checkpoint and exits 75;
+     about 40 s in; ddp-train stops at an agreed step K with a checkpoint and exits 75;
      the script asks the scheduler to run the job again (Slurm: `scontrol requeue`; Grid
      Engine: exit 99); the second run resumes at step K, finishes, and its final
      parameters must equal the reference's bit for bit.
@@ -41,8 +41,10 @@ from simcluster import Cluster, SkipTest, kill_and_wait, skip_exit_code  # noqa:
 
 HOLD_AFTER_STEP = 20
 TIME_LIMIT_S = 60
-# ddprun gives at most half the time left to the drain: 25 s of a 1 minute job.
-DRAIN_BEFORE_S = 25
+# ddprun gives at most half the time left to the drain: a drain 20 s before the end of a 1
+# minute job leaves ddprun 20 s after the job's start to begin (past that it would drain at
+# the half of what is left, and say so); with 25 s, a loaded machine's 10 s were once too few.
+DRAIN_BEFORE_S = 20
 FINAL_SLURM_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                       "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
 
@@ -387,14 +389,22 @@ class Test:
         end_text, source, sig, drain_at, before = drains[0]
         end = time.mktime(time.strptime(end_text, "%Y-%m-%d %H:%M:%S"))
         self.result["job_end_source"] = source
-        # The first run starts within a second or two of the submission; the end is in
-        # whole seconds (and Grid Engine's start time may be the submission's second).
-        self.check(-1.5 <= end - t_submit - TIME_LIMIT_S <= 5,
+        # The first run starts soon after the submission; the end is in whole seconds (and
+        # Grid Engine's start time may be the submission's second). Where the scheduler's own
+        # end time is known, that is the exact check below, and the start's delay (a busy
+        # scheduler, a loaded machine) only needs to be sane here.
+        late = 5 if sched_end is None else 30
+        self.check(-1.5 <= end - t_submit - TIME_LIMIT_S <= late,
                    f"the job's end ({source}) is {end - t_submit:.1f} s after the submission "
-                   f"(time limit {TIME_LIMIT_S} s)")
-        self.check(sig == "SIGUSR1" and before == str(DRAIN_BEFORE_S),
+                   f"(time limit {TIME_LIMIT_S} s, start delay allowed {late} s)")
+        # ddprun's own arithmetic, exact: the signal time it announces is the end minus the
+        # drain time.
+        self.check(drain_at == time.strftime("%H:%M:%S", time.localtime(end - DRAIN_BEFORE_S)),
+                   f"the drain signal at {drain_at}, {DRAIN_BEFORE_S} s before the end {end_text}")
+        halved = "the notice comes when half of that has passed" in watch.text
+        self.check(sig == "SIGUSR1" and before == str(DRAIN_BEFORE_S) and not halved,
                    f"drain signal {sig}, {before} s before the end (want SIGUSR1, "
-                   f"{DRAIN_BEFORE_S})")
+                   f"{DRAIN_BEFORE_S})" + (": ddprun started too late for it" if halved else ""))
         if sched_end is not None:
             self.check(abs(end - sched_end) <= 1,
                        f"ddprun's end {end_text} ({source}) vs the scheduler's EndTime "

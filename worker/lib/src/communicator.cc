@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "cpus.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/init_method.h"
 #include "ddprun/worker/shm_allreduce.h"
@@ -30,6 +31,9 @@ struct CommunicatorImpl {
   int size = 1;
   std::chrono::milliseconds unresponsive_wait{5'000};
   std::chrono::milliseconds timeout{300'000};
+  // Whether PendingWork::wait() may yield in a loop: not when this node's ranks outnumber
+  // its CPUs, where a yielding rank takes turns from the others' compute and gloo threads.
+  bool yield_in_wait = true;
   bool failed = false;
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<Plane> control;
@@ -375,6 +379,7 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   impl->size = env.world_size;
   impl->unresponsive_wait = options.unresponsive_wait;
   impl->timeout = options.timeout;
+  impl->yield_in_wait = env.local_world_size <= cpus_available();
   const std::string& backend = options.backend;
   if (backend != "gloo" && backend != "nccl" && backend != kGlooAsNccl) {
     throw ddprun::ConfigError("unknown backend '" + backend + "'",
@@ -559,7 +564,7 @@ PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
   pending.impl_ = std::make_unique<PendingWork::Impl>();
   pending.impl_->owner = &owner;
   pending.impl_->yield_first =
-      impl_->device.is_cpu() &&
+      owner.yield_in_wait && impl_->device.is_cpu() &&
       static_cast<std::size_t>(tensor.numel() * tensor.element_size()) >= kSpinFromBytes;
   owner.guard("all-reduce",
               [&] { pending.impl_->work = impl_->backend->allreduce(tensors, opts); });
@@ -581,6 +586,7 @@ PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
     pending.impl_->yield_first =
+        owner->yield_in_wait &&
         count * static_cast<std::size_t>(tensor.element_size()) >= kSpinFromBytes;
     owner->guard("all-reduce", [&] {
       try {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -14,6 +13,8 @@
 #include <climits>
 #include <cstring>
 #include <vector>
+
+#include "cpus.h"
 
 namespace ddprun::worker {
 
@@ -50,13 +51,6 @@ void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-int cpus_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
 }
 
 // A process-shared futex on a word of the segment.

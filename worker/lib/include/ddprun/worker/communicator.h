@@ -37,7 +37,8 @@ struct CommOptions {
 // A collective in flight. wait() returns when it is done and throws CollectiveError (see
 // Communicator) if it failed or timed out. On a CPU plane (gloo), for 64 KiB and more, it
 // yields the CPU in a loop for up to 20 ms before it blocks, so that gloo's threads get a
-// core at once.
+// core at once; not when this node's ranks (LOCAL_WORLD_SIZE) outnumber the CPUs it may
+// run on, where the loop would take turns from the other ranks.
 // Destroying it without wait() is allowed.
 class PendingWork {
  public:

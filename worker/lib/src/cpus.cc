@@ -1,0 +1,16 @@
+#include "cpus.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+namespace ddprun::worker {
+
+int cpus_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+}  // namespace ddprun::worker
