@@ -144,13 +144,15 @@ class Round {
   void on_signal(int sig) {
     if (!is_stop_signal(sig)) {
       signal_live(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+      noticed_ = true;
     } else if (stop_signal_ != 0 && sig == SIGINT) {
       begin_stop(SIGKILL);  // a second Ctrl-C: no more grace
-    } else if (drained_ || preempted_) {
+    } else if (drained_ || preempted_ || noticed_) {
       // The workers are already stopping at an agreed step to write their checkpoint
-      // (the walltime notice went out, or a peer exited 75): a stop signal now (srun's
-      // --kill-on-bad-exit after another node's 75, the scheduler's own SIGTERM) must not
-      // kill them mid-write. They get the grace, then SIGKILL.
+      // (the walltime notice went out from here or, to a node's agent, from the head; or a
+      // peer exited 75): a stop signal now (srun's --kill-on-bad-exit after another node's
+      // 75, the scheduler's own SIGTERM) must not kill them mid-write. They get the grace,
+      // then SIGKILL.
       if (stop_signal_ == 0) stop_signal_ = sig;
       if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
     } else {
@@ -220,6 +222,7 @@ class Round {
   std::vector<RankResult> ranks_;
   bool lost_head_ = false;
   bool preempted_ = false;
+  bool noticed_ = false;  // a preemption notice was forwarded to the workers
   bool killed_ = false;
   bool timed_out_ = false;
   bool drained_ = false;

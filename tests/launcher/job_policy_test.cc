@@ -372,25 +372,36 @@ TEST(JobPolicy, TheWalltimeNoticeGoesOutOnceAtTheDrainTimeAndEndsTheJobWith75) {
       << job.messages;
 }
 
-TEST(JobPolicy, AStopSignalDuringTheDrainLetsTheWorkersFinishTheirCheckpoint) {
-  FakeRunner runner;
-  // Each worker needs 2 s after the notice to write its checkpoint and exit 75; a SIGTERM
-  // (srun stopping this node because another node's ddprun exited 75) comes 1 s in.
-  runner.behaviour = [](int, std::size_t) {
-    FakeBehaviour b;
-    b.exit_after = Ms(7000);
-    b.exit_status = exited(kExitPreempted);
-    return b;
-  };
-  runner.signal_at(0, Ms(6000), SIGTERM);
-  JobSettings settings;
-  settings.round.drain_at = runner.now() + Ms(5000);
-  const JobRun job = run(runner, settings);
-  EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
-  for (std::size_t child = 0; child < 4; ++child) {
-    const auto sent = runner.sent_to(child);
-    ASSERT_EQ(sent.size(), 1u) << "child " << child;  // the notice only: no SIGTERM, no SIGKILL
-    EXPECT_EQ(sent[0].signal_number, SIGUSR1);
+// A stop signal after the notice went out, as srun's --kill-on-bad-exit sends one when
+// another node's ddprun exited 75: the workers, stopping at the agreed step, get the grace
+// to write their checkpoint, and the job still ends with 75. The notice either went out
+// from here (the drain time) or reached this node's agent as a signal from the head.
+TEST(JobPolicy, AStopSignalAfterTheNoticeLetsTheWorkersFinishTheirCheckpoint) {
+  for (const bool forwarded : {false, true}) {
+    SCOPED_TRACE(forwarded ? "a notice forwarded from the head" : "the drain time here");
+    FakeRunner runner;
+    // Each worker needs 2 s after the notice to write its checkpoint and exit 75; the
+    // SIGTERM comes 1 s in.
+    runner.behaviour = [](int, std::size_t) {
+      FakeBehaviour b;
+      b.exit_after = Ms(7000);
+      b.exit_status = exited(kExitPreempted);
+      return b;
+    };
+    JobSettings settings;
+    if (forwarded) {
+      runner.signal_at(0, Ms(5000), SIGUSR1);
+    } else {
+      settings.round.drain_at = runner.now() + Ms(5000);
+    }
+    runner.signal_at(0, Ms(6000), SIGTERM);
+    const JobRun job = run(runner, settings);
+    EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
+    for (std::size_t child = 0; child < 4; ++child) {
+      const auto sent = runner.sent_to(child);
+      ASSERT_EQ(sent.size(), 1u) << "child " << child;  // the notice only: no SIGTERM, no SIGKILL
+      EXPECT_EQ(sent[0].signal_number, SIGUSR1);
+    }
   }
 }
 

@@ -82,7 +82,7 @@ class Trainer {
 
 TrainingResult Trainer::run() {
   // Installed first: a notice during start-up stops the job after its first step.
-  const StopSignals stop_signals(stop_signal_numbers(config_.preemption));
+  StopSignals stop_signals(stop_signal_numbers(config_.preemption));
   const int threads =
       choose_threads(config_.runtime.threads, env_.threads_per_rank, env_.omp_num_threads);
   if (threads > 0) {
@@ -214,6 +214,9 @@ TrainingResult Trainer::run() {
   const bool save_last =
       !config_.checkpoint.dir.empty() && checkpoints.last_step() != position_.step;
   if (preempted) {
+    // Stopping now: a stop signal from here on (the launcher stopping this node because
+    // another node already exited 75) must not kill the checkpoint write or the exit.
+    stop_signals.keep_until_exit();
     const int sig = StopSignals::received();
     if (rank == 0) {
       out_ << "ddp-train: stopping after step " << position_.step << " (epoch "

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <stdexcept>
 
@@ -35,6 +37,31 @@ TEST(StopSignalsTest, ASignalOnlySetsTheFlagAndTheFirstOneIsKept) {
   EXPECT_EQ(handler_of(SIGUSR1), before);  // restored
   const StopSignals fresh({SIGUSR2});
   EXPECT_EQ(StopSignals::received(), 0);  // a new instance starts clear
+}
+
+// A worker stopping on a notice keeps SIGTERM harmless until it exits; without
+// keep_until_exit() the default action is back after destruction. In a child: the kept
+// disposition lasts for the life of the process.
+TEST(StopSignalsTest, KeptUntilExitASigtermAfterDestructionNoLongerKills) {
+  for (const bool keep : {true, false}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      {
+        StopSignals stop({SIGTERM});
+        if (keep) stop.keep_until_exit();
+      }
+      ::raise(SIGTERM);
+      ::_exit(75);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (keep) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 75) << status;
+    } else {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+    }
+  }
 }
 
 }  // namespace

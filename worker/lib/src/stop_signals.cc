@@ -57,6 +57,7 @@ StopSignals::StopSignals(const std::vector<int>& signals) {
 }
 
 StopSignals::~StopSignals() {
+  if (keep_) return;  // recorded until exit; a second instance stays refused
   for (const auto& [sig, old] : previous_) ::sigaction(sig, &old, nullptr);
   g_installed = false;
 }
