@@ -42,7 +42,8 @@ int free_port() {
 
 // Runs `body` on ranks 0..world-1, one thread each; an exception escaping a rank fails the
 // test. A rank that waits for a collective its peer never starts fails after the timeout.
-// `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE, so all-reduces go through shared memory.
+// `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE and runtime.shared_memory on, so all-reduces go
+// through shared memory; otherwise shared memory is off (gloo alone).
 // By default the ranks meet in a FileStore of their own: no port to pick and lose to
 // another test under ctest -j.
 void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node,
@@ -72,6 +73,7 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, bool s
         options.timeout = std::chrono::seconds(30);
         options.init_method = init_method;
         options.backend = backend;
+        options.shared_memory = same_node;  // else: gloo alone, though all share this machine
         auto comm = Communicator::connect(env, options);
         const std::string control = same_node && world > 1 ? "gloo + shared memory" : "gloo";
         EXPECT_EQ(comm->transport(),

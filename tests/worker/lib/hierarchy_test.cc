@@ -27,7 +27,10 @@ struct Placement {
   bool shared_memory = true;
   std::chrono::milliseconds unresponsive_wait{5'000};
   std::chrono::milliseconds timeout{30'000};
-  bool one_local_rank = false;  // a broken environment: every LOCAL_RANK 0
+  // A hand-made environment that gets LOCAL_RANK and GROUP_RANK wrong (all 0): machines
+  // come from their names, not from these.
+  bool wrong_local_ranks = false;
+  bool one_machine = false;  // every rank's machine has the same name
 };
 
 // Runs `body(comm)` on every rank of `placement`, one thread each, meeting in a FileStore
@@ -50,10 +53,11 @@ std::vector<std::string> run_on_nodes(const Placement& placement,
         try {
           WorkerEnv env;
           env.rank = rank;
-          env.local_rank = placement.one_local_rank ? 0 : local;
+          env.local_rank = placement.wrong_local_ranks ? 0 : local;
           env.world_size = world;
           env.local_world_size = placement.node_sizes[node];
-          env.group_rank = static_cast<int>(node);
+          env.group_rank = placement.wrong_local_ranks ? 0 : static_cast<int>(node);
+          env.host = placement.one_machine ? "node" : "node" + std::to_string(node);
           env.master_port = 1;
           env.run_id = "hierarchy-test";
           CommOptions options;
@@ -242,16 +246,25 @@ TEST(HierarchyFailure, ALeaderThatAbandonsItsPartMakesItsNodeFailNamingIt) {
   EXPECT_EQ(errors[3], "");
 }
 
-// Two ranks of one node with the same LOCAL_RANK: one of them says so, instead of both
-// waiting for the other's answer until the timeout.
-TEST(HierarchyChoice, TwoRanksWithOneLocalRankAreNamed) {
-  Placement placement{{2}};
-  placement.one_local_rank = true;
-  placement.timeout = std::chrono::milliseconds(1'000);
-  const auto errors = run_on_nodes(placement, [](Communicator&) {});
-  const std::string named = ": LOCAL_RANK 0 of the node with GROUP_RANK 0 is another rank's too";
-  EXPECT_TRUE(errors[0] == "rank 0" + named || errors[1] == "rank 1" + named) << errors[0] << "\n"
-                                                                              << errors[1];
+// Which ranks share a machine comes from the machines' names (DDPRUN_HOST, else the host
+// name and boot id), not from LOCAL_RANK and GROUP_RANK: wrong ones change nothing, and
+// ranks that the environment puts on two nodes but that share one machine use one segment.
+TEST(HierarchyChoice, MachinesComeFromTheirNamesNotFromLocalAndGroupRanks) {
+  Placement wrong{{2, 2}};
+  wrong.wrong_local_ranks = true;
+  Placement one{{2, 2}};
+  one.one_machine = true;
+  for (const auto& [placement, transport] :
+       {std::pair{wrong, "gloo between 2 nodes + shared memory within"},
+        std::pair{one, "gloo + shared memory"}}) {
+    expect_no_errors(
+        run_on_nodes(placement, [transport = std::string(transport)](Communicator& comm) {
+          EXPECT_EQ(comm.transport(), transport);
+          auto t = torch::full({1000}, static_cast<float>(comm.rank() + 1));
+          comm.control().allreduce(t);
+          EXPECT_TRUE(torch::equal(t, torch::full({1000}, 10.0F)));
+        }));
+  }
 }
 
 }  // namespace

@@ -37,8 +37,8 @@ constexpr auto kPatience = std::chrono::seconds(90);
 class Job {
  public:
   // Starts every rank, or only those in `ranks` (start() starts the others later).
-  // `per_node` ranks per simulated node (0: all on one): LOCAL_RANK, LOCAL_WORLD_SIZE and
-  // GROUP_RANK say so, as ddprun would on several nodes.
+  // `per_node` ranks per simulated node (0: all on one): LOCAL_RANK, LOCAL_WORLD_SIZE,
+  // GROUP_RANK and DDPRUN_HOST say so, as ddprun would on several nodes.
   Job(int world, const std::vector<std::string>& args, const fs::path& dir,
       const std::vector<int>& ranks = {}, int per_node = 0)
       : world_(world), per_node_(per_node > 0 ? per_node : world), args_(args), dir_(dir) {
@@ -66,6 +66,7 @@ class Job {
         "WORLD_SIZE=" + std::to_string(world_),
         "LOCAL_WORLD_SIZE=" + std::to_string(per_node_),
         "GROUP_RANK=" + std::to_string(rank / per_node_),
+        "DDPRUN_HOST=node" + std::to_string(rank / per_node_),  // names the simulated node
         "MASTER_ADDR=127.0.0.1",
         "MASTER_PORT=1",  // read with the other variables; the FileStore needs no port
         "OMP_NUM_THREADS=1",

@@ -1,10 +1,13 @@
 #include "ddprun/worker/communicator.h"
 
 #include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
@@ -217,27 +220,20 @@ std::vector<std::uint8_t> as_bytes(const std::string& text) {
   return {text.begin(), text.end()};
 }
 
-// One segment per node: its local rank 0 creates it and publishes its name under the
-// node's keys; every rank of the node says whether it could open it (with its job rank, for
-// error messages); the node uses it only if all could (a rank in a container with its own
-// PID namespace cannot). The creator closes the name once every rank here has answered.
-// The segment is anonymous memory, never a file in /dev/shm: nothing is left behind whoever
-// dies when (SharedMemoryAllreduce::create).
-std::unique_ptr<SharedMemoryAllreduce> join_node_shared_memory(c10d::Store& store,
-                                                               const WorkerEnv& env) {
-  const std::string keys = "shm/" + std::to_string(env.group_rank) + "/";
-  // Two ranks of a node with one LOCAL_RANK would wait for each other's answers forever.
-  if (store.add(keys + "claim/" + std::to_string(env.local_rank), 1) != 1) {
-    throw EnvError("rank " + std::to_string(env.rank) + ": LOCAL_RANK " +
-                       std::to_string(env.local_rank) + " of the node with GROUP_RANK " +
-                       std::to_string(env.group_rank) + " is another rank's too",
-                   "every rank of a node needs its own LOCAL_RANK, 0 to LOCAL_WORLD_SIZE - 1");
-  }
+// Shared memory among the `size` ranks of one machine, this rank being number `index` of
+// them: number 0 creates the segment and publishes its name under `keys`; each says whether
+// it could open it (with its job rank, for error messages); they use it only if all could
+// (a rank in a container with its own PID namespace cannot). Number 0 closes the name once
+// all have answered. The segment is anonymous memory, never a file in /dev/shm: nothing is
+// left behind whoever dies when (SharedMemoryAllreduce::create).
+std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store,
+                                                          const std::string& keys, int index,
+                                                          int size, int rank) {
   std::unique_ptr<SharedMemoryAllreduce> shm;
   std::string why_not;
-  if (env.local_rank == 0) {
+  if (index == 0) {
     try {
-      shm = SharedMemoryAllreduce::create(env.local_world_size);
+      shm = SharedMemoryAllreduce::create(size);
     } catch (const SharedMemoryError& e) {
       why_not = e.what();
     }
@@ -246,52 +242,80 @@ std::unique_ptr<SharedMemoryAllreduce> join_node_shared_memory(c10d::Store& stor
     const auto name = store.get(keys + "name");
     if (!name.empty()) {
       try {
-        shm = SharedMemoryAllreduce::open(std::string(name.begin(), name.end()), env.local_rank,
-                                          env.local_world_size);
+        shm = SharedMemoryAllreduce::open(std::string(name.begin(), name.end()), index, size);
       } catch (const SharedMemoryError& e) {
         why_not = e.what();
       }
     }
   }
-  store.set(keys + "ok/" + std::to_string(env.local_rank),
-            as_bytes(shm ? std::to_string(env.rank) : "-"));
+  store.set(keys + "ok/" + std::to_string(index), as_bytes(shm ? std::to_string(rank) : "-"));
   std::vector<int> job_ranks;
-  for (int r = 0; r < env.local_world_size; ++r) {
-    const auto answer = store.get(keys + "ok/" + std::to_string(r));
-    if (answer != as_bytes("-"))
+  for (int i = 0; i < size; ++i) {
+    const auto answer = store.get(keys + "ok/" + std::to_string(i));
+    if (answer != as_bytes("-")) {
       job_ranks.push_back(std::stoi(std::string(answer.begin(), answer.end())));
+    }
   }
-  if (env.local_rank == 0 && shm) shm->unlink();
+  if (index == 0 && shm) shm->unlink();
   if (!why_not.empty()) {
     std::fprintf(stderr, "ddprun worker: rank %d: all-reduce over gloo, not shared memory: %s\n",
-                 env.rank, why_not.c_str());
+                 rank, why_not.c_str());
   }
-  if (!shm || static_cast<int>(job_ranks.size()) != env.local_world_size) return nullptr;
+  if (!shm || static_cast<int>(job_ranks.size()) != size) return nullptr;
   shm->set_job_ranks(std::move(job_ranks));
   return shm;
 }
 
-// Across nodes, every rank must take the same path, so one all-reduce of votes decides:
-// hierarchical only if every node's ranks share a segment, some node has several ranks,
-// and the node leaders' GROUP_RANKs are 0..nodes-1 (they number the leaders' group; a
-// duplicate shows in the store, where each leader counts its GROUP_RANK). Returns the
-// number of nodes, or 0 for plain gloo.
-int agree_on_nodes(c10d::Store& store, compat::CollectiveBackend& gloo, const WorkerEnv& env,
-                   bool joined_here) {
-  const bool leader = env.local_rank == 0;
-  const bool duplicate = leader && store.add("nodes/" + std::to_string(env.group_rank), 1) != 1;
-  auto votes = at::tensor(
-      {std::int64_t{joined_here || env.local_world_size == 1 ? 0 : 1}, std::int64_t{leader},
-       std::int64_t{duplicate}, std::int64_t{leader ? env.group_rank : 0},
-       std::int64_t{leader && env.local_world_size > 1}},
-      at::kLong);
-  std::vector<at::Tensor> tensors{votes};
+// What names this rank's machine: its node's name in ddprun's plan (DDPRUN_HOST), else the
+// host name and the kernel's boot id.
+std::string machine_name(const WorkerEnv& env) {
+  if (!env.host.empty()) return env.host;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  return std::string(host) + "/" + boot_id;
+}
+
+// A nonzero 62-bit FNV-1a hash: every rank's fits in one int64 all-reduce slot.
+std::int64_t name_hash(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return static_cast<std::int64_t>((h & ((std::uint64_t{1} << 62) - 1)) | 1);
+}
+
+// Who shares a machine with whom, the same on every rank: one all-reduce of every rank's
+// machine name hash. Independent of LOCAL_RANK and GROUP_RANK, which a hand-made
+// environment can get wrong.
+struct Machines {
+  std::vector<int> here;  // the job ranks on this rank's machine, ascending
+  int index = 0;          // this rank's place in `here`
+  int machine = 0;        // this machine's number, in the order of its lowest rank
+  int count = 0;          // machines in the job
+  int most = 0;           // ranks on the fullest machine
+};
+
+Machines find_machines(compat::CollectiveBackend& gloo, int rank, int size,
+                       const std::string& name) {
+  auto table = at::zeros({size}, at::kLong);
+  table.data_ptr<std::int64_t>()[rank] = name_hash(name);
+  std::vector<at::Tensor> tensors{table};
   gloo.allreduce(tensors)->wait();
-  const auto* v = votes.data_ptr<std::int64_t>();
-  const std::int64_t nodes = v[1];
-  const bool numbered = v[2] == 0 && v[3] == nodes * (nodes - 1) / 2;
-  if (v[0] != 0 || !numbered || v[4] == 0 || nodes < 2) return 0;
-  return static_cast<int>(nodes);
+  const auto* ids = table.data_ptr<std::int64_t>();
+  std::unordered_map<std::int64_t, int> number, ranks_on;
+  Machines m;
+  for (int r = 0; r < size; ++r) {
+    number.try_emplace(ids[r], static_cast<int>(number.size()));
+    m.most = std::max(m.most, ++ranks_on[ids[r]]);
+    if (ids[r] == ids[rank]) {
+      if (r == rank) m.index = static_cast<int>(m.here.size());
+      m.here.push_back(r);
+    }
+  }
+  m.machine = number.at(ids[rank]);
+  m.count = static_cast<int>(number.size());
+  return m;
 }
 
 bool told_to_stop_now() {
@@ -372,6 +396,40 @@ std::unique_ptr<Plane::Impl> make_plane(CommunicatorImpl& owner, const std::stri
 
 }  // namespace
 
+namespace {
+
+// Several machines: the ranks of each share a segment, and the plane all-reduces
+// hierarchically when some machine has several ranks and there are several machines (all
+// on one after all: the plain shared-memory all-reduce). Every rank must take the same path,
+// so after the joins one all-reduce counts the ranks that could not join theirs: if any,
+// all use flat gloo.
+void join_across_machines(Plane::Impl& plane, const c10::intrusive_ptr<c10d::Store>& store,
+                          const WorkerEnv& env, const CommOptions& options) {
+  const Machines m = find_machines(*plane.backend, env.rank, env.world_size, machine_name(env));
+  if (m.most < 2) return;  // one rank per machine: nothing to share
+  const int here = static_cast<int>(m.here.size());
+  std::unique_ptr<SharedMemoryAllreduce> shm;
+  if (here > 1) {
+    shm = join_shared_memory(*store, "shm/" + std::to_string(m.here[0]) + "/", m.index, here,
+                             env.rank);
+  }
+  auto failed = at::tensor({std::int64_t{here > 1 && !shm}}, at::kLong);
+  std::vector<at::Tensor> tensors{failed};
+  plane.backend->allreduce(tensors)->wait();
+  if (failed.item<std::int64_t>() != 0) return;
+  plane.shm = std::move(shm);
+  if (m.count == 1) return;
+  plane.across_nodes = true;
+  plane.nodes = m.count;
+  if (m.index == 0) {
+    plane.leaders =
+        compat::make_gloo(compat::make_prefix_store("leaders", store), m.machine, m.count,
+                          options.timeout, env.gloo_socket_ifname, env.master_addr);
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
                                                     const CommOptions& options, at::Device device) {
   auto impl = std::make_unique<CommunicatorImpl>();
@@ -423,7 +481,9 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   const bool use_shm = options.shared_memory && env.world_size > 1;
   const bool one_node = env.local_world_size == env.world_size;
   std::unique_ptr<SharedMemoryAllreduce> shm;
-  if (use_shm && env.local_world_size > 1) shm = join_node_shared_memory(*impl->store, env);
+  if (use_shm && one_node) {
+    shm = join_shared_memory(*impl->store, "shm/0/", env.rank, env.world_size, env.rank);
+  }
   const auto control_store =
       backend == "gloo" ? impl->store : compat::make_prefix_store("control", impl->store);
   auto control =
@@ -434,17 +494,7 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   if (use_shm && one_node) {
     control->shm = std::move(shm);
   } else if (use_shm) {
-    const bool joined = shm != nullptr;
-    control->nodes = agree_on_nodes(*control_store, *control->backend, env, joined);
-    if (control->nodes > 0) {
-      control->across_nodes = true;
-      control->shm = std::move(shm);
-      if (env.local_rank == 0) {
-        control->leaders = compat::make_gloo(compat::make_prefix_store("leaders", control_store),
-                                             env.group_rank, control->nodes, options.timeout,
-                                             env.gloo_socket_ifname, env.master_addr);
-      }
-    }
+    join_across_machines(*control, control_store, env, options);
   }
   impl->control = std::unique_ptr<Plane>(new Plane(std::move(control)));
   // The data plane: its own group unless it is plain gloo.

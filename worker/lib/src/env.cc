@@ -63,6 +63,7 @@ WorkerEnv read_worker_env(const Environment& env) {
     out.threads_per_rank = int_in_range(*v, ddprun::env::kDdprunThreadsPerRank, 1, 4096);
   }
   if (const auto* v = find(env, ddprun::env::kGlooSocketIfname)) out.gloo_socket_ifname = *v;
+  if (const auto* v = find(env, ddprun::env::kDdprunHost)) out.host = *v;
   if (const auto* v = find(env, ddprun::env::kDdprunDevices); v != nullptr && !v->empty()) {
     std::size_t start = 0;
     for (;;) {

@@ -27,6 +27,7 @@ struct WorkerEnv {
   std::optional<int> omp_num_threads;   // OMP_NUM_THREADS when set
   std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
   std::string gloo_socket_ifname;       // GLOO_SOCKET_IFNAME when set
+  std::string host;                     // DDPRUN_HOST: this node's name in ddprun's plan
   // DDPRUN_DEVICES: the CUDA ordinals this worker should use, in its own numbering; empty
   // when unset (then a GPU worker uses its LOCAL_RANK's, as under torchrun).
   std::vector<int> devices;
