@@ -223,12 +223,19 @@ TEST(SharedMemoryAllreduceTest, AnAbortMakesEveryWaitingPeerFailNamingTheRankTha
       shm.abort();
       return "";
     }
+    std::string first = "no error";
     try {
       shm.broadcast(data.data(), data.size() * sizeof(float), 1, milliseconds(60'000));
     } catch (const SharedMemoryError& e) {
-      return e.what();
+      first = e.what();
     }
-    return "no error";
+    // An aborted segment stays unusable, also for a collective begun afterwards.
+    try {
+      shm.allreduce(data.data(), data.size(), ShmType::kFloat32, ShmOp::kSum, milliseconds(60'000));
+    } catch (const SharedMemoryError& e) {
+      return first == e.what() ? first : first + " / then: " + e.what();
+    }
+    return first + " / then: no error";
   });
   EXPECT_EQ(messages[0], "rank 1 abandoned the shared-memory collective");
   EXPECT_EQ(messages[1], "");
@@ -272,7 +279,7 @@ TEST(SharedMemoryAllreduceTest, APeerThatNeverArrivesTimesOutNamingIt) {
   });
   close(hold[0]);
   close(hold[1]);
-  EXPECT_EQ(messages[0], "shared-memory all-reduce timed out waiting for rank(s) 1");
+  EXPECT_EQ(messages[0], "shared-memory collective timed out waiting for rank(s) 1");
   EXPECT_EQ(messages[1], "");
 }
 

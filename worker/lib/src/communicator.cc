@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -38,6 +39,9 @@ struct CommunicatorImpl {
   // its CPUs, where a yielding rank takes turns from the others' compute and gloo threads.
   bool yield_in_wait = true;
   bool failed = false;
+  // The shared-memory segments of the planes: aborted by the first failure, so that this
+  // node's other ranks fail at once instead of waiting for this one until the timeout.
+  std::vector<SharedMemoryAllreduce*> segments;
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<Plane> control;
   std::unique_ptr<Plane> data;  // null: the control plane carries the data too
@@ -62,6 +66,15 @@ struct CommunicatorImpl {
   }
 };
 
+// A hierarchical all-reduce between its launch and its end: the leaders' gloo all-reduce (on
+// a leader) and the broadcast of its result through the node's segment, still owed.
+struct NodeStep {
+  c10::intrusive_ptr<c10d::Work> work;  // null on the node's other ranks
+  at::Tensor tensor;
+  bool yield_first = false;  // see PendingWork::wait()
+  bool done = false;
+};
+
 struct Plane::Impl {
   CommunicatorImpl* owner = nullptr;  // outlives its planes
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
@@ -76,6 +89,10 @@ struct Plane::Impl {
   bool across_nodes = false;
   int nodes = 1;
   c10::intrusive_ptr<compat::CollectiveBackend> leaders;
+  // Launched and not yet ended, in launch order. They end in that order whatever order
+  // their callers wait in, so that every rank of a node broadcasts the same results in the
+  // same order; one dropped unwaited ends with the next wait.
+  std::deque<std::shared_ptr<NodeStep>> owed;
   // gloo-as-nccl: refuse what NCCL would refuse. The storages device_zeros() made stand for
   // GPU memory; weak, so a freed one is not mistaken for a new tensor at the same address.
   bool device_rules = false;
@@ -83,24 +100,16 @@ struct Plane::Impl {
 
   void check_device_rules(const char* op, const at::Tensor& tensor) const;
   PendingWork allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op);
+  void finish_through(const NodeStep* step);
 };
 
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   CommunicatorImpl* owner = nullptr;  // outlives the work (documented in the header)
   bool yield_first = false;           // a CPU collective: see wait()
-  // Hierarchical all-reduce: the node's segment, through which wait() broadcasts the
-  // leader's result into `tensor`. Never taken (the work dropped unwaited), the node's
-  // ranks no longer agree on their order of collectives: the segment is aborted, so that
-  // its peers fail at once, and the communicator is unusable.
-  SharedMemoryAllreduce* node = nullptr;
-  at::Tensor tensor;
-  ~Impl() {
-    if (node) {
-      node->abort();
-      owner->failed = true;
-    }
-  }
+  // A hierarchical all-reduce: its step, and the plane that owes it (outlives the work).
+  std::shared_ptr<NodeStep> step;
+  Plane::Impl* plane = nullptr;
 };
 
 PendingWork::PendingWork() = default;
@@ -109,13 +118,27 @@ PendingWork::PendingWork(PendingWork&&) noexcept = default;
 PendingWork& PendingWork::operator=(PendingWork&&) noexcept = default;
 
 bool PendingWork::asynchronous() const {
-  return impl_ && (impl_->work || impl_->node);
+  return impl_ && (impl_->work || impl_->step);
 }
 
+namespace {
+
+// Yields the CPU until `work` completes, for at most kSpinBeforeBlocking (see wait()).
+void yield_while_running(c10d::Work& work) {
+  const auto until = std::chrono::steady_clock::now() + kSpinBeforeBlocking;
+  while (!work.isCompleted() && std::chrono::steady_clock::now() < until) sched_yield();
+}
+
+}  // namespace
+
 void PendingWork::wait() {
-  if (!impl_ || (!impl_->work && !impl_->node)) return;
+  if (!impl_) return;
+  if (auto step = std::move(impl_->step)) {
+    if (!step->done) impl_->plane->finish_through(step.get());
+    return;
+  }
+  if (!impl_->work) return;
   auto work = std::move(impl_->work);  // waited for once, whatever happens
-  SharedMemoryAllreduce* node = std::exchange(impl_->node, nullptr);
   // Gloo's all-reduce is a chain of hand-offs between its threads and the peer's (worker,
   // socket loop). Blocked here, this thread leaves its core idle: an idle (virtual) CPU
   // halts, and on a busy one a woken thread can wait out another's time slice. Over
@@ -126,25 +149,32 @@ void PendingWork::wait() {
   // blocked thread would sleep, and spinning there made its steps bimodal (2 ranks on 2
   // cores: 20-77k samples/s against 45-62k blocking). The MLP's 940 KB and the CNN's 82 KB
   // gain. (NCCL's wait() only orders streams: never spin on a GPU's progress.)
-  if (work && impl_->yield_first) {
-    const auto until = std::chrono::steady_clock::now() + kSpinBeforeBlocking;
-    while (!work->isCompleted() && std::chrono::steady_clock::now() < until) sched_yield();
-  }
-  auto& owner = *impl_->owner;
-  owner.guard("all-reduce", [&] {
-    if (work) {
-      try {
-        work->wait();
-      } catch (...) {
-        if (node) node->abort();  // the node's ranks wait for a result that will not come
-        throw;
+  if (impl_->yield_first) yield_while_running(*work);
+  impl_->owner->guard("all-reduce", [&] { work->wait(); });
+}
+
+void Plane::Impl::finish_through(const NodeStep* step) {
+  owner->guard("all-reduce", [&] {
+    while (!owed.empty()) {
+      const auto next = owed.front();
+      if (next->work) {
+        if (next->yield_first) yield_while_running(*next->work);
+        next->work->wait();  // on failure, fail() aborts the segment: the node's ranks
+                             // wait for a result that will not come
       }
-    }
-    if (node) {
-      node->broadcast(
-          impl_->tensor.data_ptr(),
-          static_cast<std::size_t>(impl_->tensor.numel() * impl_->tensor.element_size()), 0,
-          owner.timeout);
+      if (shm) {
+        // The other ranks wait while the leaders' all-reduce may still run, each of its
+        // steps with its own timeout: allow two, so that a remote node's hang is reported
+        // by the leader, who sees it, rather than blamed on the leader here.
+        shm->broadcast(next->tensor.data_ptr(),
+                       static_cast<std::size_t>(next->tensor.numel() * next->tensor.element_size()),
+                       0, owner->timeout * 2);
+      }
+      next->done = true;
+      next->work.reset();
+      next->tensor = at::Tensor();
+      owed.pop_front();
+      if (next.get() == step) break;
     }
   });
 }
@@ -334,6 +364,8 @@ void CommunicatorImpl::fail(const std::string& op, const std::exception& error) 
   const std::string head = op + " failed on rank " + std::to_string(rank) + ": ";
   const bool first = !failed;
   failed = true;
+  // This node's other ranks may be waiting for this one in a segment: let them fail now.
+  for (auto* segment : segments) segment->abort();
   if (!first || size == 1) throw CollectiveError(head + what);
   // Told to stop now (ddprun tearing the job down after another rank failed): a peer gone
   // is expected, and waiting to name it would only delay the teardown. SIGUSR1/SIGUSR2
@@ -496,6 +528,7 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   } else if (use_shm) {
     join_across_machines(*control, control_store, env, options);
   }
+  if (control->shm) impl->segments.push_back(control->shm.get());
   impl->control = std::unique_ptr<Plane>(new Plane(std::move(control)));
   // The data plane: its own group unless it is plain gloo.
   if (backend == "nccl") {
@@ -628,29 +661,22 @@ PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type
       shm->reduce(tensor.data_ptr(), count, type, *to_shm(op), 0, owner->timeout);
     });
   }
-  PendingWork pending;
-  pending.impl_ = std::make_unique<PendingWork::Impl>();
-  pending.impl_->owner = owner;
+  auto step = std::make_shared<NodeStep>();
+  step->tensor = tensor;
   if (leaders) {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
-    pending.impl_->yield_first =
-        owner->yield_in_wait &&
-        count * static_cast<std::size_t>(tensor.element_size()) >= kSpinFromBytes;
-    owner->guard("all-reduce", [&] {
-      try {
-        pending.impl_->work = leaders->allreduce(tensors, opts);
-      } catch (...) {
-        if (shm) shm->abort();  // before fail() waits for this node's ranks to answer
-        throw;
-      }
-    });
+    step->yield_first = owner->yield_in_wait &&
+                        count * static_cast<std::size_t>(tensor.element_size()) >= kSpinFromBytes;
+    owner->guard("all-reduce", [&] { step->work = leaders->allreduce(tensors, opts); });
   }
-  if (shm) {
-    pending.impl_->node = shm.get();
-    pending.impl_->tensor = tensor;
-  }
+  owed.push_back(step);
+  PendingWork pending;
+  pending.impl_ = std::make_unique<PendingWork::Impl>();
+  pending.impl_->owner = owner;
+  pending.impl_->step = std::move(step);
+  pending.impl_->plane = this;
   return pending;
 }
 

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpus.h"
@@ -78,7 +79,14 @@ void reduce_share(T* out, const std::byte* slots, std::size_t slot_stride, int s
     const T* in = slot(r);
     switch (op) {
       case ShmOp::kSum:
-        for (std::size_t i = lo; i < hi; ++i) out[i] += in[i];
+        if constexpr (std::is_integral_v<T>) {
+          // Wraps on overflow as gloo's sum does in practice; signed overflow would be UB.
+          using U = std::make_unsigned_t<T>;
+          for (std::size_t i = lo; i < hi; ++i)
+            out[i] = static_cast<T>(static_cast<U>(out[i]) + static_cast<U>(in[i]));
+        } else {
+          for (std::size_t i = lo; i < hi; ++i) out[i] += in[i];
+        }
         break;
       case ShmOp::kMin:
         for (std::size_t i = lo; i < hi; ++i) out[i] = in[i] < out[i] ? in[i] : out[i];
@@ -257,6 +265,15 @@ void SharedMemoryAllreduce::arrive() {
   if (wake->sleepers.load() != 0) futex_wake_all(&wake->epoch);
 }
 
+void SharedMemoryAllreduce::throw_if_aborted() const {
+  const auto* wake =
+      reinterpret_cast<const Layout::Wake*>(static_cast<const std::byte*>(base_) + kLine);
+  if (const std::uint32_t by = wake->aborted_by.load(); by != 0) {
+    throw SharedMemoryError("rank " + std::to_string(job_rank(static_cast<int>(by) - 1)) +
+                            " abandoned the shared-memory collective");
+  }
+}
+
 void SharedMemoryAllreduce::check_peers_alive() const {
   const auto* bytes = static_cast<const std::byte*>(base_);
   std::vector<int> gone;
@@ -289,12 +306,6 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
     }
     return true;
   };
-  const auto check_aborted = [&] {
-    if (const std::uint32_t by = wake->aborted_by.load(); by != 0) {
-      throw SharedMemoryError("rank " + std::to_string(job_rank(static_cast<int>(by) - 1)) +
-                              " abandoned the shared-memory collective");
-    }
-  };
   if (all_arrived()) return;
   if (spin_) {
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
@@ -302,7 +313,7 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
       cpu_relax();
       if (all_arrived()) return;
       if (i % 64 == 0) {
-        check_aborted();
+        throw_if_aborted();
         if (std::chrono::steady_clock::now() >= spin_until) break;
       }
     }
@@ -317,7 +328,7 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
     futex_wait(&wake->epoch, epoch, kSleepSlice);
     wake->sleepers.fetch_sub(1);
     if (all_arrived()) return;
-    check_aborted();
+    throw_if_aborted();
     check_peers_alive();
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
@@ -327,7 +338,7 @@ void SharedMemoryAllreduce::wait_for_all(std::chrono::steady_clock::time_point d
         if (counter->phase.load() < phase_)
           missing += (missing.empty() ? "" : ", ") + std::to_string(job_rank(r));
       }
-      throw SharedMemoryError("shared-memory all-reduce timed out waiting for rank(s) " + missing);
+      throw SharedMemoryError("shared-memory collective timed out waiting for rank(s) " + missing);
     }
   }
 }
@@ -344,6 +355,7 @@ void SharedMemoryAllreduce::reduce(void* data, std::size_t count, ShmType type, 
 
 void SharedMemoryAllreduce::reduce_chunks(void* data, std::size_t count, ShmType type, ShmOp op,
                                           int root, std::chrono::milliseconds timeout) {
+  throw_if_aborted();  // an aborted segment is unusable, also for collectives begun later
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::size_t elem = element_bytes(type);
   const std::size_t per_chunk = chunk_bytes_ / elem;
@@ -383,6 +395,7 @@ void SharedMemoryAllreduce::reduce_chunks(void* data, std::size_t count, ShmType
 
 void SharedMemoryAllreduce::broadcast(void* data, std::size_t bytes, int root,
                                       std::chrono::milliseconds timeout) {
+  throw_if_aborted();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto* user = static_cast<std::byte*>(data);
   // One barrier per chunk is enough: a rank reads chunk k before it arrives anywhere in

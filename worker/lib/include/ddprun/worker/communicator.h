@@ -39,7 +39,10 @@ struct CommOptions {
 // yields the CPU in a loop for up to 20 ms before it blocks, so that gloo's threads get a
 // core at once; not when this node's ranks (LOCAL_WORLD_SIZE) outnumber the CPUs it may
 // run on, where the loop would take turns from the other ranks.
-// Destroying it without wait() is allowed.
+// Destroying it without wait() is allowed. Waits may come in any order. Across nodes
+// (hierarchical, see Plane) the results reach a node's ranks in launch order: waiting for one
+// all-reduce first ends those launched before it, and one dropped unwaited is ended by the
+// next wait on its plane (until then its node's other ranks may be waiting for it).
 class PendingWork {
  public:
   PendingWork();

@@ -83,6 +83,7 @@ class SharedMemoryAllreduce {
   void arrive();
   void wait_for_all(std::chrono::steady_clock::time_point deadline);
   void check_peers_alive() const;
+  void throw_if_aborted() const;
 
   std::string name_;
   int fd_ = -1;
