@@ -30,7 +30,9 @@ struct Placement {
   // A hand-made environment that gets LOCAL_RANK and GROUP_RANK wrong (all 0): machines
   // come from their names, not from these.
   bool wrong_local_ranks = false;
-  bool one_machine = false;  // every rank's machine has the same name
+  // No DDPRUN_HOST: machines are told apart by host name and boot id, and these threads
+  // share both.
+  bool no_host_names = false;
 };
 
 // Runs `body(comm)` on every rank of `placement`, one thread each, meeting in a FileStore
@@ -57,7 +59,7 @@ std::vector<std::string> run_on_nodes(const Placement& placement,
           env.world_size = world;
           env.local_world_size = placement.node_sizes[node];
           env.group_rank = placement.wrong_local_ranks ? 0 : static_cast<int>(node);
-          env.host = placement.one_machine ? "node" : "node" + std::to_string(node);
+          env.host = placement.no_host_names ? "" : "node" + std::to_string(node);
           env.master_port = 1;
           env.run_id = "hierarchy-test";
           CommOptions options;
@@ -274,12 +276,13 @@ TEST(HierarchyFailure, ALeaderWhoseAllReduceBetweenNodesFailsMakesItsNodeFailNam
 
 // Which ranks share a machine comes from the machines' names (DDPRUN_HOST, else the host
 // name and boot id), not from LOCAL_RANK and GROUP_RANK: wrong ones change nothing, and
-// ranks that the environment puts on two nodes but that share one machine use one segment.
+// ranks that the environment puts on two nodes but that share one machine (no DDPRUN_HOST:
+// the same host name and boot id) use one segment.
 TEST(HierarchyChoice, MachinesComeFromTheirNamesNotFromLocalAndGroupRanks) {
   Placement wrong{{2, 2}};
   wrong.wrong_local_ranks = true;
   Placement one{{2, 2}};
-  one.one_machine = true;
+  one.no_host_names = true;
   for (const auto& [placement, transport] :
        {std::pair{wrong, "gloo between 2 nodes + shared memory within"},
         std::pair{one, "gloo + shared memory"}}) {
