@@ -80,12 +80,12 @@ struct Plane::Impl {
   c10::intrusive_ptr<compat::CollectiveBackend> backend;
   std::string name;  // what transport() says, without shared memory
   at::Device device{at::kCPU};
-  // All-reduces of CPU tensors among this node's ranks (null: every all-reduce goes to
-  // `backend`, or, across nodes, this rank is alone on its node).
+  // All-reduces of CPU tensors among this machine's ranks (null: every all-reduce goes to
+  // `backend`, or, across machines, this rank is alone on its machine).
   std::unique_ptr<SharedMemoryAllreduce> shm;
-  // Hierarchical all-reduce, when the job spans nodes and some share a node: the node's sum
-  // to its leader (local rank 0) through `shm`, an all-reduce among the leaders over gloo
-  // (`leaders`, on leaders only), the leader's result back to the node through `shm`.
+  // Hierarchical all-reduce, when the job spans machines and some run several ranks: the
+  // machine's sum to its leader (its lowest rank) through `shm`, an all-reduce among the
+  // leaders over gloo (`leaders`, on leaders only), the result back through `shm`.
   bool across_nodes = false;
   int nodes = 1;
   c10::intrusive_ptr<compat::CollectiveBackend> leaders;

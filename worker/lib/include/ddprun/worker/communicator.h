@@ -26,9 +26,11 @@ struct CommOptions {
   std::chrono::milliseconds timeout{300'000};
   // After a collective fails: how long to wait for the other ranks' marks in the store.
   std::chrono::milliseconds unresponsive_wait{5'000};
-  // When every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE), gloo all-reduces of
-  // CPU tensors go through shared memory (shm_allreduce.h) instead of loopback TCP. Every
-  // rank must join it, or all use gloo.
+  // Gloo all-reduces of CPU tensors go through shared memory (shm_allreduce.h) among the
+  // ranks of a machine: on one machine (LOCAL_WORLD_SIZE == WORLD_SIZE) the whole
+  // all-reduce; across machines with several ranks on some, hierarchically (each machine's
+  // sum to its lowest rank, gloo among those, the result back). Every rank must join its
+  // machine's segment, or all use flat gloo.
   bool shared_memory = true;
   // How the ranks meet (init_method.h): env:// (the default), tcp://HOST:PORT, file:///PATH.
   std::string init_method = "env://";
