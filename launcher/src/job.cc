@@ -18,8 +18,28 @@ bool exited_with(int status, int code) {
   return WIFEXITED(status) && WEXITSTATUS(status) == code;
 }
 
+bool is_notice_signal(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+// The supervision of one round. Its state is two things: the phase, which only moves
+// forward, and whether a preemption notice went out (the workers then stop on their own
+// at an agreed step). Every transition is in `handle` and the deadline checks of
+// `wait_for_all`; none does I/O (the Runner does), so every sequence of events can be
+// explored with a fake runner (tests/launcher/supervision_sequences_test.cc).
+//
+//   kRunning  --worker fails-------------> kFailing   (SIGTERM to the rest; restartable)
+//   kRunning  --exit timeout-------------> kTimedOut  (SIGTERM to the rest; restartable)
+//   any       --stop signal, head lost---> kStopping  (the signal to the rest; never
+//                                                      restarted: 128+N, or 75 if drained)
+//   kFailing/kTimedOut/kStopping --grace-> SIGKILL to the rest
+//   kStopping --a second SIGINT----------> SIGKILL at once
+//   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
+//                                          or killed by the notice, is drained, not failed)
 class Round {
  public:
+  enum class Phase { kRunning, kFailing, kTimedOut, kStopping };
+
   Round(Runner& runner, const RoundPolicy& policy) : runner_(runner), policy_(policy) {}
 
   RoundResult run(const std::vector<ChildSpec>& children) {
@@ -38,7 +58,7 @@ class Round {
         rank.started = true;
       }
     } catch (...) {
-      begin_stop(SIGKILL);
+      kill_live();
       wait_for_all();
       runner_.end_round();
       throw;
@@ -61,25 +81,40 @@ class Round {
     }
   }
 
-  // Sends `sig` to every live child; unless it is SIGKILL, SIGKILL follows after the grace.
-  void begin_stop(int sig) {
+  void kill_live() {
+    signal_live(SIGKILL);
+    kill_deadline_.reset();
+    killed_ = true;
+  }
+
+  // Sends `sig` to every live child; SIGKILL follows when the grace from the first stop ends.
+  void stop_live(int sig) {
+    if (killed_) return;  // nothing left to ask: SIGKILL went out
     signal_live(sig);
-    if (sig == SIGKILL) {
-      kill_deadline_.reset();
-      killed_ = true;
-    } else if (!kill_deadline_ && !killed_) {
-      kill_deadline_ = runner_.now() + policy_.shutdown_grace;
-    }
+    if (!kill_deadline_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
   }
 
   bool is_stop_signal(int sig) const {
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
     const auto& extra = policy_.extra_stop_signals;
-    return std::find(extra.begin(), extra.end(), sig) != extra.end() && sig != SIGUSR1 &&
-           sig != SIGUSR2;
+    return std::find(extra.begin(), extra.end(), sig) != extra.end() && !is_notice_signal(sig);
   }
 
-  bool stopping() const { return first_failure_ || stop_signal_ != 0 || killed_ || timed_out_; }
+  // A child that the notice ended: it exited 75 (a worker, or an agent whose node drained),
+  // or the notice's default action killed it (a worker here, or one behind an agent, which
+  // reports 128 + the signal).
+  bool drained_by_notice(const RankResult& child) const {
+    const int status = child.wait_status;
+    if (exited_with(status, kExitPreempted)) return true;
+    if (notice_signals_.empty()) return false;
+    const auto noticed = [&](int sig) {
+      return std::find(notice_signals_.begin(), notice_signals_.end(), sig) !=
+             notice_signals_.end();
+    };
+    if (WIFSIGNALED(status)) return noticed(WTERMSIG(status));
+    return child.agent && WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+           noticed(WEXITSTATUS(status) - 128);
+  }
 
   void wait_for_all() {
     for (;;) {
@@ -88,22 +123,22 @@ class Round {
       if (none_live && !runner_.output_open()) return;
       const auto now = runner_.now();
       if (kill_deadline_ && now >= *kill_deadline_) {
-        begin_stop(SIGKILL);
+        kill_live();
         continue;
       }
-      if (policy_.drain_at && !drained_ && now >= *policy_.drain_at) {
-        drained_ = true;
-        if (!none_live && !stopping()) signal_live(policy_.drain_signal);
+      if (policy_.drain_at && !drain_sent_ && now >= *policy_.drain_at) {
+        drain_sent_ = true;
+        if (!none_live && phase_ == Phase::kRunning) send_notice(policy_.drain_signal);
         continue;
       }
       if (exit_deadline_ && now >= *exit_deadline_) {
         exit_deadline_.reset();
-        if (!none_live && !stopping()) {
-          timed_out_ = true;
+        if (!none_live && phase_ == Phase::kRunning) {
+          phase_ = Phase::kTimedOut;
           for (std::size_t i = 0; i < ranks_.size(); ++i) {
             if (ranks_[i].started && !ranks_[i].exited) still_running_.push_back(i);
           }
-          begin_stop(SIGTERM);
+          stop_live(SIGTERM);
         }
         continue;
       }
@@ -112,11 +147,21 @@ class Round {
         continue;
       }
       std::optional<RunnerClock::time_point> deadline = kill_deadline_;
-      const auto drain_at = drained_ ? std::nullopt : policy_.drain_at;
+      const auto drain_at = drain_sent_ ? std::nullopt : policy_.drain_at;
       for (const auto& other : {drain_deadline_, exit_deadline_, drain_at}) {
         if (other && (!deadline || *other < *deadline)) deadline = other;
       }
       handle(runner_.wait(deadline));
+    }
+  }
+
+  // Forwards a notice. Only one that went out while the round ran drains it: after a stop
+  // decision the stop decides, and a worker the notice kills then is just stopped.
+  void send_notice(int sig) {
+    signal_live(sig);
+    if (phase_ == Phase::kRunning &&
+        std::find(notice_signals_.begin(), notice_signals_.end(), sig) == notice_signals_.end()) {
+      notice_signals_.push_back(sig);
     }
   }
 
@@ -131,33 +176,32 @@ class Round {
       case RunnerEvent::Kind::kHeadLost:
         // This node's workers must not outlive the head.
         lost_head_ = true;
-        if (stop_signal_ == 0 && !first_failure_) {
-          stop_signal_ = SIGHUP;
-          begin_stop(SIGTERM);
-        }
+        on_stop(SIGHUP, SIGTERM);
         break;
       case RunnerEvent::Kind::kDeadline:
         break;
     }
   }
 
+  // A stop decision: `cause` is what ddprun reports (128 + it), `forward` what the live
+  // children get. It wins over a failure seen before it: a job told to stop never restarts.
+  void on_stop(int cause, int forward) {
+    if (phase_ == Phase::kStopping && cause == SIGINT) {
+      kill_live();  // a second Ctrl-C: no more grace
+      return;
+    }
+    if (stop_signal_ == 0) stop_signal_ = cause;
+    phase_ = Phase::kStopping;
+    // Every stop signal reaches every live worker, after a notice too: a worker that is
+    // writing its checkpoint decides itself what a stop means then (ddp-train finishes it).
+    stop_live(forward);
+  }
+
   void on_signal(int sig) {
-    if (!is_stop_signal(sig)) {
-      signal_live(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
-      noticed_ = true;
-    } else if (stop_signal_ != 0 && sig == SIGINT) {
-      begin_stop(SIGKILL);  // a second Ctrl-C: no more grace
-    } else if (drained_ || preempted_ || noticed_) {
-      // The workers are already stopping at an agreed step to write their checkpoint
-      // (the walltime notice went out from here or, to a node's agent, from the head; or a
-      // peer exited 75): a stop signal now (srun's --kill-on-bad-exit after another node's
-      // 75, the scheduler's own SIGTERM) must not kill them mid-write. They get the grace,
-      // then SIGKILL.
-      if (stop_signal_ == 0) stop_signal_ = sig;
-      if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
+    if (is_stop_signal(sig)) {
+      on_stop(sig, sig);
     } else {
-      if (stop_signal_ == 0) stop_signal_ = sig;
-      begin_stop(sig);
+      send_notice(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
     }
   }
 
@@ -167,70 +211,65 @@ class Round {
     rank.wait_status = event.wait_status;
     rank.max_rss_kb = event.max_rss_kb;
     rank.run_seconds = event.run_seconds;
-    // A preempted worker is done, not failed: its peers agreed to stop at the same step
+    // A drained worker is done, not failed: its peers agreed to stop at the same step
     // and are saving the same checkpoint, so they must not be interrupted.
-    // A worker the walltime notice ended by its default action was drained, not failed.
-    const bool preempted = exited_with(event.wait_status, kExitPreempted) ||
-                           (drained_ && WIFSIGNALED(event.wait_status) &&
-                            WTERMSIG(event.wait_status) == policy_.drain_signal);
-    preempted_ = preempted_ || preempted;
-    const bool failed = !exited_with(event.wait_status, 0) && !preempted;
+    const bool drained = drained_by_notice(rank);
+    any_drained_ = any_drained_ || drained;
+    const bool failed = !exited_with(event.wait_status, 0) && !drained;
     if (policy_.exit_timeout && !first_exit_) {
       first_exit_ = event.child;
       exit_deadline_ = runner_.now() + *policy_.exit_timeout;
     }
-    // Children ddprun killed itself (a failed start) are no root cause.
-    if (failed && !stopping()) {
+    // Children that ddprun stopped itself are no root cause.
+    if (failed && phase_ == Phase::kRunning && !killed_) {
+      phase_ = Phase::kFailing;
       first_failure_ = event.child;
-      begin_stop(SIGTERM);
+      stop_live(SIGTERM);
     }
   }
 
   RoundResult finish() {
     RoundResult result;
     const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
-      return r.exited &&
-             (exited_with(r.wait_status, 0) || exited_with(r.wait_status, kExitPreempted) ||
-              (drained_ && WIFSIGNALED(r.wait_status) &&
-               WTERMSIG(r.wait_status) == policy_.drain_signal));
+      return r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r));
     });
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       ranks_[i].stderr_tail = runner_.stderr_tail(i);
       result.ranks.push_back(std::move(ranks_[i]));
     }
-    if (first_failure_) {
-      result.outcome = Outcome::kWorkerFailed;
-      result.first_failure = first_failure_;
-    } else if (timed_out_) {
-      result.outcome = Outcome::kTimedOut;
-      result.first_exit = first_exit_;
-      result.still_running = still_running_;
-    } else if (preempted_ && all_ended_cleanly) {
+    result.first_failure = first_failure_;
+    if (any_drained_ && all_ended_cleanly && !first_failure_) {
       result.outcome = Outcome::kPreempted;
       result.stop_signal = stop_signal_;
     } else if (stop_signal_ != 0) {
       result.outcome = Outcome::kStopped;
       result.stop_signal = stop_signal_;
+    } else if (first_failure_) {
+      result.outcome = Outcome::kWorkerFailed;
+    } else if (phase_ == Phase::kTimedOut) {
+      result.outcome = Outcome::kTimedOut;
+      result.first_exit = first_exit_;
+      result.still_running = still_running_;
     }
     result.lost_head = lost_head_;
-    result.drained = drained_;
+    result.drained = drain_sent_;
     return result;
   }
 
   Runner& runner_;
   const RoundPolicy& policy_;
   std::vector<RankResult> ranks_;
-  bool lost_head_ = false;
-  bool preempted_ = false;
-  bool noticed_ = false;  // a preemption notice was forwarded to the workers
-  bool killed_ = false;
-  bool timed_out_ = false;
-  bool drained_ = false;
+  Phase phase_ = Phase::kRunning;
+  bool killed_ = false;      // SIGKILL went out to every live child
+  bool lost_head_ = false;   // agent: the head's connection closed
+  bool drain_sent_ = false;  // the walltime notice went out (policy.drain_at)
+  bool any_drained_ = false;
+  std::vector<int> notice_signals_;  // notices that went out this round
   int stop_signal_ = 0;
+  std::optional<std::size_t> first_failure_;
   std::optional<std::size_t> first_exit_;
   std::vector<std::size_t> still_running_;
   std::optional<RunnerClock::time_point> exit_deadline_;
-  std::optional<std::size_t> first_failure_;
   std::optional<RunnerClock::time_point> kill_deadline_;
   std::optional<RunnerClock::time_point> drain_deadline_;
 };
@@ -275,6 +314,17 @@ std::optional<long long> reported_step(const RoundResult& result) {
   return best;
 }
 
+// The report of the round's first failure and the digest of every rank's errors.
+std::string failure_lines(const RoundResult& result, bool colour) {
+  std::vector<std::string> error_files;
+  for (const RankResult& rank : result.ranks) {
+    error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
+  }
+  const RankResult& failed = result.ranks.at(*result.first_failure);
+  return format_failure_report(failed, error_files.at(*result.first_failure), colour) +
+         format_error_digest(result, error_files);
+}
+
 }  // namespace
 
 int run_job(Runner& runner, const JobSettings& settings,
@@ -290,16 +340,12 @@ int run_job(Runner& runner, const JobSettings& settings,
     const RoundResult& result = previous.emplace(run_round(runner, setup.children, settings.round));
     if (settings.tables) messages << format_rank_table(result);
     if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut) {
-      std::vector<std::string> error_files;
-      for (const RankResult& rank : result.ranks) {
-        error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
-      }
+      const RankResult* failed =
+          result.first_failure ? &result.ranks.at(*result.first_failure) : nullptr;
       const std::string first_error =
-          result.first_failure ? error_files.at(*result.first_failure) : std::string();
+          failed && !failed->error_file.empty() ? read_file_head(failed->error_file) : "";
       if (result.outcome == Outcome::kWorkerFailed) {
-        const RankResult& failed = result.ranks.at(*result.first_failure);
-        messages << format_failure_report(failed, first_error, settings.colour);
-        messages << format_error_digest(result, error_files);
+        messages << failure_lines(result, settings.colour);
       } else {
         messages << format_exit_timeout_report(result, *settings.round.exit_timeout,
                                                settings.colour);
@@ -325,6 +371,11 @@ int run_job(Runner& runner, const JobSettings& settings,
         }
       }
       if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
+      // An agent's last word to its head: which node's rank failed first (the head gives
+      // that node's place to a spare).
+      if (settings.agent && result.outcome == Outcome::kWorkerFailed) {
+        if (const auto node = first_failed_node(result)) messages << first_failed_node_line(*node);
+      }
     } else if (result.outcome == Outcome::kPreempted) {
       messages << "ddprun: workers stopped on a preemption notice"
                << (result.drained ? " (" + signal_name(settings.round.drain_signal) +
@@ -334,10 +385,17 @@ int run_job(Runner& runner, const JobSettings& settings,
                << "; exit " << kExitPreempted
                << ": run the same command again to resume from their last checkpoint\n";
     } else if (result.lost_head) {
+      if (result.first_failure) messages << failure_lines(result, settings.colour);
       messages << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
                   "workers\n";
     } else if (result.outcome == Outcome::kStopped) {
-      messages << "ddprun: stopped by " << signal_name(result.stop_signal) << "\n";
+      // A failure before the stop is still worth its report; the stop decides the rest.
+      if (result.first_failure) messages << failure_lines(result, settings.colour);
+      messages << "ddprun: stopped by " << signal_name(result.stop_signal)
+               << (result.first_failure ? " while stopping the workers after a failure; not "
+                                          "restarting"
+                                        : "")
+               << "\n";
     }
     return exit_code_for(result);
   }

@@ -3,8 +3,10 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 
 #include "ddprun/common/parse_int.h"
 #include "ddprun/contract/errors.h"
@@ -18,6 +20,14 @@ namespace {
 bool lost_node(const RankResult& child) {
   return child.agent && ((WIFEXITED(child.wait_status) && WEXITSTATUS(child.wait_status) == 255) ||
                          WIFSIGNALED(child.wait_status));
+}
+
+// A worker killed by a signal, here or behind an agent (which exits 128 + the signal, as
+// ddprun does: docs/exit-codes.md), or a node lost.
+bool signal_death(const RankResult& child) {
+  if (WIFSIGNALED(child.wait_status) || lost_node(child)) return true;
+  const int code = WIFEXITED(child.wait_status) ? WEXITSTATUS(child.wait_status) : 0;
+  return child.agent && code > 128 && code < 128 + NSIG;
 }
 
 }  // namespace
@@ -67,7 +77,7 @@ bool restart_covers(const RestartRule& rule, const RoundResult& result, std::str
   }
   if (!result.first_failure) return false;
   const RankResult& failed = result.ranks.at(*result.first_failure);
-  if (rule.signals && (WIFSIGNALED(failed.wait_status) || lost_node(failed))) return true;
+  if (rule.signals && signal_death(failed)) return true;
   if (WIFEXITED(failed.wait_status) && !lost_node(failed) &&
       rule.exit_codes.count(WEXITSTATUS(failed.wait_status)) > 0) {
     return true;
@@ -75,6 +85,31 @@ bool restart_covers(const RestartRule& rule, const RoundResult& result, std::str
   why = child_label(failed) + " ended with " + describe_wait_status(failed.wait_status) +
         ", which --restart-on does not list";
   return false;
+}
+
+namespace {
+constexpr std::string_view kFailedNodePrefix = "ddprun: node ";
+constexpr std::string_view kFailedNodeSuffix = " failed first";
+}  // namespace
+
+std::string first_failed_node_line(int node_rank) {
+  return std::string(kFailedNodePrefix) + std::to_string(node_rank) +
+         std::string(kFailedNodeSuffix) + "\n";
+}
+
+std::optional<int> first_failed_node(const RoundResult& result) {
+  if (!result.first_failure) return std::nullopt;
+  const RankResult& failed = result.ranks.at(*result.first_failure);
+  if (failed.node_rank < 0) return std::nullopt;
+  if (!failed.agent) return failed.node_rank;
+  for (auto line = failed.stderr_tail.rbegin(); line != failed.stderr_tail.rend(); ++line) {
+    std::string_view text = *line;
+    if (!text.starts_with(kFailedNodePrefix) || !text.ends_with(kFailedNodeSuffix)) continue;
+    text.remove_prefix(kFailedNodePrefix.size());
+    text.remove_suffix(kFailedNodeSuffix.size());
+    if (const auto node = parse_int(text); node && *node >= 0) return static_cast<int>(*node);
+  }
+  return failed.node_rank;
 }
 
 std::optional<long long> parse_progress(const std::string& text) {

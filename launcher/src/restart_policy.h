@@ -30,6 +30,15 @@ std::string failure_signature(const RoundResult& result, const std::string& erro
 // `why` says so in a few words.
 bool restart_covers(const RestartRule& rule, const RoundResult& result, std::string& why);
 
+// The node whose rank failed first in `result`: the failed worker's node; when an agent
+// failed first, the node it named in its last first_failed_node_line (a node deeper in the
+// ssh tree), else the agent's own node. nullopt when no node can be blamed (no failure, or
+// srun/mpirun standing for every node at once).
+std::optional<int> first_failed_node(const RoundResult& result);
+// What an agent prints last after a failed round, for the head: "ddprun: node N failed
+// first".
+std::string first_failed_node_line(int node_rank);
+
 // The step a worker reported in its DDPRUN_PROGRESS_FILE: a decimal number (trailing
 // whitespace allowed); nullopt when the text is anything else.
 std::optional<long long> parse_progress(const std::string& text);

@@ -8,6 +8,7 @@
 #include "ports.h"
 #include "rank_environment.h"
 #include "report.h"
+#include "restart_policy.h"
 
 namespace ddprun {
 
@@ -38,18 +39,19 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
 
 std::string replace_failed_node(PlanInputs& inputs, const RoundResult& previous) {
   if (!previous.first_failure || inputs.spare_nodes.empty()) return {};
-  const RankResult& failed = previous.ranks.at(*previous.first_failure);
-  // srun and mpirun stand for all nodes at once (node rank -1): no node to blame.
-  if (!failed.agent || failed.node_rank < 0 || failed.node_rank == inputs.cluster.this_node) {
+  // srun and mpirun stand for all nodes at once: no node to blame. In the ssh tree, the
+  // agent that failed first names the node below it whose rank did.
+  const auto node = first_failed_node(previous);
+  if (!node || *node == inputs.cluster.this_node ||
+      *node >= static_cast<int>(inputs.cluster.nodes.size())) {
     return {};
   }
-  NodeSlots& place = inputs.cluster.nodes.at(static_cast<std::size_t>(failed.node_rank));
+  NodeSlots& place = inputs.cluster.nodes.at(static_cast<std::size_t>(*node));
   const auto spare = std::find_if(inputs.spare_nodes.begin(), inputs.spare_nodes.end(),
                                   [&](const NodeSlots& s) { return s.slots == place.slots; });
   if (spare == inputs.spare_nodes.end()) return {};
-  const std::string line = "ddprun: leaving " + place.host + " out: node " +
-                           std::to_string(failed.node_rank) + " failed first; the spare node " +
-                           spare->host + " takes its place (" +
+  const std::string line = "ddprun: leaving " + place.host + " out: node " + std::to_string(*node) +
+                           " failed first; the spare node " + spare->host + " takes its place (" +
                            std::to_string(inputs.spare_nodes.size() - 1) + " spare(s) left)\n";
   place = *spare;
   inputs.spare_nodes.erase(spare);

@@ -278,5 +278,21 @@ TEST(CommandLine, PetVariablesFillTheOptionsTheCommandLineLeftOut) {
   EXPECT_NE(bad.message.find("--tee 9: expected"), std::string::npos) << bad.message;
 }
 
+// srun passes the whole environment to the agents it starts: an agent's command line is
+// the head's, which already took PET_* in, so PET_MODULE must not add a second -m.
+TEST(CommandLine, AnAgentNeverReadsPetVariables) {
+  const Environment env{{"PET_MODULE", "1"}, {"PET_NPROC_PER_NODE", "3"}};
+  const auto agent = parse({"--agent", "--agent-nodes", "n0:2,n1:2", "--nproc-per-node", "2",
+                            "python3", "-u", "-m", "json.tool"},
+                           env);
+  ASSERT_TRUE(agent.options) << agent.message;
+  EXPECT_FALSE(agent.options->module);
+  EXPECT_EQ(agent.options->nproc_per_node, "2");
+  EXPECT_EQ(agent.options->program, (std::vector<std::string>{"python3", "-u", "-m", "json.tool"}));
+  const auto head = parse({"train.py"}, env);
+  ASSERT_TRUE(head.options) << head.message;
+  EXPECT_TRUE(head.options->module);  // the head does read them
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -33,7 +33,16 @@ struct FakeBehaviour {
   int exit_status = exited(0);          // ... with this wait status
   bool ignores_stop = false;            // SIGTERM, SIGINT, SIGHUP, SIGQUIT leave it running
   std::optional<int> status_on_notice;  // SIGUSR1/SIGUSR2: exits with this status at once
+  // An agent (a ddprun on another node): a stop signal ends it with exit 128 + the signal,
+  // as its workers' end, instead of killing it.
+  bool exits_like_agent = false;
   std::deque<std::string> stderr_tail;
+};
+
+// Thrown when the policy waits with nothing left that could happen (a child that never
+// exits and nobody to stop it): a real ddprun would wait for it forever.
+struct WaitsForever : std::logic_error {
+  WaitsForever() : std::logic_error("the policy waits forever: nothing can happen") {}
 };
 
 class FakeRunner : public Runner {
@@ -42,7 +51,18 @@ class FakeRunner : public Runner {
     int round;
     std::size_t child;
     int signal_number;
-    Ms at;  // since the job's start
+    Ms at;           // since the job's start
+    long order = 0;  // among everything that happened (sent, exits, signals to ddprun)
+  };
+  // Something the runner reported to the policy: a child's exit, or a signal to ddprun
+  // (0: the head was lost).
+  struct Happened {
+    int round;
+    bool exit;
+    std::size_t child;
+    int status_or_signal;
+    Ms at;
+    long order;
   };
 
   // How child `child` of round `round` behaves (default: exits 0 after 1 ms).
@@ -58,6 +78,8 @@ class FakeRunner : public Runner {
   void signal_at(int round, Ms at, int sig) { external_.push_back({round, at, sig}); }
 
   std::vector<Sent> sent;                       // every signal the policy sent
+  std::vector<Happened> happened;               // every event the policy was given
+  std::vector<Ms> round_ends;                   // when each round ended
   std::vector<std::vector<ChildSpec>> started;  // the children of each round
   int rounds_ended = 0;
 
@@ -92,11 +114,12 @@ class FakeRunner : public Runner {
   void signal(std::size_t index, int sig) override {
     Child& child = children_.at(index);
     if (!child.alive) throw std::logic_error("the policy signalled a child that had exited");
-    sent.push_back({round_, index, sig, elapsed()});
+    sent.push_back({round_, index, sig, elapsed(), order_++});
     const bool stop = sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
     if (sig == SIGKILL || (stop && !child.behaviour.ignores_stop)) {
       child.exit_at = now_;
-      child.exit_status = killed(sig);
+      child.exit_status =
+          child.behaviour.exits_like_agent && sig != SIGKILL ? exited(128 + sig) : killed(sig);
     } else if ((sig == SIGUSR1 || sig == SIGUSR2) && child.behaviour.status_on_notice) {
       child.exit_at = now_;
       child.exit_status = *child.behaviour.status_on_notice;
@@ -126,7 +149,7 @@ class FakeRunner : public Runner {
       }
     }
     if (!next || (deadline && *deadline < *next)) {
-      if (!deadline) throw std::logic_error("the policy waits forever: nothing can happen");
+      if (!deadline) throw WaitsForever();
       now_ = std::max(now_, *deadline);
       return RunnerEvent{};
     }
@@ -138,10 +161,12 @@ class FakeRunner : public Runner {
       event.kind = RunnerEvent::Kind::kExited;
       event.child = *exiting;
       event.wait_status = child.exit_status;
+      happened.push_back({round_, true, *exiting, child.exit_status, elapsed(), order_++});
       return event;
     }
     External& e = external_[*external];
     e.delivered = true;
+    happened.push_back({round_, false, 0, e.signal_number, elapsed(), order_++});
     event.kind = e.signal_number == 0 ? RunnerEvent::Kind::kHeadLost : RunnerEvent::Kind::kSignal;
     event.signal_number = e.signal_number;
     return event;
@@ -157,6 +182,7 @@ class FakeRunner : public Runner {
       if (child.alive) throw std::logic_error("a round ended with a child still running");
     }
     children_.clear();
+    round_ends.push_back(elapsed());
     ++round_;
     ++rounds_ended;
   }
@@ -178,6 +204,7 @@ class FakeRunner : public Runner {
   RunnerClock::time_point now_ = kStart;
   RunnerClock::time_point round_start_ = kStart;
   int round_ = 0;
+  long order_ = 0;
   std::vector<Child> children_;
   std::vector<External> external_;
 };

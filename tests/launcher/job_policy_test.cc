@@ -372,11 +372,12 @@ TEST(JobPolicy, TheWalltimeNoticeGoesOutOnceAtTheDrainTimeAndEndsTheJobWith75) {
       << job.messages;
 }
 
-// A stop signal after the notice went out, as srun's --kill-on-bad-exit sends one when
-// another node's ddprun exited 75: the workers, stopping at the agreed step, get the grace
-// to write their checkpoint, and the job still ends with 75. The notice either went out
+// A stop signal after the notice went out, as a scheduler sends one when another node's
+// ddprun exited 75: it reaches the workers (every stop signal does), which, stopping at
+// the agreed step, finish their checkpoint (ddp-train keeps stop signals harmless from its
+// stop decision on) and exit 75; the job still ends with 75. The notice either went out
 // from here (the drain time) or reached this node's agent as a signal from the head.
-TEST(JobPolicy, AStopSignalAfterTheNoticeLetsTheWorkersFinishTheirCheckpoint) {
+TEST(JobPolicy, AStopSignalAfterTheNoticeReachesTheWorkersAndTheDrainedJobStillEndsWith75) {
   for (const bool forwarded : {false, true}) {
     SCOPED_TRACE(forwarded ? "a notice forwarded from the head" : "the drain time here");
     FakeRunner runner;
@@ -386,6 +387,7 @@ TEST(JobPolicy, AStopSignalAfterTheNoticeLetsTheWorkersFinishTheirCheckpoint) {
       FakeBehaviour b;
       b.exit_after = Ms(7000);
       b.exit_status = exited(kExitPreempted);
+      b.ignores_stop = true;
       return b;
     };
     JobSettings settings;
@@ -399,10 +401,101 @@ TEST(JobPolicy, AStopSignalAfterTheNoticeLetsTheWorkersFinishTheirCheckpoint) {
     EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
     for (std::size_t child = 0; child < 4; ++child) {
       const auto sent = runner.sent_to(child);
-      ASSERT_EQ(sent.size(), 1u) << "child " << child;  // the notice only: no SIGTERM, no SIGKILL
+      ASSERT_EQ(sent.size(), 2u) << "child " << child;  // the notice, SIGTERM, no SIGKILL
       EXPECT_EQ(sent[0].signal_number, SIGUSR1);
+      EXPECT_EQ(sent[1].signal_number, SIGTERM);
+      EXPECT_EQ(sent[1].at, Ms(6000));
     }
   }
+}
+
+// A worker that a stop signal finds after a failed round began stopping: the stop decides
+// (128 + the signal), and nothing restarts, whatever --max-restarts says.
+TEST(JobPolicy, AStopSignalDuringAFailedRoundsGraceIsNeverRestarted) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 0 ? exits_after(Ms(100), exited(1)) : runs_until_stopped(true);
+  };
+  runner.signal_at(0, Ms(500), SIGINT);
+  JobSettings settings;
+  settings.max_restarts = 2;
+  const JobRun job = run(runner, settings, 2);
+  EXPECT_EQ(job.exit_code, 128 + SIGINT) << job.messages;
+  EXPECT_EQ(runner.started.size(), 1u);
+  EXPECT_EQ(job.messages.find("restarting all workers"), std::string::npos) << job.messages;
+  EXPECT_NE(job.messages.find("stopped by SIGINT while stopping the workers after a failure"),
+            std::string::npos)
+      << job.messages;
+  const auto sent = runner.sent_to(1);
+  ASSERT_EQ(sent.size(), 3u);  // SIGTERM for the failure, the SIGINT, SIGKILL after the grace
+  EXPECT_EQ(sent[1].signal_number, SIGINT);
+  EXPECT_EQ(sent[2].signal_number, SIGKILL);
+  EXPECT_EQ(sent[2].at, Ms(100) + kGrace);
+}
+
+// Head mode: the agent of a node whose worker was killed by a signal exits 128 + N; for
+// --restart-on signals that is a signal death, as it would be on the head's own node.
+TEST(JobPolicy, RestartOnSignalsCoversARemoteWorkerKilledByASignal) {
+  FakeRunner runner;
+  runner.behaviour = [](int round, std::size_t child) {
+    if (round > 0) return exits_after(Ms(1), exited(0));
+    return child == 1 ? exits_after(Ms(100), exited(128 + SIGKILL)) : runs_until_stopped();
+  };
+  JobSettings settings;
+  settings.max_restarts = 1;
+  settings.restart = parse_restart_on("signals");
+  settings.round.shutdown_grace = kGrace;
+  std::ostringstream messages;
+  const int code = run_job(
+      runner, settings,
+      [](int, const RoundResult*) {
+        std::vector<ChildSpec> children = workers(1);
+        ChildSpec& agent = children.emplace_back();
+        agent.agent = true;
+        agent.node_rank = 1;
+        agent.host = "node1";
+        return RoundSetup{children, "", "", ""};
+      },
+      messages);
+  EXPECT_EQ(code, 0) << messages.str();
+  EXPECT_EQ(runner.started.size(), 2u) << messages.str();
+}
+
+// An agent whose worker failed says last which node failed first, for its head.
+TEST(JobPolicy, AnAgentNamesTheNodeThatFailedFirstInItsLastLine) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(100), exited(3)) : runs_until_stopped();
+  };
+  JobSettings settings;
+  settings.agent = true;
+  std::ostringstream messages;
+  run_job(
+      runner, settings,
+      [](int, const RoundResult*) {
+        std::vector<ChildSpec> children = workers(2);
+        for (ChildSpec& child : children) child.node_rank = 5;
+        return RoundSetup{children, "", "", ""};
+      },
+      messages);
+  const std::string text = messages.str();
+  EXPECT_TRUE(text.ends_with("\nddprun: node 5 failed first\n")) << text;
+}
+
+// An agent forwards the head's notice; a worker that the notice's default action kills
+// has drained, so the agent's node exits 75, not 128 + 10.
+TEST(JobPolicy, AnAgentsWorkerKilledByTheForwardedNoticeHasDrained) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) {
+    FakeBehaviour b;
+    b.status_on_notice = killed(SIGUSR1);
+    return b;
+  };
+  runner.signal_at(0, Ms(100), SIGUSR1);
+  JobSettings settings;
+  settings.agent = true;
+  const JobRun job = run(runner, settings, 2);
+  EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
 }
 
 TEST(JobPolicy, AJobThatEndsBeforeTheDrainTimeIsNotDisturbed) {

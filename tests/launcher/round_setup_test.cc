@@ -1,6 +1,8 @@
 // A spare node takes the place of a remote node that failed a round; nothing else moves.
 #include "round_setup.h"
 
+#include "restart_policy.h"
+
 #include <gtest/gtest.h>
 
 namespace ddprun {
@@ -53,6 +55,25 @@ TEST(SpareNodes, NoNodeToBlameMeansNoReplacement) {
   RoundResult succeeded;
   PlanInputs inputs = four_nodes_one_short_spare_one_spare();
   EXPECT_EQ(replace_failed_node(inputs, succeeded), "");
+}
+
+// The ssh tree: node 1's agent starts node 2's; a rank on node 2 fails, so node 1's agent
+// is the head's first failure, but its last line names node 2, which is the one replaced.
+TEST(SpareNodes, AMidTreeAgentsFailureReplacesTheNodeItNamesNotItself) {
+  PlanInputs inputs = four_nodes_one_short_spare_one_spare();
+  RoundResult previous = failed_first(true, 1);
+  previous.ranks[0].stderr_tail = {"[n3:17] Traceback (most recent call last):",
+                                   "ddprun: node 2 failed first"};
+  EXPECT_EQ(first_failed_node_line(2), previous.ranks[0].stderr_tail[1] + "\n");
+  EXPECT_EQ(first_failed_node(previous), 2);
+  EXPECT_EQ(replace_failed_node(inputs, previous),
+            "ddprun: leaving n3 out: node 2 failed first; the spare node s2 takes its place (1 "
+            "spare(s) left)\n");
+  EXPECT_EQ(inputs.cluster.nodes[1].host, "n2");  // node 1 itself was healthy
+  // Without the line (an older agent, or a lost connection) the agent's own node is blamed.
+  RoundResult silent = failed_first(true, 1);
+  silent.ranks[0].stderr_tail = {"[n2:9] ddprun: node x failed first"};
+  EXPECT_EQ(first_failed_node(silent), 1);
 }
 
 }  // namespace

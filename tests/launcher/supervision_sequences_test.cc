@@ -1,0 +1,464 @@
+// The supervision policy (job.h) against every sequence of up to kDepth events, in each
+// mode (a node of its own, a head with an agent child, an agent under a head), with the
+// workers' answers to notices and with or without --exit-timeout. After each sequence the
+// invariants of docs/fault-tolerance.md ("The policy's invariants") are checked. The fake
+// runner makes each sequence a few microseconds; the whole file runs in seconds.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddprun/contract/errors.h"
+#include "fake_runner.h"
+#include "job.h"
+
+namespace ddprun {
+namespace {
+
+using testing::exited;
+using testing::FakeBehaviour;
+using testing::FakeRunner;
+using testing::killed;
+using testing::Ms;
+using testing::WaitsForever;
+
+constexpr Ms kGrace{350};
+constexpr Ms kStep{100};  // event i happens at (i + 1) steps
+constexpr Ms kExitTimeout{250};
+
+enum class Mode { kLocal, kHead, kAgent };
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kLocal:
+      return "local";
+    case Mode::kHead:
+      return "head";
+    case Mode::kAgent:
+      return "agent";
+  }
+  return "?";
+}
+
+struct Event {
+  enum class Kind { kExit, kSignal, kDrainTime, kHeadLost };
+  Kind kind = Kind::kSignal;
+  std::size_t child = 0;
+  int value = 0;  // the wait status of kExit, the signal of kSignal
+};
+
+struct Config {
+  Mode mode = Mode::kLocal;
+  int worker_notice_status = killed(SIGUSR1);  // how workers answer SIGUSR1/SIGUSR2
+  bool exit_timeout = false;
+  bool restart_on_signals = false;  // --restart-on signals instead of any
+};
+
+bool is_stop(int sig) {
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+bool is_notice(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+// Children: worker 0 obeys stop signals; in local and agent mode worker 1 ignores them
+// (a trapped or hung rank); in head mode child 1 is the agent of node 1.
+std::size_t child_count(Mode) {
+  return 2;
+}
+bool is_agent_child(Mode mode, std::size_t child) {
+  return mode == Mode::kHead && child == 1;
+}
+
+std::vector<Event> alphabet(Mode mode) {
+  std::vector<Event> events;
+  for (std::size_t child = 0; child < child_count(mode); ++child) {
+    std::vector<int> statuses = {exited(0), exited(1), killed(SIGKILL)};
+    if (is_agent_child(mode, child)) {
+      // Its node finished; a peer node failed; a worker there was killed (the agent
+      // reports 128 + 9); the node was lost (ssh's 255); the node drained.
+      statuses = {exited(0), exited(1), exited(128 + SIGKILL), exited(255), exited(kExitPreempted)};
+    }
+    for (int status : statuses) events.push_back({Event::Kind::kExit, child, status});
+  }
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1}) {
+    events.push_back({Event::Kind::kSignal, 0, sig});
+  }
+  if (mode == Mode::kAgent) {
+    events.push_back({Event::Kind::kHeadLost, 0, 0});
+  } else {
+    events.push_back({Event::Kind::kDrainTime, 0, 0});
+  }
+  return events;
+}
+
+std::string describe(const Event& e) {
+  switch (e.kind) {
+    case Event::Kind::kExit: {
+      std::string status = WIFEXITED(e.value) ? "exits " + std::to_string(WEXITSTATUS(e.value))
+                                              : "killed by " + std::to_string(WTERMSIG(e.value));
+      return "child " + std::to_string(e.child) + " " + status;
+    }
+    case Event::Kind::kSignal:
+      return "signal " + std::to_string(e.value);
+    case Event::Kind::kDrainTime:
+      return "drain time";
+    case Event::Kind::kHeadLost:
+      return "head lost";
+  }
+  return "?";
+}
+
+std::string describe(const Config& config, const std::vector<Event>& events) {
+  std::ostringstream out;
+  out << mode_name(config.mode) << ", notice "
+      << (WIFEXITED(config.worker_notice_status) ? "exits 75" : "kills")
+      << (config.exit_timeout ? ", exit timeout" : "")
+      << (config.restart_on_signals ? ", restart-on signals" : "") << ":";
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    out << " [" << (i + 1) * kStep.count() << " ms] " << describe(events[i]) << ";";
+  }
+  return out.str();
+}
+
+struct Outcome {
+  bool waits_forever = false;
+  int exit_code = -1;
+};
+
+Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector<Event>& events) {
+  JobSettings settings;
+  settings.round.shutdown_grace = kGrace;
+  if (config.exit_timeout) settings.round.exit_timeout = kExitTimeout;
+  settings.max_restarts = 1;
+  if (config.restart_on_signals) settings.restart = parse_restart_on("signals");
+  settings.agent = config.mode == Mode::kAgent;
+  settings.summaries = false;
+  settings.tables = false;
+
+  std::vector<std::optional<std::pair<Ms, int>>> exits(child_count(config.mode));
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    const Ms at = kStep * static_cast<int>(i + 1);
+    switch (e.kind) {
+      case Event::Kind::kExit:
+        exits.at(e.child) = std::make_pair(at, e.value);
+        break;
+      case Event::Kind::kSignal:
+        runner.signal_at(0, at, e.value);
+        break;
+      case Event::Kind::kHeadLost:
+        runner.signal_at(0, at, 0);
+        break;
+      case Event::Kind::kDrainTime:
+        settings.round.drain_at = runner.now() + at;
+        break;
+    }
+  }
+  runner.behaviour = [&](int round, std::size_t child) {
+    FakeBehaviour b;
+    if (round > 0) {
+      b.exit_after = Ms(1);
+      return b;
+    }
+    if (exits[child]) {
+      b.exit_after = exits[child]->first;
+      b.exit_status = exits[child]->second;
+    }
+    if (is_agent_child(config.mode, child)) {
+      b.exits_like_agent = true;
+      b.status_on_notice = exited(kExitPreempted);  // its node drains
+    } else {
+      b.ignores_stop = child == 1;
+      b.status_on_notice = config.worker_notice_status;
+    }
+    return b;
+  };
+  std::vector<ChildSpec> children(child_count(config.mode));
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    children[i].agent = is_agent_child(config.mode, i);
+    children[i].node_rank = children[i].agent ? 1 : 0;
+    children[i].rank = static_cast<int>(i);
+  }
+  std::ostringstream messages;
+  Outcome outcome;
+  try {
+    outcome.exit_code = run_job(
+        runner, settings,
+        [&](int, const RoundResult*) {
+          return RoundSetup{children, "", "", ""};
+        },
+        messages);
+  } catch (const WaitsForever&) {
+    outcome.waits_forever = true;
+  }
+  return outcome;
+}
+
+// What happened in round 0, read back from the fake runner.
+struct Round0 {
+  const FakeRunner& runner;
+  Mode mode;
+
+  // Whether a notice went out to `child` before `order`, while the round still ran (a
+  // notice after a stop decision drains nothing: the stop decides).
+  bool notice_sent_before(std::size_t child, long order) const {
+    long stopped = LONG_MAX;
+    for (const auto& h : runner.happened) {
+      if (h.round == 0 && !h.exit && (h.status_or_signal == 0 || is_stop(h.status_or_signal))) {
+        stopped = std::min(stopped, h.order);
+      }
+    }
+    for (const auto& s : runner.sent) {
+      if (s.round == 0 && !is_notice(s.signal_number)) stopped = std::min(stopped, s.order);
+    }
+    for (const auto& s : runner.sent) {
+      if (s.round == 0 && s.child == child && is_notice(s.signal_number) && s.order < order &&
+          s.order < stopped) {
+        return true;
+      }
+    }
+    return false;
+  }
+  // A child that ended as a drained one: exit 75, or killed by a notice that went out to
+  // it (an agent reports that as 128 + the signal).
+  bool drained(const FakeRunner::Happened& h) const {
+    const int status = h.status_or_signal;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitPreempted) return true;
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    if (is_agent_child(mode, h.child) && WIFEXITED(status) && WEXITSTATUS(status) > 128) {
+      sig = WEXITSTATUS(status) - 128;
+    }
+    return is_notice(sig) && notice_sent_before(h.child, h.order);
+  }
+  bool clean(const FakeRunner::Happened& h) const {
+    return h.status_or_signal == exited(0) || drained(h);
+  }
+};
+
+// A worker killed by a signal, here or behind an agent, or a node lost.
+bool signal_death(Mode mode, const FakeRunner::Happened& h) {
+  const int status = h.status_or_signal;
+  if (WIFSIGNALED(status)) return true;
+  const int code = WEXITSTATUS(status);
+  return is_agent_child(mode, h.child) && (code == 255 || (code > 128 && code < 128 + 65));
+}
+
+int code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The invariants; returns the first one broken, or empty.
+std::string check(const FakeRunner& runner, const Config& config, const Outcome& outcome) {
+  const Round0 round0{runner, config.mode};
+  std::vector<FakeRunner::Happened> exits;
+  std::optional<FakeRunner::Happened> first_stop;  // a stop signal, or the head lost
+  std::vector<FakeRunner::Happened> stops;
+  for (const auto& h : runner.happened) {
+    if (h.round != 0) continue;
+    if (h.exit) {
+      exits.push_back(h);
+    } else if (h.status_or_signal == 0 || is_stop(h.status_or_signal)) {
+      stops.push_back(h);
+      if (!first_stop) first_stop = h;
+    }
+  }
+  // The first stop the policy sent by itself (after a failure or the exit timeout).
+  std::optional<FakeRunner::Sent> first_policy_stop;
+  for (const auto& s : runner.sent) {
+    if (s.round == 0 && !is_notice(s.signal_number)) {
+      first_policy_stop = s;
+      break;
+    }
+  }
+  const long stop_order = first_stop ? first_stop->order : LONG_MAX;
+  const long policy_order = first_policy_stop ? first_policy_stop->order : LONG_MAX;
+  std::optional<FakeRunner::Happened> root;
+  for (const auto& h : exits) {
+    if (!round0.clean(h) && h.order < stop_order && h.order < policy_order) {
+      root = h;
+      break;
+    }
+  }
+  const bool timed_out = !root && first_policy_stop && first_policy_stop->order < stop_order;
+  const bool all_clean =
+      !outcome.waits_forever && exits.size() == child_count(config.mode) &&
+      std::all_of(exits.begin(), exits.end(), [&](const auto& h) { return round0.clean(h); });
+  const bool any_drained =
+      std::any_of(exits.begin(), exits.end(), [&](const auto& h) { return round0.drained(h); });
+  const std::size_t rounds = runner.started.size();
+
+  // A job must end within the grace (plus 1 s) of the event that ends it.
+  std::optional<Ms> ending;
+  if (first_stop) ending = first_stop->at;
+  if (root && (!ending || root->at < *ending)) ending = root->at;
+  if (first_policy_stop && (!ending || first_policy_stop->at < *ending)) {
+    ending = first_policy_stop->at;
+  }
+  if (outcome.waits_forever) {
+    if (ending) return "waits forever after the event that ends the job";
+    return {};
+  }
+  if (runner.round_ends.empty()) return "round 0 never ended";
+  if (ending && runner.round_ends[0] > *ending + kGrace + Ms(1000)) {
+    return "round 0 ended " + std::to_string(runner.round_ends[0].count()) +
+           " ms in, later than the grace after the event that ended it";
+  }
+
+  // Every stop signal reaches every child that has not exited (or SIGKILL does).
+  for (const auto& stop : stops) {
+    const int forwarded = stop.status_or_signal == 0 ? SIGTERM : stop.status_or_signal;
+    for (std::size_t child = 0; child < child_count(config.mode); ++child) {
+      const bool exited_before = std::any_of(exits.begin(), exits.end(), [&](const auto& h) {
+        return h.child == child && h.order < stop.order;
+      });
+      if (exited_before) continue;
+      const bool reached = std::any_of(runner.sent.begin(), runner.sent.end(), [&](const auto& s) {
+        return s.round == 0 && s.child == child &&
+               (s.signal_number == SIGKILL ||
+                (s.signal_number == forwarded && s.order > stop.order));
+      });
+      if (!reached) {
+        return "signal " + std::to_string(stop.status_or_signal) + " never reached child " +
+               std::to_string(child);
+      }
+    }
+  }
+
+  // A drained round (every child ended cleanly, one by the notice) exits 75 everywhere,
+  // a stop signal during the drain included, and is never restarted.
+  if (all_clean && any_drained) {
+    if (outcome.exit_code != kExitPreempted) {
+      return "a drained round exited " + std::to_string(outcome.exit_code) + ", not 75";
+    }
+    if (rounds != 1) return "a drained round was restarted";
+    return {};
+  }
+  // A stop signal never leads to a restart, and the exit code is 128 + the signal.
+  if (first_stop) {
+    const int cause = first_stop->status_or_signal == 0 ? SIGHUP : first_stop->status_or_signal;
+    if (rounds != 1) return "a round started after a stop signal";
+    if (outcome.exit_code != 128 + cause) {
+      return "stopped by " + std::to_string(cause) + " but exited " +
+             std::to_string(outcome.exit_code);
+    }
+    return {};
+  }
+  const bool agent = config.mode == Mode::kAgent;
+  if (root) {
+    // --restart-on signals: a signal death, here or behind an agent, is one.
+    const bool restart = !agent && (!config.restart_on_signals || signal_death(config.mode, *root));
+    if (restart) {
+      if (rounds != 2 || outcome.exit_code != 0) {
+        return "a failure (" + std::to_string(code_of(root->status_or_signal)) +
+               ") that the rule covers was not restarted (rounds " + std::to_string(rounds) +
+               ", exit " + std::to_string(outcome.exit_code) + ")";
+      }
+    } else if (rounds != 1 || outcome.exit_code != code_of(root->status_or_signal)) {
+      return "a failure (" + std::to_string(code_of(root->status_or_signal)) +
+             ") ended with rounds " + std::to_string(rounds) + ", exit " +
+             std::to_string(outcome.exit_code);
+    }
+    return {};
+  }
+  if (timed_out) {
+    const bool restart = !agent && !config.restart_on_signals;
+    if (restart ? (rounds != 2 || outcome.exit_code != 0)
+                : (rounds != 1 || outcome.exit_code != kExitTimedOut)) {
+      return "an exit timeout ended with rounds " + std::to_string(rounds) + ", exit " +
+             std::to_string(outcome.exit_code);
+    }
+    return {};
+  }
+  if (all_clean && (rounds != 1 || outcome.exit_code != 0)) {
+    return "every child exited 0 but the job exited " + std::to_string(outcome.exit_code);
+  }
+  return {};
+}
+
+struct Exploration {
+  long sequences = 0;
+  std::set<std::string> kinds;
+  std::vector<std::string> violations;
+};
+
+void explore(const Config& config, const std::vector<Event>& events_so_far, std::size_t depth,
+             const std::vector<Event>& alphabet, Exploration& out) {
+  if (!events_so_far.empty()) {
+    FakeRunner runner;
+    const Outcome outcome = run_sequence(runner, config, events_so_far);
+    ++out.sequences;
+    const std::string broken = check(runner, config, outcome);
+    // One example of each kind of violation.
+    if (!broken.empty() &&
+        out.kinds.insert(broken.substr(0, broken.find_first_of("0123456789"))).second) {
+      out.violations.push_back(broken + " <- " + describe(config, events_so_far));
+    }
+  }
+  if (events_so_far.size() == depth) return;
+  for (const Event& next : alphabet) {
+    // A child ends once and the drain time comes once: a second such event is the same
+    // sequence as a shorter one.
+    const bool repeat = std::any_of(events_so_far.begin(), events_so_far.end(), [&](auto& e) {
+      return e.kind == next.kind && next.kind != Event::Kind::kSignal &&
+             (next.kind != Event::Kind::kExit || e.child == next.child);
+    });
+    if (repeat) continue;
+    std::vector<Event> longer = events_so_far;
+    longer.push_back(next);
+    explore(config, longer, depth, alphabet, out);
+  }
+}
+
+// Events per sequence: DDPRUN_SEQUENCE_DEPTH, else 6 (5 under the sanitizers, which run
+// the same code five times slower).
+std::size_t depth() {
+  if (const char* text = std::getenv("DDPRUN_SEQUENCE_DEPTH")) {
+    return static_cast<std::size_t>(std::atoi(text));
+  }
+#ifdef __SANITIZE_ADDRESS__
+  return 5;
+#else
+  return 6;
+#endif
+}
+
+class SupervisionSequences : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(SupervisionSequences, EverySequenceKeepsTheInvariants) {
+  const Mode mode = GetParam();
+  long total = 0;
+  for (const int notice : {killed(SIGUSR1), exited(kExitPreempted)}) {
+    for (const bool exit_timeout : {false, true}) {
+      for (const bool signals : {false, true}) {
+        if (mode == Mode::kAgent && signals) continue;  // agents never restart
+        Config config{mode, notice, exit_timeout, signals};
+        Exploration result;
+        // The exit timeout and --restart-on add less: one event fewer for them.
+        const std::size_t d = depth() - ((exit_timeout || signals) && depth() > 4 ? 1 : 0);
+        explore(config, {}, d, alphabet(mode), result);
+        total += result.sequences;
+        for (const std::string& v : result.violations) ADD_FAILURE() << v;
+      }
+    }
+  }
+  std::printf("[ explored ] %ld sequences in %s mode (up to %zu events)\n", total, mode_name(mode),
+              depth());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SupervisionSequences,
+                         ::testing::Values(Mode::kLocal, Mode::kHead, Mode::kAgent),
+                         [](const ::testing::TestParamInfo<Mode>& param) {
+                           return std::string(mode_name(param.param));
+                         });
+
+}  // namespace
+}  // namespace ddprun
