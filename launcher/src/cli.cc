@@ -450,11 +450,14 @@ CommandLine parse_command_line(int argc, const char* const* argv, const Environm
   try {
     parse(given);
     // PET_* values for the options the command line left out, placed before the user's
-    // arguments; parsed again from a fresh parser so defaults stay defaults.
+    // arguments; parsed again from a fresh parser so defaults stay defaults. Never for an
+    // agent: its command line is the head's, already with the PET_* the head read, and
+    // srun passes the whole environment on.
     std::vector<std::string> with_pet;
+    const bool agent = parser->app.count("--agent") > 0;
     for (const PetVariable& pet : kPetVariables) {
       const auto value = lookup(env, pet.variable);
-      if (!value || parser->app.count(pet.option) > 0) continue;
+      if (agent || !value || parser->app.count(pet.option) > 0) continue;
       if (!pet.flag) {
         with_pet.push_back(std::string(pet.option) + "=" + *value);
       } else if (*value != "0" && !value->empty()) {

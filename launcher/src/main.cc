@@ -76,10 +76,21 @@ int run(Options options, Environment env) {
   // Agents learn the end from the head (--deadline); --drain-before 0 asks nobody.
   const bool ask =
       options.print_job_end || options.drain_before_s > 0 || options.deadline || options.time_limit;
-  const auto job_end =
-      ask ? resolve_job_end(options.deadline, options.time_limit, inputs.cluster.scheduler,
-                            inputs.cluster.job_id, env, tool_runner(env), now_unix)
-          : std::nullopt;
+  // The scheduler's tools (squeue, qstat) wait out their timeout when the controller does
+  // not answer: a dry run or a check never asks them, and of ddprun started once per node
+  // only node 0 does (the others read the environment alone; their workers follow node
+  // 0's notice through their own agreement, as ddp-train's stop check does).
+  const bool ask_tools =
+      options.print_job_end ||
+      (!options.dry_run && !options.check &&
+       !(started_per_node(options, inputs.cluster, env) && inputs.cluster.this_node != 0));
+  const RunCommand no_tools = [](const std::vector<std::string>&) -> std::optional<std::string> {
+    return std::nullopt;
+  };
+  const auto job_end = ask ? resolve_job_end(options.deadline, options.time_limit,
+                                             inputs.cluster.scheduler, inputs.cluster.job_id, env,
+                                             ask_tools ? tool_runner(env) : no_tools, now_unix)
+                           : std::nullopt;
   if (options.print_job_end) {
     if (!job_end) return 1;
     std::cout << job_end->unix_seconds << " " << job_end->source << "\n";

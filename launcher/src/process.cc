@@ -20,7 +20,14 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-// The signals ddprun takes over: child exits, and those it forwards to workers.
+bool ignored_at_start(int sig) {
+  struct sigaction action {};
+  return ::sigaction(sig, nullptr, &action) == 0 && action.sa_handler == SIG_IGN;
+}
+
+// The signals ddprun takes over: child exits, and those it forwards to workers. A SIGHUP
+// that ddprun was started with ignored (nohup, `trap '' HUP`) stays ignored: blocking it
+// would queue it on the signalfd and stop the job.
 sigset_t handled_signals(const std::vector<int>& extra) {
   sigset_t set;
   sigemptyset(&set);
@@ -28,6 +35,7 @@ sigset_t handled_signals(const std::vector<int>& extra) {
     sigaddset(&set, sig);
   }
   for (int sig : extra) sigaddset(&set, sig);
+  if (ignored_at_start(SIGHUP)) sigdelset(&set, SIGHUP);
   return set;
 }
 
@@ -61,12 +69,17 @@ SignalChannel::SignalChannel(const std::vector<int>& extra) {
   const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (fd < 0) throw_errno("signalfd");
   fd_ = UniqueFd(fd);
+  // An inherited ignored SIGCHLD would reap the workers behind ddprun's back (waitpid
+  // then fails with ECHILD): children are ddprun's to wait for.
+  ::signal(SIGCHLD, SIG_DFL);
   // A worker's console may vanish (a closed pipe); that must not kill ddprun.
-  ::signal(SIGPIPE, SIG_IGN);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &original_sigpipe_);
 }
 
 SignalChannel::~SignalChannel() {
-  ::signal(SIGPIPE, SIG_DFL);
+  ::sigaction(SIGPIPE, &original_sigpipe_, nullptr);
   ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
 }
 
@@ -108,8 +121,10 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // ddprun died before prctl
+    // Workers start with default dispositions, except a SIGHUP that ddprun itself was
+    // started with ignored (nohup): they inherit that, as nohup's children do.
     for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
-      ::signal(sig, SIG_DFL);
+      if (sig != SIGHUP || !ignored_at_start(SIGHUP)) ::signal(sig, SIG_DFL);
     }
     const int stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
     if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||

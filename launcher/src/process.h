@@ -28,7 +28,8 @@ UniqueFd open_log_file(const std::string& path);
 
 // Blocks the signals ddprun handles and delivers them through a signalfd instead, so one
 // poll() can wait for signals, child exits and output alike. Restores the previous mask
-// and SIGPIPE's disposition on destruction. Construct it before spawning anything; one
+// and SIGPIPE's disposition on destruction; resets an inherited ignored SIGCHLD; leaves an
+// inherited ignored SIGHUP (nohup) ignored. Construct it before spawning anything; one
 // at a time.
 class SignalChannel {
  public:
@@ -50,6 +51,7 @@ class SignalChannel {
 
  private:
   sigset_t original_mask_{};
+  struct sigaction original_sigpipe_ {};
   UniqueFd fd_;
 };
 

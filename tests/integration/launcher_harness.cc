@@ -30,7 +30,12 @@ Launched::Launched(const std::vector<std::string>& args, const std::vector<std::
   if (ready_pipe && ::pipe(ready) != 0) std::abort();  // inherited on purpose
   std::vector<std::string> env_strings;
   for (char** var = environ; *var != nullptr; ++var) env_strings.emplace_back(*var);
-  for (const auto& var : extra_env) env_strings.push_back(var);
+  for (const auto& var : extra_env) {
+    // An extra variable replaces the inherited one of its name (PATH, say).
+    const std::string prefix = var.substr(0, var.find('=') + 1);
+    std::erase_if(env_strings, [&](const std::string& s) { return s.starts_with(prefix); });
+    env_strings.push_back(var);
+  }
   if (ready_pipe) env_strings.push_back("TEST_READY_FD=" + std::to_string(ready[1]));
   std::vector<std::string> argv_strings{ddprun_bin()};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());

@@ -165,6 +165,23 @@ TEST(Signals, Sigusr1IsForwardedAndTheJobGoesOn) {
   EXPECT_NE(done.out.find("rank 1 line 0"), std::string::npos);
 }
 
+// nohup (or `trap '' HUP; exec ddprun ...`): a SIGHUP, a closed terminal's, does nothing;
+// the job goes on and ends as it would have.
+TEST(Signals, AnInheritedIgnoredSighupStaysIgnoredAsUnderNohup) {
+  ::signal(SIGHUP, SIG_IGN);  // ddprun inherits it through the harness's fork and exec
+  Launched job(with_child({"--nproc-per-node", "2"}, {"ready", "wait-signal", "print:1"}), {},
+               true);
+  ::signal(SIGHUP, SIG_DFL);
+  job.wait_ready(2);
+  job.signal(SIGHUP);   // discarded: ddprun ignores it, and so do its workers
+  job.signal(SIGUSR1);  // then the workers go on to the end
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_EQ(done.err.find("stopped by SIGHUP"), std::string::npos) << done.err;
+  EXPECT_NE(done.out.find("got SIGUSR1"), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find("rank 1 line 0"), std::string::npos) << done.out;
+}
+
 TEST(Signals, SecondSigintEscalatesToSigkill) {
   Launched job(with_child({"--nproc-per-node", "2", "--shutdown-timeout", "600"},
                           {"ready", "wait-signal", "ignore:2", "ignore:15", "sleep"}),
@@ -324,6 +341,34 @@ TEST(ExitTimeout, AnEarlyCleanExitNoLongerLeavesTheOthersHanging) {
                           "(--exit-timeout)"),
             std::string::npos)
       << done.err;
+}
+
+// Without SLURM_JOB_END_TIME the job's end comes from squeue, which waits out its timeout
+// when no controller answers: a dry run never asks it; a real run does (which shows the
+// stand-in squeue below is the one ddprun would run).
+TEST(DryRun, NeverAsksTheSchedulersTools) {
+  TempDir tmp;
+  const std::string mark = tmp.path() + "/asked";
+  for (const char* tool : {"squeue", "scontrol"}) {
+    const std::string path = tmp.path() + "/" + tool;
+    std::ofstream(path) << "#!/bin/sh\necho \"$0\" >> " << mark << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const char* path = std::getenv("PATH");
+  const std::vector<std::string> slurm = {
+      "PATH=" + tmp.path() + ":" + (path ? path : "/usr/bin:/bin"), "SLURM_JOB_ID=7",
+      "SLURM_JOB_NODELIST=" + std::string(host), "SLURM_JOB_NUM_NODES=1", "SLURM_TASKS_PER_NODE=1"};
+  for (const char* mode : {"--dry-run", "--check"}) {
+    SCOPED_TRACE(mode);
+    const auto dry = run_ddprun({mode, "--drain-before", "60", "--", "/bin/true"}, slurm);
+    EXPECT_EQ(dry.exit_code, 0) << dry.err;
+    EXPECT_FALSE(std::filesystem::exists(mark));
+  }
+  const auto real = run_ddprun({"--drain-before", "60", "--", "/bin/true"}, slurm);
+  EXPECT_EQ(real.exit_code, 0) << real.err;
+  EXPECT_TRUE(std::filesystem::exists(mark));
 }
 
 TEST(DryRun, PrintsTheJsonPlanAndStartsNothing) {
