@@ -109,10 +109,6 @@ class HostlistParser {
                        ": host names may contain letters, digits, '-', '.' and '_'");
       }
     }
-    if (segments.size() > 1 && segments.back().ranges.empty()) {
-      fail(segments.back().pos,
-           "unexpected text after ']': a bracket group must end the host name (as in Slurm)");
-    }
     if (segments.size() == 1 && segments[0].ranges.empty()) {
       const Segment& name = segments[0];
       check_suffix(name.text, name.pos + name.text.find_last_not_of("0123456789") + 1);
@@ -242,7 +238,11 @@ class HostlistParser {
         count += static_cast<std::size_t>(span) + 1;
         width = std::max({width, range.width, decimal_digits(range.hi)});
       }
-      const bool last_group = i + 1 == segments.size();
+      // Text may follow the last group (Slurm 23.02.5 and later); another group may not
+      // follow a group of more than kMaxRange hosts.
+      const bool last_group =
+          std::none_of(segments.begin() + static_cast<std::ptrdiff_t>(i) + 1, segments.end(),
+                       [](const Segment& later) { return !later.ranges.empty(); });
       if (!last_group && count > kMaxRange) {
         fail(segment.pos, "bracket group has more than " + std::to_string(kMaxRange) +
                               " hosts before another group (Slurm's limit)");

@@ -1,34 +1,36 @@
 #!/usr/bin/env bash
 # Sets up, builds with warnings as errors, and runs every test (the multi-node ones on
 # simulated nodes when root), checks the worker against LibTorch 2.x headers, CPU and CUDA
-# with NCCL (compile only); then builds the launcher, and the worker with ddp-train,
-# under ASan/UBSan and runs their tests again, and fuzzes the hostlist and hostfile parsers.
+# with NCCL (compile only), and the hostlist table against Slurm 24.11's scontrol; then
+# builds the launcher, and the worker with ddp-train, under ASan/UBSan and runs their tests
+# again, and fuzzes the hostlist and hostfile parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh ci
 git ls-files '*.h' '*.cc' | xargs -r clang-format --dry-run --Werror
 ctest --preset ci -j 2
 
-# The worker against LibTorch 2.x headers (Debian trixie's), compile only. Exit 100 means
+# Checks against Debian trixie's packages, fetched through a private apt. Exit 100 means
 # the mirror could not be reached at all, which says nothing about the code; any other
 # failure (apt's included) fails the tests.
-rc=0
-scripts/check-libtorch2.sh || rc=$?
-if ((rc == 100)); then
-  echo "test.sh: warning: LibTorch 2.x check skipped: the Debian mirror could not be reached" >&2
-elif ((rc != 0)); then
-  exit "$rc"
-fi
-# The worker against a CUDA build of LibTorch 2.x with NCCL (Debian trixie's
-# libtorch-cuda-dev, CUDA and NCCL headers), compile only (docs/gpu.md). Exit 100: the
-# mirror could not be reached.
-rc=0
-scripts/check-cuda-build.sh || rc=$?
-if ((rc == 100)); then
-  echo "test.sh: warning: CUDA build check skipped: the Debian mirror could not be reached" >&2
-elif ((rc != 0)); then
-  exit "$rc"
-fi
+trixie_check() {
+  local what=$1 rc=0
+  shift
+  "$@" || rc=$?
+  if ((rc == 100)); then
+    echo "test.sh: warning: $what check skipped: the Debian mirror could not be reached" >&2
+  elif ((rc != 0)); then
+    exit "$rc"
+  fi
+}
+# The worker against LibTorch 2.x headers, compile only.
+trixie_check "LibTorch 2.x" scripts/check-libtorch2.sh
+# The hostlist table against Slurm 24.11's own parser (scontrol unpacked, no daemon): text
+# after a bracket group, which sites' Slurm 23.02.5+ puts in node lists.
+trixie_check "Slurm 24.11 hostlist" scripts/check-slurm-hostlist.sh
+# The worker against a CUDA build of LibTorch 2.x with NCCL (libtorch-cuda-dev, CUDA and
+# NCCL headers), compile only (docs/gpu.md).
+trixie_check "CUDA build" scripts/check-cuda-build.sh
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$(nproc)"
 ctest --preset asan -j 2
