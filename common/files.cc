@@ -38,6 +38,20 @@ void make_directories(const std::string& dir, unsigned mode) {
   }
 }
 
+void write_new_file(const std::string& path, const std::string& text) {
+  const UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) throw_errno("open", path);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t put = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (put > 0) {
+      done += static_cast<std::size_t>(put);
+    } else if (put < 0 && errno != EINTR) {
+      throw_errno("write", path);
+    }
+  }
+}
+
 std::string read_file(const std::string& path) {
   const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) throw_errno("open", path);

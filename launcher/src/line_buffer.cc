@@ -105,6 +105,18 @@ void ConsoleQueue::drop_all() {
   if (begun) push_message("\n");
 }
 
+std::string ConsoleQueue::take_unwritten() {
+  std::string text;
+  text.reserve(bytes_);
+  for (const Chunk& chunk : chunks_) {
+    text.append(chunk.text, &chunk == &chunks_.front() ? offset_ : 0);
+  }
+  chunks_.clear();
+  offset_ = 0;
+  bytes_ = 0;
+  return text;
+}
+
 ConsoleQueue::Dropped ConsoleQueue::take_dropped() noexcept {
   const Dropped taken = dropped_;
   dropped_ = {};

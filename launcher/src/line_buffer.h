@@ -73,6 +73,9 @@ class ConsoleQueue {
   // Drops everything queued. When a chunk had begun, a newline stays queued, so that what
   // comes next starts a line of its own.
   void drop_all();
+  // Takes everything queued and not yet written (the rest of a begun chunk first), in
+  // order, leaving the queue empty; nothing is counted as dropped.
+  std::string take_unwritten();
   const Dropped& dropped() const noexcept { return dropped_; }
   // The counts so far; they start again from zero.
   Dropped take_dropped() noexcept;

@@ -165,7 +165,10 @@ int run(Options options, Environment env) {
         return prepare_round(options, inputs, env, round, previous, program_path, self);
       },
       runner.messages());
-  runner.drain_console();
+  // A console that stalls across the job's end: what it did not take goes to a file.
+  runner.finish_console(options.log_dir
+                            ? *options.log_dir + "/console_not_shown.txt"
+                            : tmpdir(env) + "/ddprun-console-" + inputs.run_id + ".txt");
   signals.discard_pending();  // the outcome is decided; a late signal must not change it
   return code;
 }

@@ -76,6 +76,12 @@ ConsoleQueue::Dropped Console::take_dropped() {
   return total;
 }
 
+std::string Console::take_unwritten() {
+  std::string text;
+  for (const auto& sink : sinks_) text += sink->queue.take_unwritten();
+  return text;
+}
+
 void Console::flush(Sink& sink) {
   for (;;) {
     const std::string_view data = sink.queue.front();

@@ -73,6 +73,9 @@ class Console {
   void give_up();
   // Lines left out of the console since the last call, over both streams.
   ConsoleQueue::Dropped take_dropped();
+  // Takes what still waits for the console, stdout's before stderr's (ConsoleQueue's
+  // take_unwritten): for a file, when the console will never take it.
+  std::string take_unwritten();
 
  private:
   struct Sink {

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "agents.h"
+#include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"
 #include "report.h"
 
@@ -46,14 +47,15 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
 ProcessRunner::~ProcessRunner() {
   try {
     messages_.flush();
-    drain_console();
+    drain_console(config_.console_stall);
+    console_->give_up();
   } catch (...) {
     // Leaving: what the console did not take is lost, and nothing else is.
   }
 }
 
 void ProcessRunner::end_round() {
-  drain_console();
+  drain_console(config_.console_stall);
   const auto dropped = console_->take_dropped();
   if (dropped.lines > 0) {
     console_->message(
@@ -62,7 +64,31 @@ void ProcessRunner::end_round() {
   start_fresh();
 }
 
-void ProcessRunner::drain_console() {
+std::string ProcessRunner::finish_console(const std::string& spill_path) {
+  drain_console(config_.console_final_stall);
+  if (!console_->waiting()) return {};
+  const std::string rest = console_->take_unwritten();
+  const auto lines = std::count(rest.begin(), rest.end(), '\n');
+  std::string notice;
+  try {
+    write_new_file(spill_path, rest);
+    notice = "ddprun: the console took nothing for " +
+             std::to_string(config_.console_final_stall.count() / 1000) +
+             " s after the job ended: its last " + std::to_string(lines) + " lines are in " +
+             spill_path + "\n";
+  } catch (const std::exception& e) {
+    notice = "ddprun: the console took nothing for " +
+             std::to_string(config_.console_final_stall.count() / 1000) +
+             " s after the job ended; its last " + std::to_string(lines) +
+             " lines are lost: " + e.what() + "\n";
+  }
+  console_->message(notice);
+  drain_console(std::chrono::milliseconds(1000));
+  console_->give_up();
+  return spill_path;
+}
+
+void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
   messages_.flush();
   // A signal (or the head's message) that comes meanwhile ends the drain and stays queued
   // for the policy.
@@ -70,14 +96,12 @@ void ProcessRunner::drain_console() {
   const auto started = RunnerClock::now();
   auto moved_at = started;
   while (console_->waiting() && pending_.size() == events_before) {
-    const auto deadline =
-        std::min(moved_at + config_.console_stall, started + config_.console_drain_limit);
+    const auto deadline = std::min(moved_at + stall, started + config_.console_drain_limit);
     if (RunnerClock::now() >= deadline) break;
     const auto written = console_->bytes_written();
     children_->wait_once(deadline, config_.head_fd, events_);
     if (console_->bytes_written() != written) moved_at = RunnerClock::now();
   }
-  console_->give_up();
 }
 
 void ProcessRunner::start_fresh() {

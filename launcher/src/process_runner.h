@@ -26,6 +26,9 @@ struct ProcessRunnerConfig {
   // in all; a signal or a message from the head ends it too.
   std::chrono::milliseconds console_stall{2000};
   std::chrono::milliseconds console_drain_limit{60000};
+  // At the job's end the last lines matter most (a traceback): the drain waits this long
+  // for a console that takes nothing before it spills the rest to a file.
+  std::chrono::milliseconds console_final_stall{5000};
 };
 
 class ProcessRunner : public Runner {
@@ -46,17 +49,23 @@ class ProcessRunner : public Runner {
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return relay_->stderr_tail(child);
   }
-  // Drains the console, then says how many lines of the round it did not show.
+  // Drains the console (keeping what it could not write for later), then says how many
+  // lines of the round it left out.
   void end_round() override;
 
   // ddprun's own messages (rank table, reports): they go to stderr through the console, in
   // order with the workers' lines and without waiting for a console that is not reading.
   std::ostream& messages() { return messages_; }
-  // Writes what waits for the console while it takes bytes (ProcessRunnerConfig's rule);
-  // what it cannot write then is dropped and counted. Call before exit.
-  void drain_console();
+  // At the job's end: writes what waits for the console while it takes bytes, with
+  // `console_final_stall` as the stall; what it still cannot take then is written to
+  // `spill_path` and a line names it, so that no last line is lost without a word.
+  // Returns the spill's path, or empty when nothing was spilled. Call before exit.
+  std::string finish_console(const std::string& spill_path);
 
  private:
+  // Writes what waits for the console while it takes bytes, giving up after `stall`
+  // without progress (or ProcessRunnerConfig::console_drain_limit in all, or an event).
+  void drain_console(std::chrono::milliseconds stall);
   void start_fresh();  // a new child set and relay: children number from 0 again
   void read_head();
 

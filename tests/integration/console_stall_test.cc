@@ -269,6 +269,34 @@ TEST(StalledConsole, SigtermStopsTheJobOnTimeWhileTheConsoleIsNotReading) {
   }
 }
 
+// The console stalls across the job's end (a paused pager, a stuck ssh link): after a
+// bounded wait, what it did not take goes to a file that a line on stderr names; no last
+// line is lost without a word.
+TEST(StalledConsole, WhatItDidNotTakeAtTheEndIsSpilledToAFileThatStderrNames) {
+  TempDir dir;
+  Pipe console;
+  Pipe err;
+  constexpr int kPrinted = 20000;  // 350 KB: more than the pipe, less than the queue
+  Started ddprun(with_child({"--nproc-per-node", "1", "--log-dir", dir.path()},
+                            {"print:" + std::to_string(kPrinted)}),
+                 console.write_end, err.write_end);
+  console.close_write();
+  err.close_write();
+  std::string err_text;
+  const int code = ddprun.wait_exit(err.read_end, err_text);
+  ASSERT_EQ(code, 0) << err_text;
+  const std::regex spilled(R"(its last (\d+) lines are in (\S+)\n)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(err_text, match, spilled)) << err_text;
+  EXPECT_EQ(match[2].str(), dir.path() + "/console_not_shown.txt");
+  // What the console took, then the file: every line, in order, none twice.
+  const std::string shown = read_available(console.read_end);
+  const std::string rest = file_text(match[2].str());
+  EXPECT_GT(std::stol(match[1]), 0);
+  EXPECT_TRUE(shown + rest == printed(0, kPrinted))
+      << shown.size() << " bytes shown, " << rest.size() << " spilled";
+}
+
 TEST(SlowConsole, FailingWorkersLastLinesReachAReaderThatIsSlowButMoving) {
   // stdout and stderr on one pipe (2>&1) read at about 20 KB/s: draining what is queued
   // when the job ends takes several seconds, more than a fixed 2 s deadline would give.
