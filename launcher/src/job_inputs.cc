@@ -28,7 +28,9 @@ bool is_loopback(const std::string& address) {
 }
 
 std::string source_of(const Cluster& cluster) {
-  return cluster.scheduler == "local" ? "this machine" : "the " + cluster.scheduler + " allocation";
+  if (cluster.scheduler == "local") return "this machine";
+  if (cluster.scheduler == "static") return "the command line's --nnodes";
+  return "the " + cluster.scheduler + " allocation";
 }
 
 int resolve_this_node(const Options& options, const Cluster& cluster, const HostFacts& host) {
@@ -50,6 +52,48 @@ int resolve_this_node(const Options& options, const Cluster& cluster, const Host
   }
   if (nodes == 1) return 0;
   return this_node_or_throw(cluster, host);
+}
+
+// torchrun's by-hand multi-node form, one command per node with no scheduler or hostfile:
+// --nnodes N, this node's --node-rank, node 0 at --master-addr (or --rdzv-endpoint). This
+// node goes by its host name; the others are known by their rank alone (node 0 by the
+// master address, node i as "node-rank-i"); each runs as many workers as this one, as
+// under torchrun's static rendezvous.
+Cluster by_hand_cluster(const Options& options, const Cluster& local) {
+  const int nnodes = *options.nnodes;
+  const std::string how =
+      "give every node the same --nnodes " + std::to_string(nnodes) +
+      " and --master-addr (node 0's address) with --master-port, and each its own --node-rank "
+      "0-" +
+      std::to_string(nnodes - 1);
+  if (!options.node_rank) {
+    throw UsageError(
+        "--nnodes " + std::to_string(nnodes) +
+            " without a scheduler or a hostfile needs this node's --node-rank" +
+            (options.rdzv_backend == "c10d"
+                 ? " (node ranks by order of arrival at a c10d rendezvous are not supported)"
+                 : ""),
+        how);
+  }
+  if (!options.master_addr) {
+    throw UsageError("--nnodes " + std::to_string(nnodes) +
+                         " without a scheduler or a hostfile needs node 0's address",
+                     how);
+  }
+  Cluster cluster = local;
+  cluster.scheduler = "static";
+  cluster.sources = {{"--nnodes", std::to_string(nnodes)},
+                     {"--node-rank", std::to_string(*options.node_rank)},
+                     {"--master-addr", *options.master_addr}};
+  cluster.nodes.clear();
+  cluster.this_node.reset();  // --node-rank says which
+  for (int node = 0; node < nnodes; ++node) {
+    const std::string name = node == *options.node_rank ? local.nodes.front().host
+                             : node == 0                ? *options.master_addr
+                                                        : "node-rank-" + std::to_string(node);
+    cluster.nodes.push_back(NodeSlots{name, local.nodes.front().slots});
+  }
+  return cluster;
 }
 
 }  // namespace
@@ -118,6 +162,9 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
     inputs.cluster = detect_cluster(env, read_file, host, options.scheduler, options.hostfile);
   }
   Cluster& cluster = inputs.cluster;
+  if (cluster.scheduler == "local" && options.nnodes && *options.nnodes > 1 && !options.agent) {
+    cluster = by_hand_cluster(options, cluster);
+  }
   const int nodes = static_cast<int>(cluster.nodes.size());
   cluster.this_node = resolve_this_node(options, cluster, host);
   const bool mpirun_found = services.program_on_path && services.program_on_path("mpirun");
@@ -242,7 +289,12 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
     inputs.run_id = services.random_run_id();
   } else {
     std::string seed = inputs.master_addr + ":" + std::to_string(inputs.master_port);
-    for (const auto& node : cluster.nodes) seed += "," + node.host;
+    // By hand, each node knows only its own name: the node count stands for the list.
+    if (cluster.scheduler == "static") {
+      seed += "," + std::to_string(nodes);
+    } else {
+      for (const auto& node : cluster.nodes) seed += "," + node.host;
+    }
     char hex[16];
     std::snprintf(hex, sizeof hex, "%08x", fnv1a(seed));
     inputs.run_id = hex;

@@ -72,6 +72,17 @@ int run(Options options, Environment env) {
   PlanInputs inputs =
       resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
                           system_services(env), !options.dry_run && !options.print_job_end);
+  // One ddprun per node (srun, mpirun, by hand) restarts only its own node: without a
+  // rendezvous between the launchers the nodes would drift a round apart and each round
+  // would wait out the store's timeout. Say so, and restart nothing.
+  if (options.max_restarts > 0 && !options.agent && inputs.cluster.nodes.size() > 1 &&
+      started_per_node(options, inputs.cluster, env)) {
+    std::cerr << "ddprun: warning: --max-restarts " << options.max_restarts
+              << " ignored: with one ddprun per node, a node cannot restart the job alone; "
+                 "start one ddprun that reaches the other nodes (docs/multinode.md) to restart "
+                 "the whole job\n";
+    options.max_restarts = 0;
+  }
   const auto now_unix = static_cast<std::int64_t>(std::time(nullptr));
   // Agents learn the end from the head (--deadline); --drain-before 0 asks nobody.
   const bool ask =

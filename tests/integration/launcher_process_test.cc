@@ -371,6 +371,22 @@ TEST(DryRun, NeverAsksTheSchedulersTools) {
   EXPECT_TRUE(std::filesystem::exists(mark));
 }
 
+// torchrun's by-hand form plans without a scheduler; one ddprun per node cannot restart
+// the job alone, so --max-restarts is refused with a warning rather than left to drift.
+TEST(DryRun, ByHandNodesPlanFromTheCommandLineAndRestartNothingAlone) {
+  const auto done = run_ddprun({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.1.1",
+                                "--master-port", "29500", "--nproc-per-node", "2", "--max-restarts",
+                                "3", "--dry-run", "--format", "json", "--", "/bin/true"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto plan = nlohmann::json::parse(done.out);
+  EXPECT_EQ(plan["scheduler"], "static");
+  EXPECT_EQ(plan["world_size"], 4);
+  EXPECT_EQ(plan["this_node"], 1);
+  EXPECT_EQ(plan["max_restarts"], 0);
+  EXPECT_NE(done.err.find("--max-restarts 3 ignored: with one ddprun per node"), std::string::npos)
+      << done.err;
+}
+
 TEST(DryRun, PrintsTheJsonPlanAndStartsNothing) {
   Launched job(
       with_child({"--nproc-per-node", "3", "--dry-run", "--format", "json", "--run-id", "abc"},

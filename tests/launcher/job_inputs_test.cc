@@ -107,6 +107,62 @@ TEST(JobInputs, ThreeHostfileNodesUnderMpirunDeriveTheSamePlan) {
                      options);
 }
 
+// torchrun's by-hand form: one command per node, no scheduler, each with its own
+// --node-rank. Every node derives the same plan (run id included) from the same options,
+// but for the names of the nodes: each knows its own.
+TEST(JobInputs, ByHandNodesWithNodeRanksDeriveTheSamePlan) {
+  std::vector<nlohmann::json> plans;
+  for (int node = 0; node < 3; ++node) {
+    Options options = options_for();
+    options.nnodes = 3;
+    options.node_rank = node;
+    options.master_addr = "node1";
+    options.master_port = 29500;
+    const std::string host = "machine-" + std::to_string(node);
+    const auto inputs =
+        resolve_plan_inputs(options, {}, files({}), host_named(host), fake_services(kHosts), true);
+    EXPECT_EQ(inputs.cluster.scheduler, "static");
+    EXPECT_EQ(inputs.cluster.this_node, node);
+    auto doc = nlohmann::json::parse(format_plan_json(build_plan(options, inputs, {})));
+    EXPECT_EQ(doc["this_node"], node);
+    EXPECT_EQ(doc["world_size"], 6);
+    EXPECT_EQ(doc["master_addr"], "node1");
+    const auto first = static_cast<std::size_t>(2 * node);
+    EXPECT_EQ(doc["ranks"][first]["rank"], 2 * node);
+    EXPECT_EQ(doc["ranks"][first]["host"], host);  // this node by its name
+    doc.erase("this_node");
+    doc.erase("nodes");
+    for (auto& rank : doc["ranks"]) {
+      rank.erase("host");
+      rank["env"].erase("DDPRUN_HOST");
+    }
+    plans.push_back(doc);
+  }
+  EXPECT_EQ(plans[1], plans[0]);
+  EXPECT_EQ(plans[2], plans[0]);
+}
+
+TEST(JobInputs, ByHandNodesNeedANodeRankAndNode0sAddress) {
+  Options options = options_for();
+  options.nnodes = 2;
+  options.master_addr = "node1";
+  options.rdzv_backend = "c10d";
+  try {
+    resolve_plan_inputs(options, {}, files({}), host_named("node1"), fake_services(kHosts), true);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs this node's --node-rank (node ranks by order of "
+                                         "arrival at a c10d rendezvous are not supported)"),
+              std::string::npos)
+        << e.what();
+  }
+  options.node_rank = 1;
+  options.master_addr.reset();
+  EXPECT_THROW(
+      resolve_plan_inputs(options, {}, files({}), host_named("node1"), fake_services(kHosts), true),
+      UsageError);
+}
+
 TEST(JobInputs, KubeflowPodsDeriveTheSamePlanFromANodeLevelWorld) {
   for (const Environment& base :
        {Environment{{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"}},
