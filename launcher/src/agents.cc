@@ -249,7 +249,11 @@ std::vector<std::string> srun_command(const LaunchPlan& plan,
                                    "--ntasks=" + nodes,
                                    "--ntasks-per-node=1",
                                    "--kill-on-bad-exit=1",
-                                   "--input=none"};
+                                   // Every agent reads the head's messages (the hello, then
+                                   // signals) from srun's stdin, as ssh agents do: srun
+                                   // itself forwards SIGINT only when it comes twice, and
+                                   // SIGTERM kills the step without telling the tasks.
+                                   "--input=all"};
   argv.insert(argv.end(), agent_argv.begin(), agent_argv.end());
   return argv;
 }
@@ -335,9 +339,14 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
   agent.node_rank = -1;
   agent.host = std::string(launcher_name(inputs.launcher));
   agent.path = resolve_program(agent.host, env);
-  agent.argv = inputs.launcher == LauncherKind::kSrun
-                   ? srun_command(plan, agent_argv(nullptr, -1))
-                   : mpirun_command(plan, forwarded, agent_argv(nullptr, -1));
+  if (inputs.launcher == LauncherKind::kSrun) {
+    std::vector<std::string> argv = agent_argv(nullptr, -1);
+    argv.insert(argv.begin() + 1, "--agent-stdin");
+    agent.argv = srun_command(plan, argv);
+    agent.hello = agent_hello({});  // srun exports the environment itself
+  } else {
+    agent.argv = mpirun_command(plan, forwarded, agent_argv(nullptr, -1));
+  }
   agent.env = merge_environment(env, {forwarded.begin(), forwarded.end()});
   launches.agents.push_back(std::move(agent));
   return launches;

@@ -65,7 +65,8 @@ Cluster by_hand_cluster(const Options& options, const Cluster& local) {
       "give every node the same --nnodes " + std::to_string(nnodes) +
       " and --master-addr (node 0's address) with --master-port, and each its own --node-rank "
       "0-" +
-      std::to_string(nnodes - 1);
+      std::to_string(nnodes - 1) +
+      "; or give every node with --hostfile to one ddprun, which starts them all";
   if (!options.node_rank) {
     throw UsageError(
         "--nnodes " + std::to_string(nnodes) +

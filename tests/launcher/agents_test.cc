@@ -286,6 +286,8 @@ TEST(LauncherCommands, SrunAndMpirunStartOneAgentPerNode) {
   EXPECT_EQ(srun.front(), "srun");
   EXPECT_NE(std::find(srun.begin(), srun.end(), "--ntasks-per-node=1"), srun.end());
   EXPECT_EQ(srun.back(), "--agent");
+  // Signals reach the agents as messages on stdin, which srun gives every task.
+  EXPECT_NE(std::find(srun.begin(), srun.end(), "--input=all"), srun.end());
   const auto mpirun = mpirun_command(plan, {{"PATH", "/secret/bin"}}, {"/bin/ddprun"});
   const std::vector<std::string> expected = {"mpirun", "-np",   "2",  "-npernode", "1",
                                              "--host", "n1,n2", "-x", "PATH",      "/bin/ddprun"};

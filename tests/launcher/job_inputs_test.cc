@@ -295,7 +295,7 @@ INSTANTIATE_TEST_SUITE_P(
                {},
                "laptop",
                [](Options& o) { o.nnodes = 2; },
-               "--nnodes 2 does not match this machine"},
+               "--nnodes 2 without a scheduler or a hostfile needs this node's --node-rank"},
         BadJob{"FreePortOnANodeThatDoesNotStartTheOthers",
                kTwoNodeSlurm,
                {},
