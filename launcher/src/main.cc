@@ -177,9 +177,10 @@ int run(Options options, Environment env) {
       },
       runner.messages());
   // A console that stalls across the job's end: what it did not take goes to a file.
-  runner.finish_console(options.log_dir
-                            ? *options.log_dir + "/console_not_shown.txt"
-                            : tmpdir(env) + "/ddprun-console-" + inputs.run_id + ".txt");
+  // (The pid keeps two runs of one job id apart.)
+  const std::string spill_name = inputs.run_id + "-" + std::to_string(::getpid()) + ".txt";
+  runner.finish_console(options.log_dir ? *options.log_dir + "/console_not_shown-" + spill_name
+                                        : tmpdir(env) + "/ddprun-console-" + spill_name);
   signals.discard_pending();  // the outcome is decided; a late signal must not change it
   return code;
 }
