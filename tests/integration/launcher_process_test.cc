@@ -165,6 +165,43 @@ TEST(Signals, Sigusr1IsForwardedAndTheJobGoesOn) {
   EXPECT_NE(done.out.find("rank 1 line 0"), std::string::npos);
 }
 
+std::size_t count_lines(const std::string& out, const std::string& line) {
+  std::size_t got = 0;
+  for (const auto& l : split_lines(out)) got += l == line;
+  return got;
+}
+
+// A stop signal during a failed round's grace decides: no restart, exit 128 + the signal.
+// Rank 0 fails; rank 1 gets the SIGTERM of the teardown, then Ctrl-C arrives.
+TEST(Signals, CtrlCDuringAFailedRoundsGraceStopsTheJobWithoutARestart) {
+  Launched job(
+      with_child({"--nproc-per-node", "2", "--max-restarts", "2", "--shutdown-timeout", "30"},
+                 {"ready@1", "wait-signal@1", "wait-signal@1", "exit:0@1", "exit:1@0"}),
+      {}, true);
+  job.wait_ready(1);
+  job.wait_stdout([](const std::string& out) { return count_lines(out, "got SIGTERM") == 1; });
+  job.signal(SIGINT);
+  const auto done = job.finish(seconds(25));
+  EXPECT_EQ(done.exit_code, 128 + SIGINT) << done.err;
+  EXPECT_EQ(count_lines(done.out, "got SIGINT"), 1u) << done.out;
+  EXPECT_EQ(done.err.find("restarting all workers"), std::string::npos) << done.err;
+  EXPECT_NE(done.err.find("rank 0 (local rank 0"), std::string::npos) << done.err;
+}
+
+// After a preemption notice, a stop signal still reaches the workers.
+TEST(Signals, SigtermAfterANoticeStillReachesEveryWorker) {
+  Launched job(with_child({"--nproc-per-node", "2", "--shutdown-timeout", "20"},
+                          {"ready", "wait-signal", "wait-signal", "exit:0"}),
+               {}, true);
+  job.wait_ready(2);
+  job.signal(SIGUSR1);
+  job.wait_stdout([](const std::string& out) { return count_lines(out, "got SIGUSR1") == 2; });
+  job.signal(SIGTERM);
+  const auto done = job.finish(seconds(15));  // less than the grace: no SIGKILL needed
+  EXPECT_EQ(done.exit_code, 128 + SIGTERM) << done.err;
+  EXPECT_EQ(count_lines(done.out, "got SIGTERM"), 2u) << done.out;
+}
+
 // nohup (or `trap '' HUP; exec ddprun ...`): a SIGHUP, a closed terminal's, does nothing;
 // the job goes on and ends as it would have.
 TEST(Signals, AnInheritedIgnoredSighupStaysIgnoredAsUnderNohup) {
