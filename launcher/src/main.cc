@@ -88,13 +88,10 @@ int run(Options options, Environment env) {
   const bool ask =
       options.print_job_end || options.drain_before_s > 0 || options.deadline || options.time_limit;
   // The scheduler's tools (squeue, qstat) wait out their timeout when the controller does
-  // not answer: a dry run or a check never asks them, and of ddprun started once per node
-  // only node 0 does (the others read the environment alone; their workers follow node
-  // 0's notice through their own agreement, as ddp-train's stop check does).
-  const bool ask_tools =
-      options.print_job_end ||
-      (!options.dry_run && !options.check &&
-       !(started_per_node(options, inputs.cluster, env) && inputs.cluster.this_node != 0));
+  // not answer: a dry run or a check never asks them. (Started once per node, every node
+  // still asks when the environment has no end time: each must send its own workers the
+  // notice.)
+  const bool ask_tools = options.print_job_end || (!options.dry_run && !options.check);
   const RunCommand no_tools = [](const std::vector<std::string>&) -> std::optional<std::string> {
     return std::nullopt;
   };

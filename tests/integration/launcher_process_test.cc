@@ -172,13 +172,16 @@ std::size_t count_lines(const std::string& out, const std::string& line) {
 }
 
 // A stop signal during a failed round's grace decides: no restart, exit 128 + the signal.
-// Rank 0 fails; rank 1 gets the SIGTERM of the teardown, then Ctrl-C arrives.
+// Rank 0 fails once both ranks wait (on the test's SIGUSR1); rank 1 gets the SIGTERM of the
+// teardown, then Ctrl-C arrives.
 TEST(Signals, CtrlCDuringAFailedRoundsGraceStopsTheJobWithoutARestart) {
   Launched job(
-      with_child({"--nproc-per-node", "2", "--max-restarts", "2", "--shutdown-timeout", "30"},
-                 {"ready@1", "wait-signal@1", "wait-signal@1", "exit:0@1", "exit:1@0"}),
+      with_child(
+          {"--nproc-per-node", "2", "--max-restarts", "2", "--shutdown-timeout", "30"},
+          {"ready", "wait-signal", "exit:1@0", "wait-signal@1", "wait-signal@1", "exit:0@1"}),
       {}, true);
-  job.wait_ready(1);
+  job.wait_ready(2);
+  job.signal(SIGUSR1);
   job.wait_stdout([](const std::string& out) { return count_lines(out, "got SIGTERM") == 1; });
   job.signal(SIGINT);
   const auto done = job.finish(seconds(25));
