@@ -244,11 +244,8 @@ std::vector<std::string> ssh_command(const std::string& host, const Options& opt
 std::vector<std::string> srun_command(const LaunchPlan& plan,
                                       const std::vector<std::string>& agent_argv) {
   const std::string nodes = std::to_string(plan.nodes.size());
-  std::vector<std::string> argv = {"srun",
-                                   "--nodes=" + nodes,
-                                   "--ntasks=" + nodes,
-                                   "--ntasks-per-node=1",
-                                   "--kill-on-bad-exit=1",
+  std::vector<std::string> argv = {"srun", "--nodes=" + nodes, "--ntasks=" + nodes,
+                                   "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                                    // Every agent reads the head's messages (the hello, then
                                    // signals) from srun's stdin, as ssh agents do: srun
                                    // itself forwards SIGINT only when it comes twice, and

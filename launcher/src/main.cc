@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <optional>
+#include <string_view>
 
 #include "agents.h"
 #include "child_set.h"
@@ -18,10 +19,12 @@
 #include "options.h"
 #include "plan.h"
 #include "plan_format.h"
+#include "ports.h"
 #include "preflight.h"
 #include "process_runner.h"
 #include "program_command.h"
 #include "rank_environment.h"
+#include "rendezvous_job.h"
 #include "report.h"
 #include "restart_policy.h"
 #include "round_setup.h"
@@ -72,17 +75,13 @@ int run(Options options, Environment env) {
   PlanInputs inputs =
       resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
                           system_services(env), !options.dry_run && !options.print_job_end);
-  // One ddprun per node (srun, mpirun, by hand) restarts only its own node: without a
-  // rendezvous between the launchers the nodes would drift a round apart and each round
-  // would wait out the store's timeout. Say so, and restart nothing.
-  if (options.max_restarts > 0 && !options.agent && inputs.cluster.nodes.size() > 1 &&
-      started_per_node(options, inputs.cluster, env)) {
-    std::cerr << "ddprun: warning: --max-restarts " << options.max_restarts
-              << " ignored: with one ddprun per node, a node cannot restart the job alone; "
-                 "start one ddprun that reaches the other nodes (docs/multinode.md) to restart "
-                 "the whole job\n";
-    options.max_restarts = 0;
-  }
+  // One ddprun per node (srun, mpirun, by hand) that may restart: the launchers meet
+  // before every round (rendezvous.h), node 0's on the agreed master port, so that every
+  // node runs the same rounds; the workers get a fresh port each round.
+  const bool meet = options.max_restarts > 0 && !options.agent && !options.dry_run &&
+                    !options.check && !options.print_job_end && inputs.cluster.nodes.size() > 1 &&
+                    started_per_node(options, inputs.cluster, env);
+  const int rendezvous_port = inputs.master_port;
   const auto now_unix = static_cast<std::int64_t>(std::time(nullptr));
   // Agents learn the end from the head (--deadline); --drain-before 0 asks nobody.
   const bool ask =
@@ -164,20 +163,50 @@ int run(Options options, Environment env) {
 
   SignalChannel signals(options.signals_to_handle);
   Guardian guardian(inputs.scratch_dir);
+  const std::string spill_name = inputs.run_id + "-" + std::to_string(::getpid()) + ".txt";
+  const std::string spill_path = options.log_dir
+                                     ? *options.log_dir + "/console_not_shown-" + spill_name
+                                     : tmpdir(env) + "/ddprun-console-" + spill_name;
+  const auto join_timeout = std::chrono::milliseconds(
+      static_cast<long long>(options.rdzv_conf.join_timeout_s.value_or(600.0) * 1000.0));
+  const std::string token = lookup(env, kRendezvousTokenVariable).value_or("");
+  if (meet && inputs.cluster.this_node != 0) {
+    PeerJob peer{options, inputs, env, program_path, self, settings, runner_config};
+    const int code =
+        run_peer_job(peer, rendezvous_port, token, join_timeout, signals, guardian, spill_path);
+    signals.discard_pending();  // as below: the outcome is decided
+    return code;
+  }
+  std::optional<RendezvousHost> rendezvous;
+  std::vector<JoinedPeer> peers;  // this round's: their sockets live until the next round
+  if (meet) {
+    rendezvous.emplace(rendezvous_port, inputs.run_id, token,
+                       static_cast<int>(inputs.cluster.nodes.size()));
+    inputs.master_port = pick_free_port();  // the workers': another one every round
+    inputs.fixed_port = false;
+  }
   ProcessRunner runner(signals, guardian, runner_config);
   // ddprun's messages go through the runner's console: a console that is not reading
   // must not hold up the job, nor its exit for long (process_runner.h).
   const int code = run_job(
       runner, settings,
       [&](int round, const RoundResult* previous) {
-        return prepare_round(options, inputs, env, round, previous, program_path, self);
+        RoundSetup setup = prepare_round(options, inputs, env, round, previous, program_path, self);
+        if (rendezvous) {
+          peers.clear();
+          // A stop signal meanwhile ends the wait: the round then starts with this node's
+          // workers alone and stops at once (the signal is still pending).
+          auto joined = rendezvous->gather(round, RendezvousClock::now() + join_timeout,
+                                           signals.fd(), runner.messages());
+          if (joined) peers = std::move(*joined);
+          add_peer_relays(setup, peers, round, inputs.master_port, self, env);
+        }
+        return setup;
       },
       runner.messages());
   // A console that stalls across the job's end: what it did not take goes to a file.
   // (The pid keeps two runs of one job id apart.)
-  const std::string spill_name = inputs.run_id + "-" + std::to_string(::getpid()) + ".txt";
-  runner.finish_console(options.log_dir ? *options.log_dir + "/console_not_shown-" + spill_name
-                                        : tmpdir(env) + "/ddprun-console-" + spill_name);
+  runner.finish_console(spill_path);
   signals.discard_pending();  // the outcome is decided; a late signal must not change it
   return code;
 }
@@ -186,6 +215,8 @@ int run(Options options, Environment env) {
 }  // namespace ddprun
 
 int main(int argc, char** argv) {
+  // Node 0's relay to one other node's ddprun (rendezvous.h): no options, no environment.
+  if (argc == 2 && std::string_view(argv[1]) == "--peer-relay") return ddprun::run_peer_relay();
   const ddprun::Environment env = ddprun::snapshot_environment(environ);
   const bool colour = ddprun::colour_wanted(STDERR_FILENO, env);
   const auto command_line = ddprun::parse_command_line(argc, argv, env);

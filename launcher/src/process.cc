@@ -80,10 +80,11 @@ SignalChannel::SignalChannel(const std::vector<int>& extra) {
 
 SignalChannel::~SignalChannel() {
   ::sigaction(SIGPIPE, &original_sigpipe_, nullptr);
-  ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+  if (!outcome_decided_) ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
 }
 
 int SignalChannel::discard_pending() {
+  outcome_decided_ = true;
   int count = 0;
   while (read_signal() != 0) ++count;
   return count;
@@ -128,9 +129,11 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
     }
     const int stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
     if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
-        ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) {
+        ::dup2(spec.stderr_fd, STDERR_FILENO) < 0 ||
+        (spec.fd3 >= 0 && spec.fd3 != 3 && ::dup2(spec.fd3, 3) < 0)) {
       ::_exit(127);
     }
+    if (spec.fd3 == 3) ::fcntl(3, F_SETFD, 0);  // already there: keep it across exec
     ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     write_stderr_raw("ddprun: error: cannot execute ");

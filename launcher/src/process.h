@@ -46,11 +46,15 @@ class SignalChannel {
   int read_signal();
   // Reads and drops every pending signal: called once the job's outcome is decided, so
   // that a stop signal that came too late does not kill ddprun when its mask is lifted
-  // and replace the exit code it has to give. Returns how many there were.
+  // and replace the exit code it has to give. From then on the handled signals stay
+  // blocked until exit (the destructor leaves the mask as it is): one that comes later
+  // still (srun stopping a step whose other node exited 75) cannot replace the code
+  // either. Returns how many there were.
   int discard_pending();
 
  private:
   sigset_t original_mask_{};
+  bool outcome_decided_ = false;
   struct sigaction original_sigpipe_ {};
   UniqueFd fd_;
 };
@@ -62,6 +66,7 @@ struct SpawnSpec {
   int stdin_fd = -1;              // -1: /dev/null
   int stdout_fd = -1;
   int stderr_fd = -1;
+  int fd3 = -1;  // given to the child as its descriptor 3 (a relay's socket); -1: none
 };
 
 // Forks and execs `spec` as the leader of a new process group (its pgid is its pid), with

@@ -34,6 +34,7 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     pending_.push_back(event);
   };
   events_.signal = [this](int sig) {
+    if (sig != SIGUSR1 && sig != SIGUSR2 && own_signal_ == 0) own_signal_ = sig;
     RunnerEvent event;
     event.kind = RunnerEvent::Kind::kSignal;
     event.signal_number = sig;
@@ -132,6 +133,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   if (!spec.error_file.empty()) ::unlink(spec.error_file.c_str());
   if (!spec.progress_file.empty()) ::unlink(spec.progress_file.c_str());
   SpawnSpec process{spec.path, spec.argv, spec.env};
+  process.fd3 = spec.fd3;
   const std::size_t child =
       children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
   relay_->add(std::move(target));

@@ -61,6 +61,9 @@ class ProcessRunner : public Runner {
   // `spill_path` and a line names it, so that no last line is lost without a word.
   // Returns the spill's path, or empty when nothing was spilled. Call before exit.
   std::string finish_console(const std::string& spill_path);
+  // The first signal other than a notice that ddprun itself received (not one its head
+  // sent as a message), or 0.
+  int own_stop_signal() const noexcept { return own_signal_; }
 
  private:
   // Writes what waits for the console while it takes bytes, giving up after `stall`
@@ -72,6 +75,7 @@ class ProcessRunner : public Runner {
   SignalChannel& signals_;
   Guardian& guardian_;
   ProcessRunnerConfig config_;
+  int own_signal_ = 0;
   std::unique_ptr<Console> console_;
   ConsoleMessages message_buffer_;
   std::ostream messages_;

@@ -9,16 +9,28 @@
 namespace ddprun {
 namespace {
 
-TEST(SignalChannel, PendingSignalsAreDiscardedBeforeTheMaskIsLifted) {
+TEST(SignalChannel, PendingSignalsAreDiscardedAndLaterOnesStayBlockedUntilExit) {
+  sigset_t before;
+  ASSERT_EQ(::sigprocmask(SIG_SETMASK, nullptr, &before), 0);
   {
     SignalChannel signals;
     ASSERT_EQ(::raise(SIGTERM), 0);  // blocked: pending on the channel
     ASSERT_EQ(::raise(SIGHUP), 0);
     EXPECT_EQ(signals.discard_pending(), 2);
     EXPECT_EQ(signals.read_signal(), 0);
+    ASSERT_EQ(::raise(SIGTERM), 0);  // after the outcome was decided (srun's late stop)
   }
-  // Still alive: neither signal was delivered when the mask was restored.
-  SUCCEED();
+  // Still alive: no signal was delivered when the channel went, and the late one still
+  // waits, blocked, as it would until ddprun exits.
+  sigset_t pending;
+  ASSERT_EQ(::sigpending(&pending), 0);
+  EXPECT_EQ(sigismember(&pending, SIGTERM), 1);
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  const timespec now{0, 0};
+  EXPECT_EQ(::sigtimedwait(&term, nullptr, &now), SIGTERM);
+  ASSERT_EQ(::sigprocmask(SIG_SETMASK, &before, nullptr), 0);  // for the tests after this one
 }
 
 TEST(SignalChannel, SignalsAreReadInOrderWhileTheChannelLives) {

@@ -1,0 +1,47 @@
+#pragma once
+// The rounds of one ddprun per node that meet its peers (rendezvous.h): node 0 adds a relay
+// child for every peer that joined a round; every other node joins each round, runs it as
+// the host's agent would, and reports its exit code.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "job.h"
+#include "job_inputs.h"
+#include "options.h"
+#include "process.h"
+#include "process_runner.h"
+#include "rendezvous.h"
+
+namespace ddprun {
+
+// Where a site keeps the rendezvous' shared secret: the same value on every node (srun
+// and mpirun pass the environment on); joins without it are refused.
+inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
+
+// Node 0: adds to `setup` one relay child per joined peer (`self --peer-relay`, the
+// peer's socket as its descriptor 3), whose first message is the round's start.
+void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, int round,
+                     int master_port, const std::string& self, const Environment& env);
+
+// What a peer's rounds need from main.
+struct PeerJob {
+  const Options& options;
+  PlanInputs& inputs;
+  const Environment& env;
+  const std::string& program_path;
+  const std::string& self;
+  const JobSettings& settings;
+  const ProcessRunnerConfig& runner_config;
+};
+
+// Another node: joins node 0's rendezvous on `port` before every round, runs the round
+// (signals from node 0 arrive on the connection), reports its exit code, and joins the
+// next, until node 0 ends the job. Returns ddprun's exit code: the last round's, or 128 +
+// a stop signal ddprun itself received. Throws ConfigError when node 0 never answers.
+int run_peer_job(const PeerJob& job, int port, const std::string& token,
+                 std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
+                 const std::string& spill_path);
+
+}  // namespace ddprun

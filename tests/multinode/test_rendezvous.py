@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""One ddprun per node that agree on every round (3 simulated nodes): with --max-restarts 1,
+a worker on node2 fails in round 0; every node's ddprun must end round 0 and start round 1
+together, through node 0's rendezvous, with Python workers (gloo all-reduce). Every ddprun
+exits 0, every rank of the last round is unique, saw restart count 1 and the right sum, and
+nothing is left on any node. While the nodes meet, hostile clients reach node 0's port
+(random bytes, another run's join, a client that never sends) while node 0 waits for the
+last node, which starts 2 s late: node 0 names and drops each, and the job goes on.
+
+  --case byhand  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
+  --case srun    srun --ntasks-per-node=1 ddprun ... inside a Slurm job
+
+  PYTHONPATH=tests tests/multinode/test_rendezvous.py --ddprun BIN --case byhand|srun
+Exit 77: skipped (not root, no namespaces, no Slurm); under CI=true that is a failure.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from simcluster.cluster import Cluster  # noqa: E402 (tests/ on PYTHONPATH)
+from simcluster.jobs import check_leftovers, job_env, report  # noqa: E402
+from simcluster.namespaces import SkipTest, skip_exit_code  # noqa: E402
+
+NPROC = 2
+PORT = 29533
+WORKER_PY = r"""
+import os, socket, sys
+restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+host = socket.gethostname()
+if restart == 0 and host == "node2" and os.environ["LOCAL_RANK"] == "0":
+    print(f"injected failure on {host}", flush=True)
+    sys.exit(3)
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+print(f"round {restart} rank {rank} of {world} on {host} sum {value.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+LINE = re.compile(r"round (\d+) rank (\d+) of (\d+) on (\S+) sum (\S+)")
+
+HOSTILE_PY = r"""
+import os, socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+def conn():
+    for _ in range(200):
+        try:
+            return socket.create_connection((host, port), timeout=2)
+        except OSError:
+            time.sleep(0.05)
+    return None
+s = conn()
+if s: s.sendall(os.urandom(8192)); s.close()
+s = conn()
+if s: s.sendall(b'{"ddprun_join": 1, "run": "another-job", "node": 1, "round": 0, "nproc": 2, "host": "x"}\n')
+silent = conn()      # never sends: the host must not wait for it
+time.sleep(8)
+print("hostile client done", flush=True)
+"""
+
+
+def check_output(outputs, world, failures, result):
+    seen = {}
+    for node, out in outputs.items():
+        for m in LINE.finditer(out):
+            restart, rank, size, host, total = m.groups()
+            if int(restart) != 1:
+                failures.append(f"rank {rank} on {host} ran in round {restart}, not 1")
+            if int(rank) in seen:
+                failures.append(f"rank {rank} twice")
+            seen[int(rank)] = host
+            if int(size) != world:
+                failures.append(f"rank {rank} saw a world of {size}")
+            if float(total) != world * (world + 1) / 2:
+                failures.append(f"rank {rank}'s all-reduce gave {total}")
+    if sorted(seen) != list(range(world)):
+        failures.append(f"ranks {sorted(seen)} in the last round, not 0-{world - 1}")
+    text = "".join(outputs.values())
+    if "injected failure on node2" not in text:
+        failures.append("the failure was not injected")
+    result["ranks"] = len(seen)
+
+
+def run_byhand(cluster, a, worker, marker, failures, result):
+    env = job_env(marker)
+    procs = {}
+    hostile = None
+    for i, node in enumerate(cluster.nodes):
+        if i == len(cluster.nodes) - 1:
+            # Node 0 now waits for this node: the hostile clients come meanwhile.
+            hostile = cluster.popen(cluster.nodes[2], ["/usr/bin/python3", "-c", HOSTILE_PY,
+                                                       cluster.nodes[0], str(PORT)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(2)
+        argv = [os.path.abspath(a.ddprun), "--nnodes", str(len(cluster.nodes)), "--node-rank",
+                str(i), "--master-addr", cluster.nodes[0], "--master-port", str(PORT),
+                "--nproc-per-node", str(NPROC), "--max-restarts", "1", "--shutdown-timeout", "5",
+                "--", "/usr/bin/python3", worker]
+        procs[node] = cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+    outputs = {}
+    for node, p in procs.items():
+        try:
+            out, _ = p.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            failures.append(f"{node}'s ddprun did not exit within 150 s")
+        print(f"--- {node}: exit {p.returncode}\n{out}")
+        outputs[node] = out
+        if p.returncode != 0:
+            failures.append(f"{node}'s ddprun exited {p.returncode}, not 0")
+    hostile.communicate(timeout=30)
+    for what in ("refused a connection: not a ddprun join",
+                 "refused a connection: a join for run 'another-job', not this one"):
+        if what not in outputs[cluster.nodes[0]]:
+            failures.append(f"node 0 did not say '{what}'")
+    return outputs
+
+
+def run_srun(cluster, a, worker, marker, failures, result):
+    cluster.start_slurm()
+    d = cluster.dir
+    out = os.path.join(d, "out.txt")
+    script = os.path.join(d, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/sh
+export DDPC_MARK={marker} OMP_NUM_THREADS=1
+srun --ntasks-per-node=1 --wait=60 {os.path.abspath(a.ddprun)} --nproc-per-node {NPROC} \\
+  --master-port {PORT} --max-restarts 1 --shutdown-timeout 5 --tag-output \\
+  -- /usr/bin/python3 {worker}
+echo "srun exit $?"
+""")
+    os.chmod(script, 0o755)
+    r = subprocess.run(["sbatch", f"-N{len(cluster.nodes)}", "--parsable", "-o", out, script],
+                       text=True, capture_output=True, env=cluster.slurm_env)
+    if r.returncode != 0:
+        raise RuntimeError(f"sbatch failed: {r.stderr}")
+    state, code = cluster.slurm_wait(r.stdout.strip().split(";")[0], timeout=150)
+    text = open(out).read() if os.path.exists(out) else ""
+    print(f"--- job: {state} {code}\n{text}")
+    if state != "COMPLETED" or "srun exit 0" not in text:
+        failures.append(f"the job ended {state} {code}, not COMPLETED with srun exit 0")
+    return {"job": text}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--case", choices=["byhand", "srun"], required=True)
+    a = ap.parse_args()
+    try:
+        Cluster.check_possible()
+    except SkipTest as e:
+        return skip_exit_code(e)
+    result, failures = {"case": a.case, "nodes": 3}, []
+    cluster = Cluster(3)
+    try:
+        cluster.start()
+        worker = os.path.join(cluster.dir, "worker.py")
+        with open(worker, "w") as f:
+            f.write(WORKER_PY)
+        marker = f"ddpc{uuid.uuid4().hex[:12]}"
+        t0 = time.monotonic()
+        run = run_byhand if a.case == "byhand" else run_srun
+        outputs = run(cluster, a, worker, marker, failures, result)
+        result["run_s"] = round(time.monotonic() - t0, 2)
+        check_output(outputs, len(cluster.nodes) * NPROC, failures, result)
+        check_leftovers(cluster, marker, failures)
+    except SkipTest as e:
+        return skip_exit_code(e)
+    finally:
+        cluster.stop()
+    return report(result, failures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
