@@ -71,7 +71,9 @@ std::string_view launcher_name(LauncherKind kind) {
 }
 
 bool started_per_node(const Options& options, const Cluster& cluster, const Environment& env) {
-  return options.agent || options.node_rank || started_once_per_node(cluster, env);
+  // By hand (torchrun's static and c10d forms), every node runs its own command.
+  return options.agent || options.node_rank || cluster.scheduler == "static" ||
+         started_once_per_node(cluster, env);
 }
 
 LauncherKind choose_launcher(const Options& options, const Cluster& cluster, const Environment& env,

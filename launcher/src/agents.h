@@ -21,7 +21,8 @@ namespace ddprun {
 std::string_view launcher_name(LauncherKind kind);
 
 // Whether ddprun was started once per node by someone else (srun step, mpirun, an
-// operator, an explicit --node-rank, or the head as an agent): then it never fans out.
+// operator, an explicit --node-rank, by hand with --nnodes, or the head as an agent): then
+// it never fans out.
 bool started_per_node(const Options& options, const Cluster& cluster, const Environment& env);
 
 // The launcher --launcher names; for "auto": srun inside a Slurm job, else mpirun when an

@@ -35,6 +35,7 @@ std::string source_of(const Cluster& cluster) {
 
 int resolve_this_node(const Options& options, const Cluster& cluster, const HostFacts& host) {
   const int nodes = static_cast<int>(cluster.nodes.size());
+  if (cluster.scheduler == "static") return *cluster.this_node;  // placed by hand
   if (options.node_rank) {
     if (*options.node_rank >= nodes) {
       throw UsageError("--node-rank " + std::to_string(*options.node_rank) + " is out of range: " +
@@ -54,50 +55,63 @@ int resolve_this_node(const Options& options, const Cluster& cluster, const Host
   return this_node_or_throw(cluster, host);
 }
 
-// torchrun's by-hand multi-node form, one command per node with no scheduler or hostfile:
-// --nnodes N, this node's --node-rank, node 0 at --master-addr (or --rdzv-endpoint). This
-// node goes by its host name; the others are known by their rank alone (node 0 by the
-// master address, node i as "node-rank-i"); each runs as many workers as this one, as
-// under torchrun's static rendezvous.
-Cluster by_hand_cluster(const Options& options, const Cluster& local) {
+// Whether `address` names this machine: its host name, or an address of one of its
+// interfaces.
+bool names_this_host(const std::string& address, const HostFacts& host,
+                     const SystemServices& services) {
+  if (address == host.hostname) return true;
+  if (!services.resolve_host || !services.network_interfaces) return false;
+  const auto addresses = services.resolve_host(address);
+  for (const auto& interface : services.network_interfaces()) {
+    if (interface.loopback) continue;
+    if (std::find(addresses.begin(), addresses.end(), interface.address) != addresses.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// torchrun's by-hand multi-node forms, one command per node with no scheduler or hostfile:
+// --nnodes N with node 0 at --master-addr (or --rdzv-endpoint), and this node's
+// --node-rank, or, with --rdzv-backend c10d and no node rank, a rank by order of arrival at
+// the launchers' rendezvous (rendezvous.h; node 0 is the one the endpoint names). Returns
+// this node's rank, or nullopt when the rendezvous will give it.
+std::optional<int> by_hand_node_rank(const Options& options, const HostFacts& host,
+                                     const SystemServices& services) {
   const int nnodes = *options.nnodes;
   const std::string how =
       "give every node the same --nnodes " + std::to_string(nnodes) +
       " and --master-addr (node 0's address) with --master-port, and each its own --node-rank "
       "0-" +
       std::to_string(nnodes - 1) +
-      "; or give every node with --hostfile to one ddprun, which starts them all";
-  if (!options.node_rank) {
-    throw UsageError(
-        "--nnodes " + std::to_string(nnodes) +
-            " without a scheduler or a hostfile needs this node's --node-rank" +
-            (options.rdzv_backend == "c10d"
-                 ? " (node ranks by order of arrival at a c10d rendezvous are not supported)"
-                 : ""),
-        how);
+      " (or, with --rdzv-backend c10d, none); or give every node with --hostfile to one "
+      "ddprun, which starts them all";
+  if (!options.node_rank && options.rdzv_backend != "c10d") {
+    throw UsageError("--nnodes " + std::to_string(nnodes) +
+                         " without a scheduler or a hostfile needs this node's --node-rank",
+                     how);
   }
   if (!options.master_addr) {
     throw UsageError("--nnodes " + std::to_string(nnodes) +
                          " without a scheduler or a hostfile needs node 0's address",
                      how);
   }
-  Cluster cluster = local;
-  cluster.scheduler = "static";
-  cluster.sources = {{"--nnodes", std::to_string(nnodes)},
-                     {"--node-rank", std::to_string(*options.node_rank)},
-                     {"--master-addr", *options.master_addr}};
-  cluster.nodes.clear();
-  cluster.this_node.reset();  // --node-rank says which
-  for (int node = 0; node < nnodes; ++node) {
-    const std::string name = node == *options.node_rank ? local.nodes.front().host
-                             : node == 0                ? *options.master_addr
-                                                        : "node-rank-" + std::to_string(node);
-    cluster.nodes.push_back(NodeSlots{name, local.nodes.front().slots});
-  }
-  return cluster;
+  if (options.node_rank) return *options.node_rank;
+  if (names_this_host(*options.master_addr, host, services)) return 0;
+  return std::nullopt;
 }
 
 }  // namespace
+
+void place_by_hand_node(Cluster& cluster, const std::string& master_addr,
+                        const std::string& this_host, int node_rank) {
+  for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
+    cluster.nodes[node].host = static_cast<int>(node) == node_rank ? this_host
+                               : node == 0                         ? master_addr
+                                           : "node-rank-" + std::to_string(node);
+  }
+  cluster.this_node = node_rank;
+}
 
 SocketInterface choose_socket_interface(
     const Environment& env, const std::string& master_addr,
@@ -164,7 +178,19 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   }
   Cluster& cluster = inputs.cluster;
   if (cluster.scheduler == "local" && options.nnodes && *options.nnodes > 1 && !options.agent) {
-    cluster = by_hand_cluster(options, cluster);
+    // By hand: this node goes by its host name, the others by their rank alone (node 0 by
+    // the master address, node i as "node-rank-i"), each with as many workers as this one,
+    // as under torchrun's static rendezvous. Without a rank yet, this node stands in the
+    // place of node 1 until the rendezvous places it.
+    const auto rank = by_hand_node_rank(options, host, services);
+    inputs.rank_by_arrival = !rank;
+    const std::string this_host = cluster.nodes.front().host;
+    cluster.scheduler = "static";
+    cluster.sources = {{"--nnodes", std::to_string(*options.nnodes)},
+                       {"--master-addr", *options.master_addr}};
+    if (rank) cluster.sources["--node-rank"] = std::to_string(*rank);
+    cluster.nodes.assign(static_cast<std::size_t>(*options.nnodes), cluster.nodes.front());
+    place_by_hand_node(cluster, *options.master_addr, this_host, rank.value_or(1));
   }
   const int nodes = static_cast<int>(cluster.nodes.size());
   cluster.this_node = resolve_this_node(options, cluster, host);

@@ -60,6 +60,11 @@ SocketInterface choose_socket_interface(
     const std::vector<NetworkInterface>& interfaces,
     const std::function<std::string(const std::string& address)>& source_address);
 
+// Names the nodes of a by-hand cluster (--nnodes without a scheduler) with this node,
+// `this_host`, at `node_rank`: node 0 by the master address, the others "node-rank-i".
+void place_by_hand_node(Cluster& cluster, const std::string& master_addr,
+                        const std::string& this_host, int node_rank);
+
 // Resolves the inputs for round 0 (see docs/schedulers.md, "Master address and port").
 // With `check_port`, and when this node hosts rank 0, the master port must be free.
 // Throws UsageError, SchedulerEnvError or ConfigError with one line saying what to do.

@@ -78,8 +78,11 @@ int run(Options options, Environment env) {
   // One ddprun per node (srun, mpirun, by hand) that may restart: the launchers meet
   // before every round (rendezvous.h), node 0's on the agreed master port, so that every
   // node runs the same rounds; the workers get a fresh port each round.
-  const bool meet = options.max_restarts > 0 && !options.agent && !options.dry_run &&
-                    !options.check && !options.print_job_end && inputs.cluster.nodes.size() > 1 &&
+  // By hand, they always meet: nothing else makes sure every node comes (a node that never
+  // does is one error after --rdzv-conf join_timeout), or gives c10d's ranks by arrival.
+  const bool meet = (options.max_restarts > 0 || inputs.cluster.scheduler == "static") &&
+                    !options.agent && !options.dry_run && !options.check &&
+                    !options.print_job_end && inputs.cluster.nodes.size() > 1 &&
                     started_per_node(options, inputs.cluster, env);
   const int rendezvous_port = inputs.master_port;
   const auto now_unix = static_cast<std::int64_t>(std::time(nullptr));

@@ -123,6 +123,9 @@ struct PlanInputs {
   std::optional<std::int64_t> job_end_unix;  // the job's walltime end, when known
   // Nodes beyond --nnodes (head mode): each may take the place of a node that failed.
   std::vector<NodeSlots> spare_nodes;
+  // By hand with c10d and no --node-rank: the launchers' rendezvous gives this node its
+  // rank (rendezvous.h); until then it stands in node 1's place.
+  bool rank_by_arrival = false;
 };
 
 // How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these

@@ -95,7 +95,7 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   }
   JoinRequest join;
   const auto run = string_field(*doc, "run", 256);
-  const auto node = int_field(*doc, "node", 0, 1 << 20);
+  const auto node = int_field(*doc, "node", -1, 1 << 20);
   const auto round = int_field(*doc, "round", 0, 1 << 20);
   const auto nproc = int_field(*doc, "nproc", 1, 1 << 16);
   const auto host = string_field(*doc, "host", 255);
@@ -115,7 +115,10 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
 }
 
 std::string format_round_start(const RoundStart& start) {
-  return nlohmann::json{{"round", start.round}, {"master_port", start.master_port}}.dump() + "\n";
+  return nlohmann::json{
+             {"round", start.round}, {"master_port", start.master_port}, {"node", start.node_rank}}
+             .dump() +
+         "\n";
 }
 
 std::optional<RoundStart> parse_round_start(std::string_view line) {
@@ -123,8 +126,9 @@ std::optional<RoundStart> parse_round_start(std::string_view line) {
   if (!doc) return std::nullopt;
   const auto round = int_field(*doc, "round", 0, 1 << 20);
   const auto port = int_field(*doc, "master_port", 1, 65535);
-  if (!round || !port) return std::nullopt;
-  return RoundStart{*round, *port};
+  const auto node = int_field(*doc, "node", 1, 1 << 20);
+  if (!round || !port || !node) return std::nullopt;
+  return RoundStart{*round, *port, *node};
 }
 
 std::string format_exit_report(int code) {
@@ -174,10 +178,16 @@ std::optional<std::vector<JoinedPeer>> RendezvousHost::gather(int round,
       for (int node = 1; node < nodes_; ++node) {
         if (!joined[static_cast<std::size_t>(node)]) absent += " " + std::to_string(node);
       }
-      throw ConfigError("only " + std::to_string(nodes_ - missing) + " of " +
-                            std::to_string(nodes_) + " nodes joined round " +
-                            std::to_string(round) + " of the rendezvous on port " +
-                            std::to_string(port_) + " in time; missing node(s):" + absent,
+      const std::string what = "only " + std::to_string(nodes_ - missing) + " of " +
+                               std::to_string(nodes_) + " nodes joined round " +
+                               std::to_string(round) + " of the rendezvous on port " +
+                               std::to_string(port_) + " in time; missing node(s):" + absent;
+      // The nodes that came learn why they will not start.
+      const std::string reason = nlohmann::json{{"error", what}}.dump() + "\n";
+      for (const auto& peer : joined) {
+        if (peer) write_all_fd(peer->socket.get(), reason);
+      }
+      throw ConfigError(what,
                         "start ddprun on every node with the same options, or raise --rdzv-conf "
                         "join_timeout");
     }
@@ -226,14 +236,21 @@ std::optional<std::vector<JoinedPeer>> RendezvousHost::gather(int round,
       } else if (join->round != round) {
         refuse("node " + std::to_string(join->node_rank) + " asked for round " +
                std::to_string(join->round) + ", not " + std::to_string(round));
-      } else if (join->node_rank < 1 || join->node_rank >= nodes_) {
+      } else if (join->node_rank == -1 && missing == 0) {
+        refuse("a join for any rank, and none is left");
+      } else if (join->node_rank != -1 && (join->node_rank < 1 || join->node_rank >= nodes_)) {
         refuse("node rank " + std::to_string(join->node_rank) + " is not one of 1-" +
                std::to_string(nodes_ - 1));
-      } else if (joined[static_cast<std::size_t>(join->node_rank)]) {
+      } else if (join->node_rank != -1 && joined[static_cast<std::size_t>(join->node_rank)]) {
         refuse("node " + std::to_string(join->node_rank) + " joined twice");
       } else {
+        JoinRequest placed = *join;
+        if (placed.node_rank == -1) {  // by order of arrival: the lowest rank still free
+          placed.node_rank = 1;
+          while (joined[static_cast<std::size_t>(placed.node_rank)]) ++placed.node_rank;
+        }
         set_blocking(p.fd.get(), true);
-        joined[static_cast<std::size_t>(join->node_rank)] = JoinedPeer{*join, std::move(p.fd)};
+        joined[static_cast<std::size_t>(placed.node_rank)] = JoinedPeer{placed, std::move(p.fd)};
         --missing;
       }
       p.fd.reset();  // closed, or moved into `joined`
@@ -321,6 +338,10 @@ std::optional<PeerRound> join_round(const std::string& host, int port, const Joi
       if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
     }
     const auto start = parse_round_start(line);
+    if (const auto doc = json_object(line); !start && doc && doc->contains("error")) {
+      const auto why = string_field(*doc, "error", 1024);
+      throw ConfigError("node 0's ddprun at " + where + " gave up: " + why.value_or("?"));
+    }
     if (!start || start->round != join.round) {
       throw ConfigError("node 0's ddprun at " + where + " sent something else than round " +
                         std::to_string(join.round) + "'s start");

@@ -34,8 +34,8 @@ inline constexpr std::chrono::milliseconds kJoinReadTimeout{5000};
 
 struct JoinRequest {
   std::string run_id;
-  std::string token;  // DDPRUN_RDZV_TOKEN, or empty
-  int node_rank = -1;
+  std::string token;   // DDPRUN_RDZV_TOKEN, or empty
+  int node_rank = -1;  // -1: any, by order of arrival (c10d by hand, no --node-rank)
   int round = 0;
   int nproc = 1;
   std::string host;
@@ -47,6 +47,7 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why);
 struct RoundStart {
   int round = 0;
   int master_port = 0;
+  int node_rank = 0;  // the peer's, as the host placed it
 };
 std::string format_round_start(const RoundStart& start);
 std::optional<RoundStart> parse_round_start(std::string_view line);
@@ -68,9 +69,10 @@ class RendezvousHost {
   RendezvousHost(int port, std::string run_id, std::string token, int nodes);
 
   // Accepts joins for `round` until nodes 1..N-1 have all joined, and returns them in node
-  // rank order. Throws ConfigError naming who joined and who did not at `deadline`.
-  // Returns nullopt as soon as `interrupt_fd` (the signalfd) is readable: the caller reads
-  // the signal. Bad joins are logged to `log` (one line each, at most a few) and closed.
+  // rank order; a join for any rank (-1) gets the lowest one still free. Throws ConfigError naming
+  // who joined and who did not at `deadline`. Returns nullopt as soon as `interrupt_fd` (the
+  // signalfd) is readable: the caller reads the signal. Bad joins are logged to `log` (one line
+  // each, at most a few) and closed.
   std::optional<std::vector<JoinedPeer>> gather(int round, RendezvousClock::time_point deadline,
                                                 int interrupt_fd, std::ostream& log);
   int port() const noexcept { return port_; }

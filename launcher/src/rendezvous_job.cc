@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <csignal>
 
+#include "ddprun/contract/errors.h"
 #include "rank_environment.h"
 #include "round_setup.h"
 
@@ -20,7 +21,7 @@ void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, in
     relay.path = self;
     relay.argv = {self, "--peer-relay"};
     relay.env = merge_environment(env, {});
-    relay.hello = format_round_start({round, master_port});
+    relay.hello = format_round_start({round, master_port, peer.join.node_rank});
     relay.fd3 = peer.socket.get();
     setup.children.push_back(std::move(relay));
   }
@@ -49,7 +50,7 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
     JoinRequest join;
     join.run_id = job.inputs.run_id;
     join.token = token;
-    join.node_rank = *job.inputs.cluster.this_node;
+    join.node_rank = job.inputs.rank_by_arrival && round == 0 ? -1 : *job.inputs.cluster.this_node;
     join.round = round;
     join.host = job.inputs.host.hostname;
     std::optional<PeerRound> peer;
@@ -61,6 +62,17 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
       const int sig = signals.read_signal();
       if (sig == 0) return last;
       if (is_stop(sig, job.options.signals_to_handle)) return 128 + sig;
+    }
+    if (peer->start.node_rank != *job.inputs.cluster.this_node) {
+      // Placed by order of arrival (the same place for every later round).
+      if (!job.inputs.rank_by_arrival ||
+          peer->start.node_rank >= static_cast<int>(job.inputs.cluster.nodes.size())) {
+        throw ConfigError("node 0's ddprun placed this node at rank " +
+                          std::to_string(peer->start.node_rank) + ", not " +
+                          std::to_string(*job.inputs.cluster.this_node));
+      }
+      place_by_hand_node(job.inputs.cluster, job.inputs.master_addr, job.inputs.host.hostname,
+                         peer->start.node_rank);
     }
     job.inputs.master_port = peer->start.master_port;
     job.inputs.fixed_port = true;  // node 0's choice for this round

@@ -142,18 +142,15 @@ TEST(JobInputs, ByHandNodesWithNodeRanksDeriveTheSamePlan) {
   EXPECT_EQ(plans[2], plans[0]);
 }
 
-TEST(JobInputs, ByHandNodesNeedANodeRankAndNode0sAddress) {
+TEST(JobInputs, ByHandNodesNeedANodeRankOrC10dAndNode0sAddress) {
   Options options = options_for();
   options.nnodes = 2;
   options.master_addr = "node1";
-  options.rdzv_backend = "c10d";
   try {
-    resolve_plan_inputs(options, {}, files({}), host_named("node1"), fake_services(kHosts), true);
+    resolve_plan_inputs(options, {}, files({}), host_named("node2"), fake_services(kHosts), true);
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs this node's --node-rank (node ranks by order of "
-                                         "arrival at a c10d rendezvous are not supported)"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("needs this node's --node-rank"), std::string::npos)
         << e.what();
   }
   options.node_rank = 1;
@@ -161,6 +158,31 @@ TEST(JobInputs, ByHandNodesNeedANodeRankAndNode0sAddress) {
   EXPECT_THROW(
       resolve_plan_inputs(options, {}, files({}), host_named("node1"), fake_services(kHosts), true),
       UsageError);
+}
+
+// c10d without --node-rank: the node the endpoint names is node 0; the others wait for
+// the launchers' rendezvous to place them, standing in node 1's place meanwhile.
+TEST(JobInputs, ByHandC10dNodesAreNode0WhereTheEndpointIsAndTheOthersByArrival) {
+  Options options = options_for();
+  options.nnodes = 3;
+  options.master_addr = "node1";
+  options.master_port = 29400;
+  options.rdzv_backend = "c10d";
+  options.run_id = "job-7";
+  const auto host0 =
+      resolve_plan_inputs(options, {}, files({}), host_named("node1"), fake_services(kHosts), true);
+  EXPECT_EQ(host0.cluster.this_node, 0);
+  EXPECT_FALSE(host0.rank_by_arrival);
+  const auto other =
+      resolve_plan_inputs(options, {}, files({}), host_named("node3"), fake_services(kHosts), true);
+  EXPECT_TRUE(other.rank_by_arrival);
+  EXPECT_EQ(other.cluster.this_node, 1);
+  Cluster placed = other.cluster;
+  place_by_hand_node(placed, "node1", "node3", 2);
+  EXPECT_EQ(placed.this_node, 2);
+  EXPECT_EQ(placed.nodes[2].host, "node3");
+  EXPECT_EQ(placed.nodes[1].host, "node-rank-1");
+  EXPECT_EQ(placed.nodes[0].host, "node1");
 }
 
 TEST(JobInputs, KubeflowPodsDeriveTheSamePlanFromANodeLevelWorld) {

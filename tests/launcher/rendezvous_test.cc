@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -38,7 +39,7 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
       "[1,2,3]",
       R"({"ddprun_join": 2, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h"})",
       R"({"ddprun_join": 1, "run": 7, "node": 1, "round": 0, "nproc": 1, "host": "h"})",
-      R"({"ddprun_join": 1, "run": "r", "node": -1, "round": 0, "nproc": 1, "host": "h"})",
+      R"({"ddprun_join": 1, "run": "r", "node": -2, "round": 0, "nproc": 1, "host": "h"})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 0, "host": "h"})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1})",
       R"({"ddprun_join": 1, "run": "r", "node": 1.5, "round": 0, "nproc": 1, "host": "h"})",
@@ -50,8 +51,9 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
     EXPECT_FALSE(parse_join(text, reason)) << text.substr(0, 80);
     EXPECT_FALSE(reason.empty());
   }
-  EXPECT_EQ(parse_round_start(R"({"round": 2, "master_port": 41000})")->master_port, 41000);
-  EXPECT_FALSE(parse_round_start(R"({"round": 2, "master_port": 70000})"));
+  EXPECT_EQ(parse_round_start(R"({"round": 2, "master_port": 41000, "node": 3})")->node_rank, 3);
+  EXPECT_FALSE(parse_round_start(R"({"round": 2, "master_port": 70000, "node": 1})"));
+  EXPECT_FALSE(parse_round_start(R"({"round": 2, "master_port": 41000, "node": 0})"));
   EXPECT_EQ(parse_exit_report(R"({"exit": 75})"), 75);
   EXPECT_FALSE(parse_exit_report(R"({"exit": 300})"));
   EXPECT_FALSE(parse_exit_report("exit 3"));
@@ -107,7 +109,9 @@ TEST(Rendezvous, RealNodesJoinThroughHostileClientsAndGetTheRoundsStart) {
   EXPECT_EQ((*peers)[0].join.node_rank, 1);
   EXPECT_EQ((*peers)[1].join.node_rank, 2);
   EXPECT_EQ((*peers)[1].join.host, "node3");
-  for (const auto& peer : *peers) send_text(peer.socket.get(), format_round_start({0, 41234}));
+  for (const auto& peer : *peers) {
+    send_text(peer.socket.get(), format_round_start({0, 41234, peer.join.node_rank}));
+  }
   for (auto& t : threads) t.join();
   for (int node = 1; node < 3; ++node) {
     ASSERT_TRUE(rounds[static_cast<std::size_t>(node)]) << node;
@@ -118,16 +122,44 @@ TEST(Rendezvous, RealNodesJoinThroughHostileClientsAndGetTheRoundsStart) {
   EXPECT_NE(said.find("wrong DDPRUN_RDZV_TOKEN"), std::string::npos) << said;
 }
 
+// c10d by hand: joins for any rank get the lowest ranks still free, in order of arrival.
+TEST(Rendezvous, JoinsForAnyRankArePlacedInOrderOfArrival) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "", 4);
+  std::vector<std::optional<PeerRound>> rounds(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      const JoinRequest join{"run-a", "", -1, 0, 1, "n" + std::to_string(i)};
+      rounds[static_cast<std::size_t>(i)] = join_round(
+          "127.0.0.1", port, join, RendezvousClock::now() + std::chrono::seconds(20), -1);
+    });
+  }
+  std::ostringstream log;
+  auto peers = host.gather(0, RendezvousClock::now() + std::chrono::seconds(20), -1, log);
+  ASSERT_TRUE(peers);
+  ASSERT_EQ(peers->size(), 3u) << log.str();
+  for (const auto& peer : *peers) {
+    send_text(peer.socket.get(), format_round_start({0, 41000, peer.join.node_rank}));
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(rounds[0] && rounds[1] && rounds[2]) << log.str();
+  std::vector<int> placed;
+  for (const auto& round : rounds) placed.push_back(round->start.node_rank);
+  std::sort(placed.begin(), placed.end());
+  EXPECT_EQ(placed, (std::vector<int>{1, 2, 3}));
+}
+
 TEST(Rendezvous, ANodeThatNeverComesIsOneErrorNamingIt) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 3);
-  bool node1_told = false;
+  std::string node1_told;
   std::thread node1([port, &node1_told] {
     try {
       (void)join_round("127.0.0.1", port, {"run-a", "", 1, 0, 1, "n2"},
                        RendezvousClock::now() + std::chrono::seconds(10), -1);
-    } catch (const ConfigError&) {
-      node1_told = true;  // the host gave up and closed its connection: one clear error
+    } catch (const ConfigError& e) {
+      node1_told = e.what();  // the host gave up: the node that came hears why
     }
   });
   std::ostringstream log;
@@ -140,7 +172,8 @@ TEST(Rendezvous, ANodeThatNeverComesIsOneErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("missing node(s): 2"), std::string::npos) << e.what();
   }
   node1.join();
-  EXPECT_TRUE(node1_told);
+  EXPECT_NE(node1_told.find("gave up: only 2 of 3 nodes joined round 0"), std::string::npos)
+      << node1_told;
 }
 
 TEST(Rendezvous, APeerWithNoHostForRoundZeroFailsAtTheDeadlineAndLaterRoundsEnd) {

@@ -1,8 +1,13 @@
 #!/usr/bin/python3
-"""torchrun's by-hand multi-node form, one ddprun per node with no scheduler (3 simulated
-nodes): `ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P` on each, the
-third node started 2 s after the others, every worker an unmodified torchrun-style Python
-script (gloo all-reduce). Every rank must be unique, every sum right, every ddprun exit 0,
+"""torchrun's by-hand multi-node forms, one ddprun per node with no scheduler (3 simulated
+nodes), the third node started 2 s after the others, every worker an unmodified
+torchrun-style Python script (gloo all-reduce):
+  --form static  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
+  --form c10d    ddprun --nnodes 3 --rdzv-backend c10d --rdzv-endpoint node1:P --rdzv-id J
+                 (no node rank: node1 is node 0, the others are placed as they arrive)
+  --form absent  the static form with --nnodes 4 and --rdzv-conf join_timeout=5 on the 3
+                 nodes: node 0 must fail within the timeout naming the node that never
+                 came, and every ddprun must exit non-zero, nothing left behind. Every rank must be unique, every sum right, every ddprun exit 0,
 every node must derive the same run id by itself, and nothing may be left on any node.
 
   PYTHONPATH=tests tests/multinode/test_byhand.py --ddprun BIN
@@ -38,6 +43,7 @@ LINE = re.compile(r"rank (\d+) of (\d+) on (\S+) group (\d+) sum (\S+)")
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--form", choices=["static", "c10d", "absent"], default="static")
     a = ap.parse_args()
 
     def body(cluster, result, failures):
@@ -51,15 +57,37 @@ def main():
         for i, node in enumerate(cluster.nodes):
             if i == nodes - 1:
                 time.sleep(2)  # the fault under test: this node starts late
-            argv = [os.path.abspath(a.ddprun), "--nnodes", str(nodes), "--node-rank", str(i),
-                    "--master-addr", cluster.nodes[0], "--master-port", "29511",
-                    "--nproc-per-node", str(NPROC),
-                    "--shutdown-timeout", "5", "--", "/usr/bin/python3", worker]
+            argv = [os.path.abspath(a.ddprun), "--nproc-per-node", str(NPROC),
+                    "--shutdown-timeout", "5"]
+            if a.form == "c10d":
+                argv += ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                         f"{cluster.nodes[0]}:29511", "--rdzv-id", "byhand-c10d"]
+            else:
+                argv += ["--nnodes", str(nodes + (a.form == "absent")), "--node-rank", str(i),
+                         "--master-addr", cluster.nodes[0], "--master-port", "29511"]
+            if a.form == "absent":
+                argv += ["--rdzv-conf", "join_timeout=5"]
+            argv += ["--", "/usr/bin/python3", worker]
             procs.append(cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True))
         world = nodes * NPROC
         seen = {}
         run_ids = set()
+        t0 = time.monotonic()
+        if a.form == "absent":
+            for i, p in enumerate(procs):
+                out, _ = p.communicate(timeout=60)
+                print(f"--- node {i}: exit {p.returncode}\n{out}")
+                if p.returncode == 0:
+                    failures.append(f"node {i}'s ddprun exited 0 with a node missing")
+                if "missing node(s): 3" not in out:
+                    failures.append(f"node {i} did not name the missing node 3")
+            result["failed_after_s"] = round(time.monotonic() - t0, 1)
+            if result["failed_after_s"] > 20:
+                failures.append(f"the nodes took {result['failed_after_s']} s to give up, "
+                                "more than join_timeout 5 s and the grace")
+            check_leftovers(cluster, marker, failures)
+            return
         for i, p in enumerate(procs):
             try:
                 out, _ = p.communicate(timeout=120)
@@ -78,7 +106,8 @@ def main():
                 seen[int(rank)] = host
                 if int(size) != world:
                     failures.append(f"rank {rank} saw a world of {size}, not {world}")
-                if host != cluster.nodes[i] or int(group) != i or int(rank) // NPROC != i:
+                if host != cluster.nodes[i] or (a.form == "static" and (
+                        int(group) != i or int(rank) // NPROC != i)):
                     failures.append(f"rank {rank} ran on {host} as group {group}, "
                                     f"from node {i}'s ddprun")
                 if float(total) != world * (world + 1) / 2:
@@ -90,7 +119,7 @@ def main():
         result["ranks"] = len(seen)
         check_leftovers(cluster, marker, failures)
 
-    return run_on_cluster(3, body, {"nodes": 3, "nproc": NPROC})
+    return run_on_cluster(3, body, {"nodes": 3, "nproc": NPROC, "form": a.form})
 
 
 if __name__ == "__main__":
