@@ -196,12 +196,8 @@ int run(Options options, Environment env) {
       [&](int round, const RoundResult* previous) {
         RoundSetup setup = prepare_round(options, inputs, env, round, previous, program_path, self);
         if (rendezvous) {
-          peers.clear();
-          // A stop signal meanwhile ends the wait: the round then starts with this node's
-          // workers alone and stops at once (the signal is still pending).
-          auto joined = rendezvous->gather(round, RendezvousClock::now() + join_timeout,
-                                           signals.fd(), runner.messages());
-          if (joined) peers = std::move(*joined);
+          peers = gather_peers(*rendezvous, round, RendezvousClock::now() + join_timeout, signals,
+                               options.signals_to_handle, runner.messages());
           add_peer_relays(setup, peers, round, inputs.master_port, self, env);
         }
         return setup;

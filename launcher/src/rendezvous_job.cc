@@ -32,15 +32,25 @@ void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, in
   }
 }
 
-namespace {
-
-bool is_stop(int sig, const std::vector<int>& extra) {
+bool is_stop_signal(int sig, const std::vector<int>& extra) {
   if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
   return std::find(extra.begin(), extra.end(), sig) != extra.end() && sig != SIGUSR1 &&
          sig != SIGUSR2;
 }
 
-}  // namespace
+std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
+                                     RendezvousClock::time_point deadline, SignalChannel& signals,
+                                     const std::vector<int>& extra, std::ostream& log) {
+  for (;;) {
+    auto joined = host.gather(round, deadline, signals.fd(), log);
+    if (joined) return std::move(*joined);
+    const int sig = signals.read_signal();
+    if (sig != 0 && is_stop_signal(sig, extra)) {
+      ::raise(sig);  // blocked: pending again, for the round
+      return {};
+    }
+  }
+}
 
 int run_peer_job(const PeerJob& job, int port, const std::string& token,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
@@ -61,7 +71,7 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
       // A signal, or node 0 ended the job.
       const int sig = signals.read_signal();
       if (sig == 0) return last;
-      if (is_stop(sig, job.options.signals_to_handle)) return 128 + sig;
+      if (is_stop_signal(sig, job.options.signals_to_handle)) return 128 + sig;
     }
     if (peer->start.node_rank != *job.inputs.cluster.this_node) {
       // Placed by order of arrival (the same place for every later round).
@@ -94,7 +104,7 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
     runner.finish_console(round == 0 ? spill_path : spill_path + "." + std::to_string(round));
     last = code;
     if (const int sig = runner.own_stop_signal();
-        sig != 0 && is_stop(sig, job.options.signals_to_handle)) {
+        sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
       return code;  // told to stop here: never join another round
     }
   }

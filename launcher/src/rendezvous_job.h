@@ -20,6 +20,18 @@ namespace ddprun {
 // and mpirun pass the environment on); joins without it are refused.
 inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
 
+// Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`
+// (--signals-to-handle) but a notice.
+bool is_stop_signal(int sig, const std::vector<int>& extra);
+
+// Node 0: waits for the other nodes to join `round` (RendezvousHost::gather) until
+// `deadline`. A stop signal meanwhile ends the wait: it is raised again, so that the round
+// (which then starts with this node's workers alone) stops at once; other signals (a
+// child's end, a notice) do not. Throws what gather throws.
+std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
+                                     RendezvousClock::time_point deadline, SignalChannel& signals,
+                                     const std::vector<int>& extra, std::ostream& log);
+
 // Node 0: adds to `setup` one relay child per joined peer (`self --peer-relay`, the
 // peer's socket as its descriptor 3), whose first message is the round's start.
 void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, int round,

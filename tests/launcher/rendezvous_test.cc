@@ -15,6 +15,8 @@
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
 #include "ports.h"
+#include "process.h"
+#include "rendezvous_job.h"
 
 namespace ddprun {
 namespace {
@@ -148,6 +150,31 @@ TEST(Rendezvous, JoinsForAnyRankArePlacedInOrderOfArrival) {
   for (const auto& round : rounds) placed.push_back(round->start.node_rank);
   std::sort(placed.begin(), placed.end());
   EXPECT_EQ(placed, (std::vector<int>{1, 2, 3}));
+}
+
+// Node 0 waiting for the others: a child's end or a notice does not end the wait; a stop
+// signal does, and stays pending for the round.
+TEST(Rendezvous, OnlyAStopSignalEndsNode0sWait) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "", 2);
+  SignalChannel signals;
+  ASSERT_EQ(::raise(SIGUSR2), 0);  // pending before the wait begins
+  std::thread node1([port] {
+    (void)join_round("127.0.0.1", port, {"run-a", "", 1, 0, 1, "n2"},
+                     RendezvousClock::now() + std::chrono::seconds(10), -1);
+  });
+  std::ostringstream log;
+  auto peers =
+      gather_peers(host, 0, RendezvousClock::now() + std::chrono::seconds(10), signals, {}, log);
+  ASSERT_EQ(peers.size(), 1u);
+  send_text(peers[0].socket.get(), format_round_start({0, 41000, 1}));
+  node1.join();
+  ASSERT_EQ(::raise(SIGTERM), 0);
+  EXPECT_TRUE(
+      gather_peers(host, 1, RendezvousClock::now() + std::chrono::seconds(10), signals, {}, log)
+          .empty());
+  EXPECT_EQ(signals.read_signal(), SIGTERM);  // raised again, for the round to see
+  EXPECT_EQ(signals.read_signal(), 0);
 }
 
 TEST(Rendezvous, ANodeThatNeverComesIsOneErrorNamingIt) {
