@@ -25,7 +25,8 @@ struct Finished {
 class Launched {
  public:
   // Starts ddprun with `args`; `extra_env` entries ("KEY=VALUE") are added to the
-  // environment, each replacing an inherited variable of its name. With `ready_pipe`, a pipe's write end is passed down as $TEST_READY_FD.
+  // environment, each replacing an inherited variable of its name. With `ready_pipe`, a pipe's
+  // write end is passed down as $TEST_READY_FD.
   Launched(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {},
            bool ready_pipe = false);
   ~Launched();

@@ -9,8 +9,9 @@ last node, which starts 2 s late: node 0 names and drops each, and the job goes 
 
   --case byhand  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
   --case srun    srun --ntasks-per-node=1 ddprun ... inside a Slurm job
+  --case mpirun  mpirun --hostfile H -npernode 1 ddprun --hostfile H ... over ssh
 
-  PYTHONPATH=tests tests/multinode/test_rendezvous.py --ddprun BIN --case byhand|srun
+  PYTHONPATH=tests tests/multinode/test_rendezvous.py --ddprun BIN --case byhand|srun|mpirun
 Exit 77: skipped (not root, no namespaces, no Slurm); under CI=true that is a failure.
 """
 import argparse
@@ -152,10 +153,28 @@ echo "srun exit $?"
     return {"job": text}
 
 
+def run_mpirun(cluster, a, worker, marker, failures, result):
+    cluster.start_sshd()
+    subnet = f"{cluster.subnet}.0/24"
+    argv = ["mpirun", "--allow-run-as-root", "--hostfile", cluster.hostfile, "-npernode", "1",
+            "--mca", "plm_rsh_args", f"-F {cluster.ssh_config}", "--mca", "oob_tcp_if_include",
+            subnet, "--mca", "btl_tcp_if_include", subnet, "--mca", "btl", "self,tcp",
+            "-x", "DDPC_MARK", "-x", "OMP_NUM_THREADS",
+            os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--master-port", str(PORT),
+            "--nproc-per-node", str(NPROC), "--max-restarts", "1", "--shutdown-timeout", "5",
+            "--tag-output", "--", "/usr/bin/python3", worker]
+    r = cluster.run(cluster.nodes[0], argv, env=job_env(marker), timeout=150,
+                    stderr=subprocess.STDOUT)
+    print(f"--- mpirun: exit {r.returncode}\n{r.stdout}")
+    if r.returncode != 0:
+        failures.append(f"mpirun exited {r.returncode}, not 0")
+    return {"mpirun": r.stdout}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--case", choices=["byhand", "srun"], required=True)
+    ap.add_argument("--case", choices=["byhand", "srun", "mpirun"], required=True)
     a = ap.parse_args()
     try:
         Cluster.check_possible()
@@ -170,7 +189,7 @@ def main():
             f.write(WORKER_PY)
         marker = f"ddpc{uuid.uuid4().hex[:12]}"
         t0 = time.monotonic()
-        run = run_byhand if a.case == "byhand" else run_srun
+        run = {"byhand": run_byhand, "srun": run_srun, "mpirun": run_mpirun}[a.case]
         outputs = run(cluster, a, worker, marker, failures, result)
         result["run_s"] = round(time.monotonic() - t0, 2)
         check_output(outputs, len(cluster.nodes) * NPROC, failures, result)
