@@ -94,12 +94,6 @@ class Round {
     if (!kill_deadline_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
   }
 
-  bool is_stop_signal(int sig) const {
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
-    const auto& extra = policy_.extra_stop_signals;
-    return std::find(extra.begin(), extra.end(), sig) != extra.end() && !is_notice_signal(sig);
-  }
-
   // A child that the notice ended: it exited 75 (a worker, or an agent whose node drained),
   // or the notice's default action killed it (a worker here, or one behind an agent, which
   // reports 128 + the signal).
@@ -198,7 +192,7 @@ class Round {
   }
 
   void on_signal(int sig) {
-    if (is_stop_signal(sig)) {
+    if (is_stop_signal(sig, policy_.extra_stop_signals)) {
       on_stop(sig, sig);
     } else {
       send_notice(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
@@ -275,6 +269,11 @@ class Round {
 };
 
 }  // namespace
+
+bool is_stop_signal(int sig, const std::vector<int>& extra) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
+  return std::find(extra.begin(), extra.end(), sig) != extra.end() && !is_notice_signal(sig);
+}
 
 RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
                       const RoundPolicy& policy) {

@@ -35,6 +35,10 @@ struct RoundPolicy {
   int drain_signal = SIGUSR1;
 };
 
+// Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`
+// (--signals-to-handle) that is not a notice (SIGUSR1, SIGUSR2).
+bool is_stop_signal(int sig, const std::vector<int>& extra);
+
 // Starts `children` in order and returns when every started one has ended. When a start
 // throws, the children already started are killed and waited for, then it rethrows.
 RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,

@@ -32,12 +32,6 @@ void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, in
   }
 }
 
-bool is_stop_signal(int sig, const std::vector<int>& extra) {
-  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
-  return std::find(extra.begin(), extra.end(), sig) != extra.end() && sig != SIGUSR1 &&
-         sig != SIGUSR2;
-}
-
 std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
                                      RendezvousClock::time_point deadline, SignalChannel& signals,
                                      const std::vector<int>& extra, std::ostream& log) {

@@ -20,10 +20,6 @@ namespace ddprun {
 // and mpirun pass the environment on); joins without it are refused.
 inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
 
-// Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`
-// (--signals-to-handle) but a notice.
-bool is_stop_signal(int sig, const std::vector<int>& extra);
-
 // Node 0: waits for the other nodes to join `round` (RendezvousHost::gather) until
 // `deadline`. A stop signal meanwhile ends the wait: it is raised again, so that the round
 // (which then starts with this node's workers alone) stops at once; other signals (a
