@@ -252,12 +252,16 @@ class Chaos:
                  if cmd.startswith(self.a.ddprun) and " --agent" in cmd}
         return sorted(pid for pid in named if parent_pid(pid) not in named)
 
-    def wait_workers(self, marker, timeout=30):
+    def wait_workers(self, marker, head, timeout=30):
+        """The workers once all run; None when the job ended first (a moment late in a
+        fast job, read late from a loaded machine: the workers were gone already)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = self.workers(marker)
             if len(found) == self.c.n * self.a.nproc:
                 return found
+            if head.proc.poll() is not None:
+                return None
             time.sleep(0.05)
         raise Fail(f"the workers never all ran: {self.workers(marker)}")
 
@@ -441,11 +445,11 @@ class Chaos:
     def started(self, marker, tdir, target, delay, info, **launch):
         """Launches the job and waits for the moment; None when the job ended first."""
         head = self.launch(marker, tdir, **launch)
-        if not self.wait_moment(head, target, delay):
+        workers = self.wait_workers(marker, head) if self.wait_moment(head, target, delay) else None
+        if workers is None:
             info["outcome"] = "missed"
             info["rc"] = head.wait_exit(TRIAL_TIMEOUT_S)
-            return head, None
-        return head, self.wait_workers(marker)
+        return head, workers
 
     def fault_kill_worker(self, marker, tdir, target, delay, rng, info, cleanup):
         head, workers = self.started(marker, tdir, target, delay, info)
