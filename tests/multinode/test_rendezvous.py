@@ -15,7 +15,6 @@ last node, which starts 2 s late: node 0 names and drops each, and the job goes 
 Exit 77: skipped (not root, no namespaces, no Slurm); under CI=true that is a failure.
 """
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -24,9 +23,8 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster.cluster import Cluster  # noqa: E402 (tests/ on PYTHONPATH)
-from simcluster.jobs import check_leftovers, job_env, report  # noqa: E402
-from simcluster.namespaces import SkipTest, skip_exit_code  # noqa: E402
+from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
+    check_leftovers, job_env, run_on_cluster, sbatch)
 
 NPROC = 2
 PORT = 29533
@@ -141,11 +139,7 @@ srun --ntasks-per-node=1 --wait=60 {os.path.abspath(a.ddprun)} --nproc-per-node 
 echo "srun exit $?"
 """)
     os.chmod(script, 0o755)
-    r = subprocess.run(["sbatch", f"-N{len(cluster.nodes)}", "--parsable", "-o", out, script],
-                       text=True, capture_output=True, env=cluster.slurm_env)
-    if r.returncode != 0:
-        raise RuntimeError(f"sbatch failed: {r.stderr}")
-    state, code = cluster.slurm_wait(r.stdout.strip().split(";")[0], timeout=150)
+    state, code = cluster.slurm_wait(sbatch(cluster, len(cluster.nodes), script, out), timeout=150)
     text = open(out).read() if os.path.exists(out) else ""
     print(f"--- job: {state} {code}\n{text}")
     if state != "COMPLETED" or "srun exit 0" not in text:
@@ -154,7 +148,6 @@ echo "srun exit $?"
 
 
 def run_mpirun(cluster, a, worker, marker, failures, result):
-    cluster.start_sshd()
     subnet = f"{cluster.subnet}.0/24"
     argv = ["mpirun", "--allow-run-as-root", "--hostfile", cluster.hostfile, "-npernode", "1",
             "--mca", "plm_rsh_args", f"-F {cluster.ssh_config}", "--mca", "oob_tcp_if_include",
@@ -176,14 +169,8 @@ def main():
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--case", choices=["byhand", "srun", "mpirun"], required=True)
     a = ap.parse_args()
-    try:
-        Cluster.check_possible()
-    except SkipTest as e:
-        return skip_exit_code(e)
-    result, failures = {"case": a.case, "nodes": 3}, []
-    cluster = Cluster(3)
-    try:
-        cluster.start()
+
+    def body(cluster, result, failures):
         worker = os.path.join(cluster.dir, "worker.py")
         with open(worker, "w") as f:
             f.write(WORKER_PY)
@@ -194,11 +181,8 @@ def main():
         result["run_s"] = round(time.monotonic() - t0, 2)
         check_output(outputs, len(cluster.nodes) * NPROC, failures, result)
         check_leftovers(cluster, marker, failures)
-    except SkipTest as e:
-        return skip_exit_code(e)
-    finally:
-        cluster.stop()
-    return report(result, failures)
+
+    return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=a.case == "mpirun")
 
 
 if __name__ == "__main__":

@@ -11,15 +11,12 @@ Exit 77: skipped (not root, no namespaces, no Slurm); under CI=true that is a fa
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from simcluster.cluster import Cluster  # noqa: E402 (tests/ on PYTHONPATH)
-from simcluster.jobs import check_leftovers, report  # noqa: E402
-from simcluster.namespaces import SkipTest, skip_exit_code  # noqa: E402
+from simcluster.jobs import check_leftovers, run_on_cluster, sbatch  # noqa: E402
 
 WORKER_SH = r"""#!/bin/sh
 trap 'echo "worker on $(hostname) got INT"; exit 130' INT
@@ -41,14 +38,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
     a = ap.parse_args()
-    try:
-        Cluster.check_possible()
-    except SkipTest as e:
-        return skip_exit_code(e)
-    result, failures = {}, []
-    cluster = Cluster(2)
-    try:
-        cluster.start()
+
+    def body(cluster, result, failures):
         cluster.start_slurm()
         d = cluster.dir
         worker = os.path.join(d, "worker.sh")
@@ -69,11 +60,7 @@ echo "ddprun exit $?"
 """)
         os.chmod(script, 0o755)
         out = os.path.join(d, "out.txt")
-        r = subprocess.run(["sbatch", "-N2", "--parsable", "-o", out, script], text=True,
-                           capture_output=True, env=cluster.slurm_env)
-        if r.returncode != 0:
-            raise RuntimeError(f"sbatch failed: {r.stderr}")
-        job_id = r.stdout.strip().split(";")[0]
+        job_id = sbatch(cluster, len(cluster.nodes), script, out)
 
         def text():
             return open(out).read() if os.path.exists(out) else ""
@@ -97,11 +84,8 @@ echo "ddprun exit $?"
         if result.get("stop_s", 99) > 10:
             failures.append(f"the job took {result['stop_s']} s to stop, more than the grace")
         check_leftovers(cluster, marker, failures)
-    except SkipTest as e:
-        return skip_exit_code(e)
-    finally:
-        cluster.stop()
-    return report(result, failures)
+
+    return run_on_cluster(2, body, sshd=False)
 
 
 if __name__ == "__main__":

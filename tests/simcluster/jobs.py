@@ -5,6 +5,7 @@ the check that nothing is left, and the closing report."""
 import argparse
 import json
 import os
+import subprocess
 
 from .cluster import Cluster
 from .namespaces import SkipTest, skip_exit_code
@@ -38,10 +39,11 @@ def report(result, failures):
     return 1 if failures else 0
 
 
-def run_on_cluster(nodes, body, result=None):
-    """Starts `nodes` simulated nodes with sshd, runs body(cluster, result, failures) and
-    stops the cluster whatever happens. Returns report()'s exit code, or the skip code
-    (77; under CI=true a failure) when this machine cannot make the nodes."""
+def run_on_cluster(nodes, body, result=None, sshd=True):
+    """Starts `nodes` simulated nodes (with sshd unless `sshd` is false), runs
+    body(cluster, result, failures) and stops the cluster whatever happens. Returns
+    report()'s exit code, or the skip code (77; under CI=true a failure) when this machine
+    cannot make the nodes."""
     try:
         Cluster.check_possible()
     except SkipTest as e:
@@ -51,13 +53,24 @@ def run_on_cluster(nodes, body, result=None):
     cluster = Cluster(nodes)
     try:
         cluster.start()
-        cluster.start_sshd()
+        if sshd:
+            cluster.start_sshd()
         body(cluster, result, failures)
     except SkipTest as e:
         return skip_exit_code(e)
     finally:
         cluster.stop()
     return report(result, failures)
+
+
+def sbatch(cluster, nodes, script, out):
+    """Submits `script` (a path) to the simulated Slurm on `nodes` nodes, its output to
+    `out`; returns the job id. Raises RuntimeError when sbatch refuses it."""
+    r = subprocess.run(["sbatch", f"-N{nodes}", "--parsable", "-o", out, script], text=True,
+                       capture_output=True, env=cluster.slurm_env)
+    if r.returncode != 0:
+        raise RuntimeError(f"sbatch failed: {r.stderr}")
+    return r.stdout.strip().split(";")[0]
 
 
 def job_env(marker, **extra):
