@@ -6,6 +6,7 @@ demo_packages=(
   libtorch-dev libgloo-dev           # LibTorch 1.13 and the gloo headers c10d needs
   libopenblas0-pthread               # libtorch links libblas.so.3: without this, reference BLAS (~9x slower)
   libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libhwloc-dev                       # the node's topology (hwloc), for --numa-binding and --cpu-bind
   dataset-fashion-mnist
   gnuplot-nox python3                # scripts/plot-metrics.sh
 )

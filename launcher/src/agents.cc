@@ -211,6 +211,12 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
     args.insert(args.end(), {"--gpus-per-proc", std::to_string(*options.gpus_per_proc)});
   }
   if (options.virtual_local_rank) args.emplace_back("--virtual-local-rank");
+  if (options.bind != BindMode::kNone) {
+    // "--numa-binding exclusive": each agent places its own node's workers.
+    const std::string flag = bind_mode_text(options.bind);
+    const auto space = flag.find(' ');
+    args.insert(args.end(), {flag.substr(0, space), flag.substr(space + 1)});
+  }
   if (options.tag_output) args.emplace_back("--tag-output");
   if (options.check) {
     args.emplace_back("--check");  // answer the preflight, run nothing

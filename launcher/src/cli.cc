@@ -63,6 +63,7 @@ struct TorchrunStrings {
   std::string event_log_handler = "null";
   std::optional<std::string> logs_specs;
   std::optional<std::string> numa_binding;
+  std::optional<std::string> cpu_bind;
   bool standalone = false;
 };
 
@@ -253,8 +254,12 @@ Parser::Parser() {
                  "torchrun's Python plugin for logs: not supported")
       ->group("");
   app.add_option("--numa-binding,--numa_binding", torchrun.numa_binding,
-                 "torchrun's NUMA binding: not supported")
-      ->group("");
+                 "Bind each worker to CPUs near its GPU (torchrun's modes): node, socket, "
+                 "exclusive, core-complex, or none (default); found by PCI bus id, inside "
+                 "the CPUs ddprun may use");
+  app.add_option("--cpu-bind,--cpu_bind", torchrun.cpu_bind,
+                 "Bind each worker to CPUs of its own, for CPU-only jobs: cores (the node's "
+                 "cores split evenly), numa (ranks spread over NUMA nodes), or none (default)");
   app.add_option("--signals-to-handle,--signals_to_handle", torchrun.signals_to_handle,
                  "Also catch these signals (e.g. SIGXCPU,SIGUSR1), pass them to the workers "
                  "and stop the job; SIGUSR1 and SIGUSR2 are always passed on without a stop");
@@ -405,8 +410,25 @@ void finish_options(Parser& parser) {
                      "use --log-dir with --redirects/--tee, and --tag-output");
   }
   if (torchrun.numa_binding) {
-    throw UsageError("--numa-binding " + *torchrun.numa_binding + ": not supported yet",
-                     "bind in a wrapper script, e.g. numactl --cpunodebind=N --membind=N");
+    const auto mode = parse_numa_binding(*torchrun.numa_binding);
+    if (!mode) {
+      throw UsageError("--numa-binding " + *torchrun.numa_binding + ": not a binding mode",
+                       "give node, socket, exclusive, core-complex or none");
+    }
+    options.bind = *mode;
+  }
+  if (torchrun.cpu_bind) {
+    const auto mode = parse_cpu_bind(*torchrun.cpu_bind);
+    if (!mode) {
+      throw UsageError("--cpu-bind " + *torchrun.cpu_bind + ": not a binding mode",
+                       "give cores, numa or none");
+    }
+    if (*mode != BindMode::kNone && options.bind != BindMode::kNone) {
+      throw UsageError("--numa-binding and --cpu-bind cannot go together",
+                       "--numa-binding binds near each worker's GPU, --cpu-bind splits the "
+                       "CPUs without GPUs: give one");
+    }
+    if (*mode != BindMode::kNone) options.bind = *mode;
   }
   if (options.gpus_per_proc) {
     // Without a number of workers, the GPUs set it: GPUs / K on every node ("auto" and

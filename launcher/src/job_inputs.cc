@@ -162,6 +162,28 @@ int port_for_job(const std::string& job_id) {
   return kDerivedPortBase + static_cast<int>(fnv1a(job_id) % kDerivedPortSpan);
 }
 
+std::vector<int> scheduler_gpu_ids(const Environment& env) {
+  for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SGE_HGR_gpu"}) {
+    const auto value = lookup(env, name);
+    if (!value || value->empty()) continue;
+    std::vector<int> ids;
+    std::size_t start = 0;
+    while (start <= value->size()) {
+      const auto end = value->find_first_of(", ", start);
+      const std::string item = value->substr(start, end == std::string::npos ? end : end - start);
+      if (!item.empty()) {
+        const auto id = parse_int(item);
+        if (!id || *id < 0) return {};
+        ids.push_back(static_cast<int>(*id));
+      }
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    return ids;
+  }
+  return {};
+}
+
 PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
                                const ReadFile& read_file, const HostFacts& host,
                                const SystemServices& services, bool check_port) {
@@ -224,6 +246,15 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   const bool head_on_rank0 = inputs.launcher != LauncherKind::kLocal && cluster.this_node == 0;
   inputs.gpus = node_gpus(env, host, read_file);
   inputs.visible_gpus = static_cast<int>(inputs.gpus.devices.size());
+  if (options.bind != BindMode::kNone) {
+    if (!services.read_topology) throw ConfigError("this node's topology cannot be read here");
+    inputs.topology = std::make_shared<const NodeTopology>(services.read_topology());
+    // Another machine's topology (HWLOC_XMLFILE) has nothing to do with this mask.
+    if (services.inherited_cpus && inputs.topology->this_system) {
+      inputs.inherited_cpus = services.inherited_cpus();
+    }
+    inputs.renumbered_gpus = cuda_renumbering(inputs.gpus.devices, scheduler_gpu_ids(env));
+  }
 
   // Master address: the option, then MASTER_ADDR from the environment (set by a job
   // script or a Kubeflow-style operator), then the first node; on one node, loopback.

@@ -36,6 +36,10 @@ struct SystemServices {
   // The local address the kernel would send from to reach `address` (a numeric address);
   // empty when there is no route (unset: unknown).
   std::function<std::string(const std::string& address)> source_address;
+  // This node's topology (hwloc; throws ConfigError) and the CPUs this process may run
+  // on; asked only for --numa-binding and --cpu-bind (unset: unknown).
+  std::function<NodeTopology()> read_topology;
+  std::function<CpuList()> inherited_cpus;
 };
 
 // The real ones (system_services.cc); PATH is looked up in `env`.
@@ -64,6 +68,10 @@ SocketInterface choose_socket_interface(
 // `this_host`, at `node_rank`: node 0 by the master address, the others "node-rank-i".
 void place_by_hand_node(Cluster& cluster, const std::string& master_addr,
                         const std::string& this_host, int node_rank);
+
+// The numeric GPU ids the scheduler gave this job on this node (SLURM_STEP_GPUS, then
+// SLURM_JOB_GPUS, then SGE_HGR_gpu); empty when none is set or one is not numeric.
+std::vector<int> scheduler_gpu_ids(const Environment& env);
 
 // Resolves the inputs for round 0 (see docs/schedulers.md, "Master address and port").
 // With `check_port`, and when this node hosts rank 0, the master port must be free.

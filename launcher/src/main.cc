@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include <iostream>
@@ -75,6 +76,13 @@ int run(Options options, Environment env) {
   PlanInputs inputs =
       resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
                           system_services(env), !options.dry_run && !options.print_job_end);
+  // MIG devices name no PCI device: nvidia-smi -L tells which GPU each is on.
+  const auto& gpus = inputs.gpus.devices;
+  if (options.bind != BindMode::kNone &&
+      std::any_of(gpus.begin(), gpus.end(),
+                  [](const std::string& g) { return g.rfind("MIG-", 0) == 0; })) {
+    inputs.mig_parents = parse_mig_parents(tool_runner(env)({"nvidia-smi", "-L"}).value_or(""));
+  }
   // One ddprun per node (srun, mpirun, by hand) that may restart: the launchers meet
   // before every round (rendezvous.h), node 0's on the agreed master port, so that every
   // node runs the same rounds; the workers get a fresh port each round.

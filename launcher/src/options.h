@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddprun/contract/environment.h"
+#include "placement.h"
 #include "torchrun_values.h"
 
 namespace ddprun {
@@ -26,6 +27,8 @@ struct Options {
   // --virtual-local-rank (torchrun's): each worker's CUDA_VISIBLE_DEVICES narrowed to its
   // own GPUs and LOCAL_RANK 0; by default every worker sees all and picks by LOCAL_RANK.
   bool virtual_local_rank = false;
+  // --numa-binding or --cpu-bind (they exclude each other): where each worker may run.
+  BindMode bind = BindMode::kNone;
   std::optional<std::string> hostfile;  // --hostfile
   std::optional<int> nnodes;            // checked against the scheduler's node count
   std::optional<int> node_rank;         // this node's index, when the scheduler cannot tell

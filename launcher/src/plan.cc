@@ -49,6 +49,32 @@ int devices_per_rank(const Options& options, const VisibleGpus& gpus, int nproc,
   return visible > 0 && static_cast<long>(nproc) * k <= visible ? k : 0;
 }
 
+// This node's ranks placed on its topology, each with the GPUs it owns (DevicePlan).
+Placement place_this_node(const Options& options, const PlanInputs& inputs,
+                          const LaunchPlan& plan) {
+  Placement placement;
+  placement.mode = options.bind;
+  if (options.bind == BindMode::kNone) return placement;
+  if (!inputs.topology) {
+    throw UsageError(bind_mode_text(options.bind) + ": this node's topology is unknown");
+  }
+  PlacementRequest request;
+  request.mode = options.bind;
+  request.nproc = plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc;
+  request.inherited = inputs.inherited_cpus;
+  request.renumbered = inputs.renumbered_gpus;
+  request.mig_parents = inputs.mig_parents;
+  const int k = plan.devices.per_rank;
+  for (int local = 0; local < request.nproc; ++local) {
+    auto& gpus = request.rank_gpus.emplace_back();
+    for (int i = 0; i < k; ++i) {
+      gpus.push_back(plan.devices.visible.devices.at(static_cast<std::size_t>(k * local + i)));
+    }
+  }
+  placement.local = place_ranks(*inputs.topology, request);
+  return placement;
+}
+
 }  // namespace
 
 void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFile file) {
@@ -86,6 +112,12 @@ std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank) {
   const int k = plan.devices.per_rank;
   for (int i = 0; i < k; ++i) positions.push_back(k * rank.local_rank + i);
   return positions;
+}
+
+const RankPlacement* rank_placement(const LaunchPlan& plan, const RankPlan& rank) {
+  if (rank.node_rank != plan.this_node) return nullptr;
+  const auto local = static_cast<std::size_t>(rank.local_rank);
+  return local < plan.placement.local.size() ? &plan.placement.local[local] : nullptr;
 }
 
 int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& node,
@@ -172,6 +204,9 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
       options, inputs.gpus, plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc,
       inputs.host.hostname);
   plan.socket_interface = inputs.socket_interface;
+  plan.placement = place_this_node(options, inputs, plan);
+  plan.placement.set_device_order = plan.devices.per_rank > 0 && !plan.placement.local.empty() &&
+                                    !lookup(env, env::kCudaDeviceOrder);
 
   plan.ranks.reserve(static_cast<std::size_t>(plan.world_size));
   for (const NodePlan& node : plan.nodes) {

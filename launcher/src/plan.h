@@ -5,6 +5,8 @@
 // only the part of it that belongs to this node (round_setup.h); --dry-run prints it.
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +15,8 @@
 #include "cluster.h"
 #include "gpus.h"
 #include "options.h"
+#include "placement.h"
+#include "topology.h"
 
 namespace ddprun {
 
@@ -55,6 +59,14 @@ struct ThreadDefaults {
   bool set_omp = false;  // OMP_NUM_THREADS was not set by the user
 };
 
+// Where this node's ranks run (--numa-binding, --cpu-bind; placement.h). Each node places
+// its own ranks, on its own topology.
+struct Placement {
+  BindMode mode = BindMode::kNone;
+  std::vector<RankPlacement> local;  // by local rank; empty: nothing bound
+  bool set_device_order = false;     // CUDA_DEVICE_ORDER=PCI_BUS_ID (the user set none)
+};
+
 // The whole job. Each rank's contract variables (docs/environment.md) are computed from
 // it by rank_environment (rank_environment.h); a worker's environment is ddprun's own with
 // them laid over it.
@@ -80,7 +92,11 @@ struct LaunchPlan {
   std::optional<std::int64_t> job_end_unix;  // DDPRUN_JOB_END_TIME
   DevicePlan devices;
   SocketInterface socket_interface;  // for this node's ranks only: each node finds its own
+  Placement placement;
 };
+
+// This node's placement of `rank`; nullptr when it is another node's or nothing is bound.
+const RankPlacement* rank_placement(const LaunchPlan& plan, const RankPlan& rank);
 
 // The positions in plan.devices.visible.devices that `rank` owns; empty when none.
 std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank);
@@ -126,6 +142,12 @@ struct PlanInputs {
   // By hand with c10d and no --node-rank: the launchers' rendezvous gives this node its
   // rank (rendezvous.h); until then it stands in node 1's place.
   bool rank_by_arrival = false;
+  // With --numa-binding or --cpu-bind: this node's topology, the CPUs ddprun may use, and
+  // what maps CUDA's GPU names to the topology's GPUs (placement.h).
+  std::shared_ptr<const NodeTopology> topology;
+  CpuList inherited_cpus;
+  std::vector<int> renumbered_gpus;
+  std::map<std::string, std::string> mig_parents;
 };
 
 // How many workers `spec` ("auto", "cpu", "gpu" or a number) means on a node with these

@@ -105,6 +105,24 @@ void append_string_field(std::string& out, std::size_t indent, std::string_view 
   out += after;
 }
 
+// An array as dump(2) writes it with its elements at `indent`: "[]" when empty.
+template <typename AppendElement>
+void append_array(std::string& out, std::size_t indent, std::size_t size, AppendElement element) {
+  if (size == 0) {
+    out += "[]";
+    return;
+  }
+  out += "[\n";
+  for (std::size_t i = 0; i < size; ++i) {
+    out.append(i == 0 ? "" : ",\n");
+    out.append(indent, ' ');
+    element(i);
+  }
+  out += "\n";
+  out.append(indent - 2, ' ');
+  out += "]";
+}
+
 // One element of "ranks", as nlohmann's dump(2) writes it at depth 2.
 void append_json_rank(std::string& out, const LaunchPlan& plan, const RankPlan& rank,
                       const Vars& vars) {
@@ -128,6 +146,22 @@ void append_json_rank(std::string& out, const LaunchPlan& plan, const RankPlan& 
     out += "\n      ]";
   }
   out += ",\n";
+  if (const RankPlacement* placement = rank_placement(plan, rank)) {
+    // Only this node's ranks: every node places its own.
+    append_member(out, 6, "placement");
+    out += "{\n";
+    append_string_field(out, 8, "cpus", cpulist_text(placement->cpus), ",\n");
+    append_int_field(out, 8, "cores", placement->cores, ",\n");
+    append_member(out, 8, "numa_nodes");
+    append_array(out, 10, placement->numa_nodes.size(),
+                 [&](std::size_t n) { append_int(out, placement->numa_nodes[n]); });
+    out += ",\n";
+    append_member(out, 8, "gpus");
+    append_array(out, 10, placement->gpus.size(),
+                 [&](std::size_t g) { append_json_string(out, placement->gpus[g]); });
+    out += ",\n";
+    append_string_field(out, 8, "nic", placement->nic, "\n      },\n");
+  }
   append_member(out, 6, "env");
   if (vars.empty()) {
     out += "{}";
@@ -179,6 +213,9 @@ void write_plan_text(const LaunchPlan& plan, std::ostream& stream) {
                         : "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME " + socket.name + " on node " +
                               std::to_string(plan.this_node) + " (" + socket.reason + ")");
   }
+  if (plan.placement.mode != BindMode::kNone) {
+    line("binding", bind_mode_text(plan.placement.mode) + " (each node places its own ranks)");
+  }
   for (const auto& node : plan.nodes) {
     std::string marker = node.node_rank == plan.this_node ? "  (this node)" : "";
     line("node " + std::to_string(node.node_rank),
@@ -200,6 +237,11 @@ void write_plan_text(const LaunchPlan& plan, std::ostream& stream) {
       append_command_word(out, vars[i].second);
     }
     out += '\n';
+    if (const RankPlacement* placement = rank_placement(plan, rank)) {
+      append_key(out, "");
+      out += placement_text(*placement);
+      out += '\n';
+    }
     pieces.write_if_full();
   }
   pieces.write();
@@ -226,6 +268,8 @@ void write_plan_json(const LaunchPlan& plan, std::ostream& stream) {
   doc["socket_ifname"] =
       plan.socket_interface.name.empty() ? Json(nullptr) : Json(plan.socket_interface.name);
   doc["socket_ifname_reason"] = plan.socket_interface.reason;
+  doc["binding"] = plan.placement.mode == BindMode::kNone ? std::string("none")
+                                                          : bind_mode_text(plan.placement.mode);
   Pieces pieces(stream);
   std::string& out = pieces.text();
   // Replace, not throw, on invalid UTF-8 in user-given strings.

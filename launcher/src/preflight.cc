@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -191,7 +192,9 @@ std::string node_check_line(const NodeCheck& check) {
                         {"paths", nlohmann::json::array()},
                         {"link_to", check.link_to},
                         {"link_mb_s", check.link_mb_s},
-                        {"link_error", check.link_error}};
+                        {"link_error", check.link_error},
+                        {"topology", check.topology},
+                        {"placement", check.placement}};
   auto& paths = doc["paths"];
   for (const PathCheck& path : check.paths) {
     paths.push_back({{"path", path.path},
@@ -219,6 +222,8 @@ std::optional<NodeCheck> parse_node_check(std::string_view line) {
     check.link_to = doc.value("link_to", "");
     check.link_mb_s = doc.value("link_mb_s", 0.0);
     check.link_error = doc.value("link_error", "");
+    check.topology = doc.value("topology", "");
+    check.placement = doc.value("placement", std::vector<std::string>{});
     for (const auto& path : doc.at("paths")) {
       check.paths.push_back({path.at("path").get<std::string>(), path.at("writable").get<bool>(),
                              path.at("free_mb").get<std::int64_t>(),
@@ -269,6 +274,11 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
       text += "        " + path.path + ": " + (path.writable ? "writable" : "NOT writable") + ", " +
               mb_text(path.free_mb) + " free\n";
     }
+    if (!check.topology.empty()) text += "        topology: " + check.topology + "\n";
+    for (std::size_t local = 0; local < check.placement.size(); ++local) {
+      text += "        rank " + std::to_string(node.first_rank + static_cast<int>(local)) + ": " +
+              check.placement[local] + "\n";
+    }
     if (!check.link_to.empty()) {
       text += "        link to " + check.link_to + ": " +
               (check.link_error.empty() ? mb_s_text(check.link_mb_s) : "NOT measured") + "\n";
@@ -286,6 +296,25 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
     }
     for (const auto& problem : node_problems(plan, node, check, expect)) {
       problems.push_back(who + ": " + problem);
+    }
+  }
+  // Nodes of one job are usually alike: name a node whose topology differs from most
+  // (from node 0's on a tie), since its ranks run and bind differently.
+  std::map<std::string, int> topologies;
+  std::string usual;
+  for (const NodeReport& report : reports) {
+    if (!report.check || report.check->topology.empty()) continue;
+    const int count = ++topologies[report.check->topology];
+    if (usual.empty() || count > topologies[usual]) usual = report.check->topology;
+  }
+  for (const NodePlan& node : plan.nodes) {
+    const auto index = static_cast<std::size_t>(node.node_rank);
+    if (index >= reports.size() || !reports[index].check) continue;
+    const std::string& topology = reports[index].check->topology;
+    if (!topology.empty() && topology != usual) {
+      problems.push_back("node " + std::to_string(node.node_rank) + " (" + node.host +
+                         "): its topology differs from the others': " + topology + ", not " +
+                         usual);
     }
   }
   // A ring all-reduce moves at its slowest link's pace: name it, and any link far slower
@@ -322,6 +351,14 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
     NodeCheck check =
         check_this_node(plan.this_node, inputs.host.hostname, plan.master_addr, plan.master_port,
                         plan.program.front(), env, inputs.visible_gpus, paths);
+    try {
+      check.topology = topology_summary(inputs.topology ? *inputs.topology : read_topology());
+    } catch (const Error& error) {
+      check.topology = std::string("unknown: ") + error.what();
+    }
+    for (const RankPlacement& placement : plan.placement.local) {
+      check.placement.push_back(placement_text(placement));
+    }
     // Every node at once, each to the next on the port after the master port.
     if (options.check_bandwidth && plan.nodes.size() > 1) {
       const auto& next =

@@ -42,6 +42,9 @@ struct NodeCheck {
   std::string link_to;
   double link_mb_s = 0;
   std::string link_error;  // why it could not be measured
+  // topology_summary (placement.h), or why it could not be read; --check compares nodes'.
+  std::string topology;
+  std::vector<std::string> placement;  // with --numa-binding/--cpu-bind: each local rank's
 };
 
 // What the head expects of every node's answers.

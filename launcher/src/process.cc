@@ -1,6 +1,7 @@
 #include "process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -115,6 +116,11 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
   const UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null.valid()) throw_errno("open /dev/null");
   const pid_t parent = ::getpid();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (const int cpu : spec.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(cpu), &cpus);
+  }
 
   const pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork");
@@ -134,6 +140,12 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
       ::_exit(127);
     }
     if (spec.fd3 == 3) ::fcntl(3, F_SETFD, 0);  // already there: keep it across exec
+    if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      write_stderr_raw("ddprun: error: cannot bind the worker to its CPUs: ");
+      write_stderr_raw(::strerror(errno));
+      write_stderr_raw("\n");
+      ::_exit(127);
+    }
     ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     write_stderr_raw("ddprun: error: cannot execute ");

@@ -66,11 +66,13 @@ struct SpawnSpec {
   int stdin_fd = -1;              // -1: /dev/null
   int stdout_fd = -1;
   int stderr_fd = -1;
-  int fd3 = -1;  // given to the child as its descriptor 3 (a relay's socket); -1: none
+  int fd3 = -1;             // given to the child as its descriptor 3 (a relay's socket); -1: none
+  std::vector<int> cpus{};  // the child's CPU affinity (placement.h); empty: ddprun's own
 };
 
 // Forks and execs `spec` as the leader of a new process group (its pgid is its pid), with
-// stdin from `stdin_fd` or /dev/null, `child_mask` as its signal mask, default
+// stdin from `stdin_fd` or /dev/null, `cpus` as its CPU affinity when given (a failure
+// to set it ends the child with one line and 127), `child_mask` as its signal mask, default
 // dispositions, and SIGKILL as its parent-death signal. An exec failure makes the child
 // print one line and exit 127.
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask);

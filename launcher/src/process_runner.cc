@@ -134,6 +134,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   if (!spec.progress_file.empty()) ::unlink(spec.progress_file.c_str());
   SpawnSpec process{spec.path, spec.argv, spec.env};
   process.fd3 = spec.fd3;
+  process.cpus = spec.cpus;
   const std::size_t child =
       children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
   relay_->add(std::move(target));

@@ -71,7 +71,16 @@ void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
   }
   if (plan.logs_to_dir) put(env::kDdprunLogDir, plan.attempt_dir);
   if (plan.job_end_unix) put_int(env::kDdprunJobEndTime, *plan.job_end_unix);
-  if (plan.threads.set_omp) {
+  const RankPlacement* placement = rank_placement(plan, rank);
+  if (placement != nullptr) put_int(env::kDdprunCpuSharers, placement->sharers);
+  if (placement != nullptr && plan.placement.set_device_order) {
+    put(env::kCudaDeviceOrder, "PCI_BUS_ID");
+  }
+  if (plan.threads.set_omp && placement != nullptr) {
+    // A bound rank has its own cores: one thread for each.
+    put_int(env::kOmpNumThreads, placement->cores);
+    put_int(env::kDdprunThreadsPerRank, placement->cores);
+  } else if (plan.threads.set_omp) {
     // torchrun's rule, so that Python scripts see what they would under torchrun; ddp-train
     // reads its share of the CPUs from DDPRUN_THREADS_PER_RANK instead.
     if (node.nproc > 1) put(env::kOmpNumThreads, "1");

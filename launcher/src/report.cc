@@ -39,6 +39,14 @@ std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
     }
     text += "ddprun: GPUs on " + node.host + ": " + gpus + "\n";
   }
+  // Where each rank runs, one line each (--numa-binding, --cpu-bind).
+  if (!plan.placement.local.empty()) {
+    text += "ddprun: " + bind_mode_text(plan.placement.mode) + " on " + node.host + ":\n";
+    for (std::size_t local = 0; local < plan.placement.local.size(); ++local) {
+      text += "ddprun:   rank " + std::to_string(node.first_rank + static_cast<int>(local)) + ": " +
+              placement_text(plan.placement.local[local]) + "\n";
+    }
+  }
   if (logs_to_files) text += "ddprun: logs in " + plan.attempt_dir + "\n";
   return text;
 }

@@ -31,6 +31,7 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
     child.stderr_log = rank_file(plan, rank.rank, RankFile::kStderrLog);
     child.error_file = rank_file(plan, rank.rank, RankFile::kErrorFile);
     child.progress_file = rank_file(plan, rank.rank, RankFile::kProgressFile);
+    if (const RankPlacement* placement = rank_placement(plan, rank)) child.cpus = placement->cpus;
     child.stdout_to_console = (rank.console_streams & 1) != 0;
     child.stderr_to_console = (rank.console_streams & 2) != 0;
   }

@@ -34,7 +34,8 @@ struct ChildSpec {
   std::string stderr_log;
   std::string error_file;     // TORCHELASTIC_ERROR_FILE; removed before the start
   std::string progress_file;  // DDPRUN_PROGRESS_FILE; removed before the start
-  int fd3 = -1;  // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
+  int fd3 = -1;           // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
+  std::vector<int> cpus;  // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
   bool stdout_to_console = true;  // workers only: agents filter their own workers
   bool stderr_to_console = true;
 };

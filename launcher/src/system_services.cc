@@ -3,6 +3,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <random>
@@ -13,6 +14,7 @@
 #include "host_facts.h"
 #include "job_inputs.h"
 #include "ports.h"
+#include "topology.h"
 
 namespace ddprun {
 namespace {
@@ -63,6 +65,19 @@ std::string source_address(const std::string& address) {
   return source;
 }
 
+// The CPUs this process may run on (its affinity mask, inherited from Slurm's --cpu-bind,
+// taskset or a batch system's binding); empty when unknown.
+CpuList inherited_cpus() {
+  CpuList cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
 }  // namespace
 
 SystemServices system_services(const Environment& env) {
@@ -80,7 +95,9 @@ SystemServices system_services(const Environment& env) {
             }
           },
           network_interfaces,
-          source_address};
+          source_address,
+          [] { return read_topology(); },
+          inherited_cpus};
 }
 
 }  // namespace ddprun

@@ -203,6 +203,8 @@ std::string library_json(const LaunchPlan& plan) {
                              ? nlohmann::ordered_json(nullptr)
                              : nlohmann::ordered_json(plan.socket_interface.name);
   doc["socket_ifname_reason"] = plan.socket_interface.reason;
+  doc["binding"] = plan.placement.mode == BindMode::kNone ? std::string("none")
+                                                          : bind_mode_text(plan.placement.mode);
   doc["nodes"] = nlohmann::ordered_json::array();
   for (const auto& node : plan.nodes) {
     doc["nodes"].push_back({{"host", node.host},
@@ -218,12 +220,20 @@ std::string library_json(const LaunchPlan& plan) {
     for (const int position : rank_devices(plan, rank)) {
       devices.push_back(gpus.devices.at(static_cast<std::size_t>(position)));
     }
-    doc["ranks"].push_back({{"rank", rank.rank},
-                            {"local_rank", rank.local_rank},
-                            {"node_rank", rank.node_rank},
-                            {"host", rank.host},
-                            {"devices", devices},
-                            {"env", env}});
+    nlohmann::ordered_json entry = {{"rank", rank.rank},
+                                    {"local_rank", rank.local_rank},
+                                    {"node_rank", rank.node_rank},
+                                    {"host", rank.host},
+                                    {"devices", devices}};
+    if (const RankPlacement* placement = rank_placement(plan, rank)) {
+      entry["placement"] = {{"cpus", cpulist_text(placement->cpus)},
+                            {"cores", placement->cores},
+                            {"numa_nodes", placement->numa_nodes},
+                            {"gpus", placement->gpus},
+                            {"nic", placement->nic}};
+    }
+    entry["env"] = env;
+    doc["ranks"].push_back(entry);
   }
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
@@ -245,6 +255,22 @@ TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
   // No GPUs, no interface, one node, the defaults.
   const LaunchPlan plain = build_plan(options_with("3"), local_inputs(), {});
   EXPECT_EQ(format_plan_json(plain), library_json(plain));
+  // This node's ranks bound (--numa-binding exclusive), the other node's not.
+  Options bound = options;
+  bound.bind = BindMode::kExclusive;
+  auto topology = std::make_shared<NodeTopology>();
+  topology->allowed_cpus = {0, 1, 2, 3};
+  topology->numa_nodes = {{0, {0, 1, 2, 3}, 0}};
+  topology->cores = {{{0, 2}, 0, 0, -1}, {{1, 3}, 0, 0, -1}};
+  topology->gpus = {{"0000:01:00.0", 0x302, 0x10de, {0, 1, 2, 3}, {0}, {1}, "GPU-\"a\"", "", ""},
+                    {"0000:02:00.0", 0x302, 0x10de, {0, 1, 2, 3}, {0}, {1}, "", "", ""}};
+  topology->nics = {{"0000:03:00.0", 0x207, 0x15b3, {0, 1, 2, 3}, {0}, {1}, "", "mlx5_0", "ib0"}};
+  inputs.topology = topology;
+  const LaunchPlan placed = build_plan(bound, inputs, {});
+  ASSERT_EQ(placed.placement.local.size(), 2u);
+  EXPECT_EQ(cpulist_text(placed.placement.local[1].cpus), "1,3");
+  EXPECT_EQ(format_plan_json(placed), library_json(placed));
+  EXPECT_NE(format_plan_json(placed).find("\"nic\": \"mlx5_0\""), std::string::npos);
 }
 
 TEST(PlanFormat, TextQuotesEachValueAsAShellWould) {
@@ -318,7 +344,7 @@ TEST(PlanFormat, LargePlansAreWrittenInPiecesNotHeldWhole) {
     EXPECT_LE(recorder.largest, 256u * 1024u);
     // Text: 9 header lines, one per node, one per rank. JSON: 32 lines per rank.
     EXPECT_EQ(std::count(recorder.text.begin(), recorder.text.end(), '\n'),
-              write == write_plan_text ? 9 + 1024 + 8192 : 22 + 1024 * 6 + 4 + 8192 * 32);
+              write == write_plan_text ? 9 + 1024 + 8192 : 23 + 1024 * 6 + 4 + 8192 * 32);
   }
 }
 

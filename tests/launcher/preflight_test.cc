@@ -87,6 +87,37 @@ TEST(Preflight, NamesEachProblemAndItsNode) {
             std::string::npos);
 }
 
+TEST(Preflight, ANodeWhoseTopologyDiffersIsNamedWithItsPlacement) {
+  const std::string usual =
+      "2 packages, 2 NUMA nodes, 32 cores, 64 CPUs (64 allowed), 8 GPUs, 4 NICs";
+  NodeCheck first = good(0);
+  first.topology = usual;
+  first.placement = {"CPUs 0-15,32-47 (16 cores), NUMA 0, GPU 0000:02:00.0, NIC mlx5_0"};
+  NodeCheck odd = good(1);
+  odd.topology = "2 packages, 2 NUMA nodes, 32 cores, 64 CPUs (48 allowed), 8 GPUs, 4 NICs";
+  NodeCheck third = good(2);
+  third.topology = usual;
+  // The round trip keeps both.
+  const auto parsed = parse_node_check(node_check_line(first));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->topology, usual);
+  EXPECT_EQ(parsed->placement, first.placement);
+  const auto summary = format_preflight(three_nodes(), {{first, ""}, {odd, ""}, {third, ""}});
+  EXPECT_FALSE(summary.ok);
+  EXPECT_NE(summary.text.find("node 1 (n2): its topology differs from the others': 2 packages, 2 "
+                              "NUMA nodes, 32 cores, 64 CPUs (48 allowed)"),
+            std::string::npos)
+      << summary.text;
+  EXPECT_EQ(summary.text.find("node 0 (n1): its topology"), std::string::npos);
+  EXPECT_NE(
+      summary.text.find(
+          "        rank 0: CPUs 0-15,32-47 (16 cores), NUMA 0, GPU 0000:02:00.0, NIC mlx5_0\n"),
+      std::string::npos)
+      << summary.text;
+  third.topology = usual;
+  EXPECT_TRUE(format_preflight(three_nodes(), {{first, ""}, {third, ""}, {third, ""}}).ok);
+}
+
 TEST(Preflight, MissingProgramIsAProblem) {
   NodeCheck missing = good(2);
   missing.program.clear();

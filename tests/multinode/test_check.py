@@ -6,6 +6,8 @@
   slow link: node2's interface limited to 200 Mbit/s with tc (a token bucket): the check
     fails (exit 1) naming node2's link as far slower than the fastest.
   busy port: the ring's port (master port + 1) held on node3: the check fails naming it.
+  placement: with --numa-binding exclusive every node answers with its topology and its
+    rank's CPUs (the agents bind as the head was asked to); the topologies are alike.
 
   PYTHONPATH=tests tests/multinode/test_check.py --ddprun BIN
 Exit 77: skipped (not root, no namespaces, no tc); under CI=true that is a failure (exit 1).
@@ -25,8 +27,8 @@ NODES = 3
 LINK = re.compile(r"(?m)^\s+link to node (\d) \(node\d\): (\d+) MB/s$")
 
 
-def check(cluster, a, port, extra_env=None):
-    argv = [os.path.abspath(a.ddprun), "--check", "--bandwidth", "--hostfile", cluster.hostfile,
+def check(cluster, a, port, extra_env=None, extra_args=("--bandwidth",)):
+    argv = [os.path.abspath(a.ddprun), "--check", *extra_args, "--hostfile", cluster.hostfile,
             "--launcher", "ssh", "--ssh-config", cluster.ssh_config, "--master-port", str(port),
             "--nproc-per-node", "1", "--", "/bin/true"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(extra_env or {})}
@@ -52,6 +54,15 @@ def main():
             failures.append(f"ready: want one measured link into every node, got {links}")
         if "ddprun: preflight: links " not in out or "the slowest: node " not in out:
             failures.append("ready: the slowest link is not named")
+
+        rc, out, seconds = check(cluster, a, port, extra_args=("--numa-binding", "exclusive"))
+        print(f"--- placement: exit {rc}, {seconds} s\n{out}")
+        topologies = re.findall(r"(?m)^\s+topology: (.+)$", out)
+        placed = re.findall(r"(?m)^\s+rank (\d): CPUs (\S+) \(\d+ cores?\), NUMA \d", out)
+        if rc != 0 or len(topologies) != NODES or len(set(topologies)) != 1:
+            failures.append(f"placement: exit {rc}, want one alike topology line per node: {topologies}")
+        if sorted(int(r) for r, _ in placed) != list(range(NODES)):
+            failures.append(f"placement: want each node's rank placed, got {placed}")
 
         # node2 -> node3 limited to 200 Mbit/s (25 MB/s): 64 MiB take about 2.7 s. (node1's
         # link to node2 slows too: node2's acknowledgements queue behind that limit.)

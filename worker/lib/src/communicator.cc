@@ -255,10 +255,11 @@ std::vector<std::uint8_t> as_bytes(const std::string& text) {
 // it could open it (with its job rank, for error messages); they use it only if all could
 // (a rank in a container with its own PID namespace cannot). Number 0 closes the name once
 // all have answered. The segment is anonymous memory, never a file in /dev/shm: nothing is
-// left behind whoever dies when (SharedMemoryAllreduce::create).
+// left behind whoever dies when (SharedMemoryAllreduce::create). Its waiters spin first
+// when `spin` (may_spin).
 std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store,
                                                           const std::string& keys, int index,
-                                                          int size, int rank) {
+                                                          int size, int rank, bool spin) {
   std::unique_ptr<SharedMemoryAllreduce> shm;
   std::string why_not;
   if (index == 0) {
@@ -293,6 +294,7 @@ std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store,
   }
   if (!shm || static_cast<int>(job_ranks.size()) != size) return nullptr;
   shm->set_job_ranks(std::move(job_ranks));
+  shm->set_spin(spin);
   return shm;
 }
 
@@ -442,8 +444,9 @@ void join_across_machines(Plane::Impl& plane, const c10::intrusive_ptr<c10d::Sto
   const int here = static_cast<int>(m.here.size());
   std::unique_ptr<SharedMemoryAllreduce> shm;
   if (here > 1) {
+    // Bound by ddprun, the rank knows how many share its CPUs; otherwise all of this machine's.
     shm = join_shared_memory(*store, "shm/" + std::to_string(m.here[0]) + "/", m.index, here,
-                             env.rank);
+                             env.rank, may_spin(env.cpu_sharers.value_or(here)));
   }
   auto failed = at::tensor({std::int64_t{here > 1 && !shm}}, at::kLong);
   std::vector<at::Tensor> tensors{failed};
@@ -469,7 +472,9 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   impl->size = env.world_size;
   impl->unresponsive_wait = options.unresponsive_wait;
   impl->timeout = options.timeout;
-  impl->yield_in_wait = env.local_world_size <= cpus_available();
+  // Under --numa-binding exclusive a rank's mask holds its own cores only: what matters is
+  // how many ranks share them (DDPRUN_CPU_SHARERS), not the node's rank count.
+  impl->yield_in_wait = may_spin(env.cpu_sharers.value_or(env.local_world_size));
   const std::string& backend = options.backend;
   if (backend != "gloo" && backend != "nccl" && backend != kGlooAsNccl) {
     throw ddprun::ConfigError("unknown backend '" + backend + "'",
@@ -514,7 +519,8 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   const bool one_node = env.local_world_size == env.world_size;
   std::unique_ptr<SharedMemoryAllreduce> shm;
   if (use_shm && one_node) {
-    shm = join_shared_memory(*impl->store, "shm/0/", env.rank, env.world_size, env.rank);
+    shm = join_shared_memory(*impl->store, "shm/0/", env.rank, env.world_size, env.rank,
+                             impl->yield_in_wait);
   }
   const auto control_store =
       backend == "gloo" ? impl->store : compat::make_prefix_store("control", impl->store);

@@ -13,4 +13,8 @@ int cpus_available() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+bool may_spin(int ranks) {
+  return ranks <= cpus_available();
+}
+
 }  // namespace ddprun::worker

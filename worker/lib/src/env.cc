@@ -62,6 +62,9 @@ WorkerEnv read_worker_env(const Environment& env) {
   if (const auto* v = find(env, ddprun::env::kDdprunThreadsPerRank); v != nullptr && !v->empty()) {
     out.threads_per_rank = int_in_range(*v, ddprun::env::kDdprunThreadsPerRank, 1, 4096);
   }
+  if (const auto* v = find(env, ddprun::env::kDdprunCpuSharers); v != nullptr && !v->empty()) {
+    out.cpu_sharers = int_in_range(*v, ddprun::env::kDdprunCpuSharers, 1, 1 << 20);
+  }
   if (const auto* v = find(env, ddprun::env::kGlooSocketIfname)) out.gloo_socket_ifname = *v;
   if (const auto* v = find(env, ddprun::env::kDdprunHost)) out.host = *v;
   if (const auto* v = find(env, ddprun::env::kDdprunDevices); v != nullptr && !v->empty()) {

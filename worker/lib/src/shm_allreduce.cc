@@ -234,7 +234,7 @@ SharedMemoryAllreduce::SharedMemoryAllreduce(std::string name, int fd, int rank,
       chunk_bytes_(chunk_bytes),
       base_(base),
       mapped_bytes_(mapped_bytes),
-      spin_(size <= cpus_available()) {}
+      spin_(may_spin(size)) {}
 
 SharedMemoryAllreduce::~SharedMemoryAllreduce() {
   munmap(base_, mapped_bytes_);

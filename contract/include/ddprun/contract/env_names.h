@@ -30,6 +30,8 @@ inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
 
 // The GPUs a worker may use, as CUDA reads it; set by the site or the scheduler.
 inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
+// Set to PCI_BUS_ID when binding, so CUDA numbers GPUs as the placement did.
+inline constexpr const char* kCudaDeviceOrder = "CUDA_DEVICE_ORDER";
 
 // Threading: OMP_NUM_THREADS is set to 1 with more than one worker on a node when the
 // user has not set it (torchrun's rule); OPENBLAS_NUM_THREADS is only reported.
@@ -59,6 +61,9 @@ inline constexpr const char* kDdprunStdoutTty = "DDPRUN_STDOUT_TTY";
 // The node's CPUs divided among its workers; set only when the user has not set
 // OMP_NUM_THREADS, so that ddp-train can use its share where torchrun's rule gives 1.
 inline constexpr const char* kDdprunThreadsPerRank = "DDPRUN_THREADS_PER_RANK";
+// With --numa-binding/--cpu-bind: how many of the node's ranks may run on this rank's CPUs,
+// itself included (1: they are its own). Waiting threads may spin when that many fit.
+inline constexpr const char* kDdprunCpuSharers = "DDPRUN_CPU_SHARERS";
 // Where a worker may write the training step it has reached (a decimal number, replaced
 // atomically); ddprun reads it after a failed round: a round that reached a newer step made
 // progress, and its failure is worth a restart even when it repeats.

@@ -26,6 +26,7 @@ struct WorkerEnv {
   std::string progress_file;            // DDPRUN_PROGRESS_FILE; empty: none
   std::optional<int> omp_num_threads;   // OMP_NUM_THREADS when set
   std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
+  std::optional<int> cpu_sharers;       // DDPRUN_CPU_SHARERS: ranks on this rank's CPUs
   std::string gloo_socket_ifname;       // GLOO_SOCKET_IFNAME when set
   std::string host;                     // DDPRUN_HOST: this node's name in ddprun's plan
   // DDPRUN_DEVICES: the CUDA ordinals this worker should use, in its own numbering; empty

@@ -54,6 +54,9 @@ class SharedMemoryAllreduce {
   std::size_t chunk_bytes() const { return chunk_bytes_; }
   // The job's rank of each of the segment's ranks, for error messages (default: the same).
   void set_job_ranks(std::vector<int> ranks);
+  // Whether a waiter spins briefly before it sleeps (default: when the segment's ranks fit
+  // this process's CPUs, may_spin); the communicator knows better under CPU binding.
+  void set_spin(bool spin) { spin_ = spin; }
   // Rank 0, once every rank has opened it: nobody can open it any more (name() is then
   // empty); the memory stays mapped.
   void unlink();
