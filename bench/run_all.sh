@@ -14,6 +14,7 @@ python3 bench/launch.py --reps "$reps" --n 1 8 16
 python3 bench/supervise.py --reps "$reps"
 python3 bench/first_step.py --reps "$reps"
 python3 bench/train.py --reps "$reps"
+python3 bench/placement.py --reps "$reps"
 python3 bench/sync_overhead.py --reps "$reps"
 build/bin/ddprun -q --nproc-per-node 2 -- build/bin/allreduce-bench --reps "$reps" \
   --out bench/results/allreduce.json
