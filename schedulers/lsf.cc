@@ -42,6 +42,20 @@ std::vector<NodeSlots> parse_mcpu_hosts(const EnvEntry& entry) {
   return tally.take();
 }
 
+// On CSM/JSM machines (Summit- and Lassen-style) the batch script runs on a launch node
+// that LSF lists first with one slot; the compute nodes follow with all their slots. It
+// runs no rank: leave it out, or it would become node 0 (and its host the master). Seen
+// as: two or more hosts, the first with one slot, every other with more.
+void leave_out_launch_node(Cluster& cluster) {
+  auto& nodes = cluster.nodes;
+  if (nodes.size() < 2 || nodes.front().slots != 1) return;
+  for (std::size_t i = 1; i < nodes.size(); ++i) {
+    if (nodes[i].slots < 2) return;
+  }
+  cluster.sources["launch node left out"] = nodes.front().host;
+  nodes.erase(nodes.begin());
+}
+
 }  // namespace
 
 bool lsf_detected(const Environment& env) {
@@ -84,6 +98,7 @@ Cluster read_lsf(const ReaderInput& input) {
     note(cluster, *id);
     cluster.job_id = id->value;
   }
+  leave_out_launch_node(cluster);
   set_this_node_from_host(cluster, input.host);
   return cluster;
 }

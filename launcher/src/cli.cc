@@ -64,6 +64,7 @@ struct TorchrunStrings {
   std::optional<std::string> logs_specs;
   std::optional<std::string> numa_binding;
   std::optional<std::string> cpu_bind;
+  std::optional<std::string> rdzv_id;
   bool standalone = false;
 };
 
@@ -177,18 +178,22 @@ Parser::Parser() {
   app.add_option("--rdzv-conf,--rdzv_conf", torchrun.rdzv_conf,
                  "torchrun's KEY=VALUE,... rendezvous settings; join_timeout (or timeout) bounds "
                  "how long nodes may take to report");
-  app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", options.run_id,
+  const auto id_check = [](const std::string& value) -> std::string {
+    if (value.empty() || value.size() > 128) return "must be 1 to 128 characters";
+    for (char c : value) {
+      if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-' && c != '_' && c != '.') {
+        return "may contain only letters, digits, '-', '_' and '.'";
+      }
+    }
+    return {};
+  };
+  app.add_option("--run-id,--run_id", options.run_id,
                  "Job identifier passed to workers as TORCHELASTIC_RUN_ID (default: random)")
-      ->check([](const std::string& value) -> std::string {
-        if (value.empty() || value.size() > 128) return "must be 1 to 128 characters";
-        for (char c : value) {
-          if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-' && c != '_' &&
-              c != '.') {
-            return "may contain only letters, digits, '-', '_' and '.'";
-          }
-        }
-        return {};
-      });
+      ->check(id_check);
+  app.add_option("--rdzv-id,--rdzv_id", torchrun.rdzv_id,
+                 "torchrun's name for --run-id; with --standalone a fresh one is used, as "
+                 "torchrun does")
+      ->check(id_check);
   app.add_flag("--standalone", torchrun.standalone,
                "One node, this machine, on a free port (torchrun's --standalone)");
   app.add_option("--max-restarts,--max_restarts", options.max_restarts,
@@ -378,6 +383,10 @@ void finish_options(Parser& parser) {
     if (!options.master_addr) options.master_addr = "127.0.0.1";
     if (!options.master_port) options.free_master_port = true;
   }
+  // torchrun replaces the rendezvous id with a fresh one under --standalone (a lone node
+  // has nothing to meet); ddprun's own --run-id is kept.
+  if (torchrun.rdzv_id && !torchrun.standalone && !options.run_id)
+    options.run_id = torchrun.rdzv_id;
   if (torchrun.redirects)
     options.redirects = parse_stream_choice("--redirects", *torchrun.redirects);
   if (torchrun.tee) options.tee = parse_stream_choice("--tee", *torchrun.tee);

@@ -32,6 +32,9 @@ int devices_per_rank(const Options& options, const VisibleGpus& gpus, int nproc,
   if (asked) {
     const std::string flag =
         options.gpus_per_proc ? gpus_per_proc_flag(k) : std::string("--virtual-local-rank");
+    // torchrun on a machine without GPUs: no outer list, so each worker is narrowed to its
+    // local rank's ordinal (DevicePlan::ordinals_only).
+    if (visible == 0 && !options.gpus_per_proc && !gpus.from_cuda_visible_devices) return 0;
     if (visible == 0) {
       throw UsageError(
           flag + ": no GPU is visible on " + host + source_text(gpus),
@@ -200,6 +203,8 @@ LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const En
   // out its own when it starts its workers.
   plan.devices.visible = inputs.gpus;
   plan.devices.virtual_local_rank = options.virtual_local_rank;
+  plan.devices.ordinals_only = options.virtual_local_rank && inputs.gpus.devices.empty() &&
+                               !inputs.gpus.from_cuda_visible_devices;
   plan.devices.per_rank = devices_per_rank(
       options, inputs.gpus, plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc,
       inputs.host.hostname);

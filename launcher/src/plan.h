@@ -45,6 +45,9 @@ struct DevicePlan {
   // --virtual-local-rank), and DDPRUN_DEVICES is not set.
   int per_rank = 0;
   bool virtual_local_rank = false;  // CUDA_VISIBLE_DEVICES narrowed per rank, LOCAL_RANK 0
+  // --virtual-local-rank with no GPU visible and no CUDA_VISIBLE_DEVICES: as torchrun, each
+  // worker gets CUDA_VISIBLE_DEVICES=<its local rank> and LOCAL_RANK 0 (per_rank stays 0).
+  bool ordinals_only = false;
 };
 
 // The interface NCCL and gloo should use on this node (job_inputs.h decides).

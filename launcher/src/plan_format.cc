@@ -51,6 +51,10 @@ std::string devices_text(const DevicePlan& devices) {
   if (!gpus.source.empty()) {
     text += " (" + gpus.source + (gpus.source_value.empty() ? "" : "=" + gpus.source_value) + ")";
   }
+  if (devices.ordinals_only) {
+    return text +
+           ", CUDA_VISIBLE_DEVICES set to each local rank (--virtual-local-rank, as torchrun)";
+  }
   if (devices.per_rank == 0) return text + ", none assigned";
   text += ", " + std::to_string(devices.per_rank) + " per rank";
   text += devices.virtual_local_rank

@@ -30,7 +30,7 @@ void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
   };
   put_int(env::kRank, rank.rank);
   // torchrun's --virtual-local-rank: every worker's own GPU is its device 0.
-  put_int(env::kLocalRank, narrowed ? 0 : rank.local_rank);
+  put_int(env::kLocalRank, narrowed || plan.devices.ordinals_only ? 0 : rank.local_rank);
   put_int(env::kWorldSize, plan.world_size);
   put_int(env::kLocalWorldSize, node.nproc);
   put_int(env::kGroupRank, node.node_rank);
@@ -64,6 +64,8 @@ void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
     }
     if (narrowed) put(env::kCudaVisibleDevices, visible);
     put(env::kDdprunDevices, ordinals);
+  } else if (plan.devices.ordinals_only) {
+    put_int(env::kCudaVisibleDevices, rank.local_rank);
   }
   if (!plan.socket_interface.name.empty() && rank.node_rank == plan.this_node) {
     put(env::kNcclSocketIfname, plan.socket_interface.name);

@@ -186,7 +186,7 @@ const std::vector<BadInput> kCommandLines = {
      "no GPU of this node has that UUID"},
     {"VirtualLocalRankMoreWorkersThanGpus",
      {"--virtual-local-rank", "--nproc-per-node", "65536", "true"},
-     {},
+     {"CUDA_VISIBLE_DEVICES=0"},
      125,
      "--virtual-local-rank: "},
     {"GpusPerProcUneven",

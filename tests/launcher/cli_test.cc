@@ -45,7 +45,16 @@ TEST(CommandLine, TorchrunSpellingsAreAccepted) {
   EXPECT_EQ(result.options->nproc_per_node, "gpu");
   EXPECT_EQ(result.options->master_port, 29500);
   EXPECT_EQ(result.options->max_restarts, 3);
-  EXPECT_EQ(result.options->run_id, "job1");
+  // torchrun replaces --rdzv-id with a fresh id under --standalone; ddprun does too.
+  EXPECT_FALSE(result.options->run_id);
+  const auto kept = parse({"--rdzv_id", "job1", "w"});
+  ASSERT_TRUE(kept.options) << kept.message;
+  EXPECT_EQ(kept.options->run_id, "job1");
+  // ddprun's own --run-id is what the user asked for, standalone or not.
+  const auto own = parse({"--standalone", "--run-id", "job2", "--rdzv-id", "x", "w"});
+  ASSERT_TRUE(own.options) << own.message;
+  EXPECT_EQ(own.options->run_id, "job2");
+  EXPECT_FALSE(parse({"--rdzv-id", "bad/id", "w"}).options);
 }
 
 TEST(CommandLine, LogDirWithTeeAndFormat) {

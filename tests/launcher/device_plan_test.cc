@@ -91,6 +91,24 @@ TEST(DevicePlan, VirtualLocalRankWithoutOuterListNarrowsToOrdinals) {
   EXPECT_EQ(env_of(from_slurm, 1).at("CUDA_VISIBLE_DEVICES"), "1");
 }
 
+// torchrun 2.x on a machine without GPUs starts the workers: LOCAL_RANK 0 and
+// CUDA_VISIBLE_DEVICES its local rank (nothing to narrow, so the ordinal).
+TEST(DevicePlan, VirtualLocalRankWithoutAnyGpuStartsAsTorchrunDoes) {
+  Options options = options_with("3");
+  options.virtual_local_rank = true;
+  const auto plan = build_plan(options, inputs_with({}, 0), {});
+  EXPECT_TRUE(plan.devices.ordinals_only);
+  EXPECT_EQ(plan.devices.per_rank, 0);
+  for (int r = 0; r < 3; ++r) {
+    const auto env = env_of(plan, r);
+    EXPECT_EQ(env.at("LOCAL_RANK"), "0");
+    EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), std::to_string(r));
+    EXPECT_EQ(env.count("DDPRUN_DEVICES"), 0u);
+  }
+  EXPECT_NE(format_plan_text(plan).find("CUDA_VISIBLE_DEVICES set to each local rank"),
+            std::string::npos);
+}
+
 TEST(DevicePlan, GpusPerProcDividesTheNodesGpus) {
   Options options = options_with("auto");
   options.gpus_per_proc = 2;
@@ -156,9 +174,10 @@ TEST(DevicePlan, BadRequestsEndInOneLineSayingWhatToDo) {
   EXPECT_EQ(plan_error(narrowed, inputs_with({{"SLURM_JOB_GPUS", "0,1"}})),
             "--virtual-local-rank: 3 workers need 3 GPUs, gpu-node has 2 visible "
             "(SLURM_JOB_GPUS=0,1) (give fewer workers with --nproc-per-node)");
-  EXPECT_EQ(plan_error(narrowed, inputs_with({})),
-            "--virtual-local-rank: no GPU is visible on gpu-node (check CUDA_VISIBLE_DEVICES "
-            "and the job's GPU request, or drop --virtual-local-rank)");
+  // CUDA_VISIBLE_DEVICES set to nothing hides every GPU: torchrun raises there too.
+  EXPECT_EQ(plan_error(narrowed, inputs_with({{"CUDA_VISIBLE_DEVICES", ""}})),
+            "--virtual-local-rank: no GPU is visible on gpu-node (CUDA_VISIBLE_DEVICES=) (check "
+            "CUDA_VISIBLE_DEVICES and the job's GPU request, or drop --virtual-local-rank)");
   Options fits = options_with("2");
   fits.virtual_local_rank = true;
   EXPECT_EQ(plan_error(fits, inputs_with({{"CUDA_VISIBLE_DEVICES", "0,1"}})), "");

@@ -200,6 +200,46 @@ TEST(LsfReader, McpuHostsAndDjobHostfile) {
                });
 }
 
+// CSM/JSM machines list the launch node first with one slot: it must not become node 0.
+TEST(LsfReader, CsmLaunchNodeIsLeftOut) {
+  expect_valid(read_lsf, "lsf",
+               {
+                   {"summit-style",
+                    {{"LSB_MCPU_HOSTS", "batch3 1 a01n01 42 a01n02 42"}, {"LSB_JOBID", "7"}},
+                    {},
+                    "a01n02",
+                    {{"a01n01", 42}, {"a01n02", 42}},
+                    1,
+                    "7"},
+                   {"from the hostfile too",
+                    {{"LSB_DJOB_HOSTFILE", "/h"}},
+                    {{"/h", "login1\nc1\nc1\nc2\nc2\n"}},
+                    "c1",
+                    {{"c1", 2}, {"c2", 2}},
+                    0,
+                    ""},
+                   {"a one-slot host among others is not a launch node",
+                    {{"LSB_MCPU_HOSTS", "x 1 y 4 z 1"}},
+                    {},
+                    "x",
+                    {{"x", 1}, {"y", 4}, {"z", 1}},
+                    0,
+                    ""},
+                   {"one host of one slot is the job",
+                    {{"LSB_MCPU_HOSTS", "x 1"}},
+                    {},
+                    "x",
+                    {{"x", 1}},
+                    0,
+                    ""},
+               });
+  Environment env{{"LSB_MCPU_HOSTS", "batch3 1 a01n01 42"}};
+  const ReadFile no_files;
+  const HostFacts host{"a01n01", 1, 0};
+  const Cluster cluster = read_lsf({env, no_files, host, std::nullopt});
+  EXPECT_EQ(cluster.sources.at("launch node left out"), "batch3");
+}
+
 TEST(LsfReader, MalformedMcpuHostsNameColumn) {
   expect_invalid(
       read_lsf,
