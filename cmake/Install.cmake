@@ -13,7 +13,8 @@ install(CODE "
   message(STATUS \"Installing: \${CMAKE_INSTALL_PREFIX}/modulefiles/ddprun/${PROJECT_VERSION}\")"
   COMPONENT modulefile)
 
-# Debian packages, from the build folder: cpack -G DEB. `ddprun` is the launcher alone
+# Debian packages, from the build folder: cpack -G DEB (and RPMs for EL-family sites:
+# cpack -G RPM, the same two packages). `ddprun` is the launcher alone
 # (login nodes, containers: it depends on nothing of LibTorch); `ddprun-worker` is the
 # worker library with its headers and CMake package, and ddp-train.
 set(CPACK_GENERATOR DEB)
@@ -30,10 +31,25 @@ set(CPACK_DEBIAN_LAUNCHER_PACKAGE_NAME ddprun)
 set(CPACK_COMPONENT_LAUNCHER_DESCRIPTION
   "launcher for distributed (DDP) training jobs\n ddprun plans ranks from Slurm, Grid Engine, PBS, LSF, MPI or a hostfile, starts one worker\n per device on every node with torchrun's environment, and supervises them.")
 set(CPACK_COMPONENTS_ALL launcher)
+# RPM: the same components and names. rpmbuild's dependency generator gives Requires from
+# the binaries' libraries (as dpkg-shlibdeps does for the .deb).
+set(CPACK_RPM_COMPONENT_INSTALL ON)
+set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
+set(CPACK_RPM_PACKAGE_GROUP "Applications/System")
+set(CPACK_RPM_LAUNCHER_PACKAGE_NAME ddprun)
+set(CPACK_RPM_PACKAGE_AUTOREQ ON)
+set(CPACK_RPM_SPEC_MORE_DEFINE "%define _build_id_links none")
+set(CPACK_PACKAGE_VENDOR "ddprun developers")
+# The folders every system already owns stay out of the packages' file lists.
+set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION
+  /usr/share/man /usr/share/man/man1 /usr/share/bash-completion
+  /usr/share/bash-completion/completions /usr/lib/cmake /usr/include)
 if(DDPRUN_BUILD_WORKER)
   set(CPACK_DEBIAN_WORKER_PACKAGE_NAME ddprun-worker)
   set(CPACK_DEBIAN_WORKER_PACKAGE_DEPENDS "ddprun (= ${PROJECT_VERSION})")
   set(CPACK_DEBIAN_WORKER_PACKAGE_RECOMMENDS "libtorch-dev, libgloo-dev")
+  set(CPACK_RPM_WORKER_PACKAGE_NAME ddprun-worker)
+  set(CPACK_RPM_WORKER_PACKAGE_REQUIRES "ddprun = ${PROJECT_VERSION}")
   set(CPACK_COMPONENT_WORKER_DESCRIPTION
     "C++ DDP worker library over LibTorch's c10d, and ddp-train\n The library (communicator, DDP, sampler, checkpoints) with its headers and CMake package,\n and the ddp-train program that trains models from JSON configs.")
   list(APPEND CPACK_COMPONENTS_ALL worker)

@@ -21,13 +21,14 @@ train_seconds=$(($(date +%s) - train_start))
 scripts/plot-metrics.sh -o "$out/fashion_mlp.png" "$metrics" >/dev/null
 
 # The last epoch's line, e.g. {"epoch":4,...,"samples_per_s":83612.3,"test_accuracy":0.851,...}
-last=$(tail -n 1 "$metrics")
+# (step lines, every 20 steps, carry "kind":"step").
+last=$(grep -v '"kind":"step"' "$metrics" | tail -n 1)
 field() { sed -E "s/.*\"$1\":([-0-9.e+]+).*/\1/" <<<"$last"; }
 cat <<TXT
 
 ddprun demo: 2 DDP ranks on this machine trained an MLP on Fashion-MNIST for $(field epoch) epochs in ${train_seconds} s
   test accuracy $(awk -v a="$(field test_accuracy)" 'BEGIN { printf "%.1f%%", a * 100 }'), $(awk -v r="$(field samples_per_s)" 'BEGIN { printf "%.0f", r }') samples/s in the last epoch (both ranks together)
-  metrics, one JSON line per epoch: $metrics
+  metrics, a JSON line every 20 steps and one per epoch: $metrics
   training curves: $out/fashion_mlp.png
   set-up, build and training took $(($(date +%s) - start)) s
 

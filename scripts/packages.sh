@@ -19,6 +19,8 @@ test_packages=(
   slurm-client                       # scontrol: the ground truth for hostlist tests
   clang-format                       # the format check
   dpkg-dev                           # dpkg-shlibdeps, for the Debian packages' test
+  rpm                                # rpmbuild, for the RPMs' test (CPack's RPM generator)
+  python3-build python3-venv python3-setuptools python3-wheel   # the wheel's test (offline build, fresh venv)
   lmod                               # the modulefile's test
 )
 

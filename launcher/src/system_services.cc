@@ -4,9 +4,11 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <sched.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
-#include <random>
+#include <cerrno>
+#include <system_error>
 
 #include "ddprun/common/net.h"
 #include "ddprun/common/unique_fd.h"
@@ -19,12 +21,22 @@
 namespace ddprun {
 namespace {
 
-// 12 hex digits.
+// 12 hex digits, from getrandom(2): std::random_device would tie the wheel's statically
+// linked C++ runtime to glibc 2.36's arc4random.
 std::string random_run_id() {
-  std::random_device device;
-  std::uniform_int_distribution<unsigned> digit(0, 15);
+  unsigned char bytes[6] = {};
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+    got += static_cast<std::size_t>(n);
+  }
   std::string id;
-  for (int i = 0; i < 12; ++i) id += "0123456789abcdef"[digit(device)];
+  for (const unsigned char byte : bytes) {
+    id += "0123456789abcdef"[byte >> 4];
+    id += "0123456789abcdef"[byte & 15];
+  }
   return id;
 }
 

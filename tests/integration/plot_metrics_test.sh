@@ -14,10 +14,22 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 grep -q '<svg' "$work/c.svg" || fail "not an SVG"
 grep -q 'test accuracy' "$work/c.svg" || fail "SVG lacks the accuracy panel"
 
+# Step lines (metrics.every_steps) between epoch lines: curves against the step.
+printf '%s\n' '{"kind":"step","step":10,"epoch":0.5,"loss":0.9,"samples_per_s":20000,"lr":0.001}' \
+  '{"kind":"step","step":20,"epoch":1,"loss":0.6,"samples_per_s":21000,"lr":0.001}' \
+  '{"epoch":1,"step":20,"train_loss":0.7,"test_accuracy":0.8,"test_loss":0.65,"samples_per_s":20500}' \
+  >"$work/steps.jsonl"
+err=$("$script" -o "$work/s.svg" "$work/steps.jsonl" "$work/a.jsonl" 2>&1 >/dev/null) || fail "step lines: $err"
+[[ -z $err ]] || fail "gnuplot complained: $err"
+grep -q '>step<' "$work/s.svg" && fail "mixed files must fall back to the epoch axis"
+"$script" -o "$work/t.svg" "$work/steps.jsonl" >/dev/null
+grep -q '>step<' "$work/t.svg" || fail "step lines not drawn against the step"
+grep -q 'steps, per epoch' "$work/t.svg" || fail "epoch points not drawn over the step curve"
+
 printf '{"epoch":1,"train_loss":0.5}\n' >"$work/bad.jsonl"
 if err=$("$script" -o "$work/x.png" "$work/bad.jsonl" 2>&1); then fail "bad metrics accepted"; fi
 [[ $err == *"bad.jsonl:1: not a ddp-train metrics line"* ]] || fail "unclear error: $err"
 if err=$("$script" -o "$work/x.gif" "$work/a.jsonl" 2>&1); then fail "gif accepted"; fi
 [[ $err == *"must end in .png or .svg"* ]] || fail "unclear error: $err"
 [[ ! -e $work/x.png ]] || fail "output written despite the error"
-echo "plot-metrics: 6 passed, 0 failed"
+echo "plot-metrics: 9 passed, 0 failed"

@@ -23,6 +23,10 @@ std::optional<CommandLine> parse_command_line(const std::vector<std::string>& ar
                  "Override /checkpoint/interval_steps")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-file", cl.metrics_file, "Override /metrics/file");
+  app.add_option(
+         "--metrics-every", cl.metrics_every,
+         "Override /metrics/every_steps: also a metrics line every N steps (0: per epoch only)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--final-params", cl.final_params_file, "Override /diagnostics/final_params_file");
   app.add_option("--init-method", cl.init_method,
                  "Override /runtime/init_method: env://, tcp://HOST:PORT or file:///PATH");
@@ -56,6 +60,7 @@ Config load_config(const CommandLine& cl) {
   if (cl.checkpoint_dir) c.checkpoint.dir = *cl.checkpoint_dir;
   if (cl.checkpoint_interval) c.checkpoint.interval_steps = *cl.checkpoint_interval;
   if (cl.metrics_file) c.metrics.file = *cl.metrics_file;
+  if (cl.metrics_every) c.metrics.every_steps = *cl.metrics_every;
   if (cl.final_params_file) c.diagnostics.final_params_file = *cl.final_params_file;
   if (cl.threads) c.runtime.threads = *cl.threads;
   if (cl.init_method) c.runtime.init_method = *cl.init_method;

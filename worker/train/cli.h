@@ -18,6 +18,7 @@ struct CommandLine {
   std::optional<std::string> checkpoint_dir;
   std::optional<std::int64_t> checkpoint_interval;
   std::optional<std::string> metrics_file;
+  std::optional<std::int64_t> metrics_every;
   std::optional<std::string> final_params_file;
   std::optional<int> threads;
   std::optional<std::string> init_method;

@@ -174,6 +174,8 @@ void validate_config(const Config& c, const std::string& src) {
         "/checkpoint/interval_steps", "needs /checkpoint/dir");
   check(c.checkpoint.keep_last >= 1, src, "/checkpoint/keep_last", "must be >= 1");
 
+  check(c.metrics.every_steps >= 0, src, "/metrics/every_steps",
+        "must be >= 0 (0: per epoch only)");
   check(c.progress.log_every >= 0, src, "/progress/log_every", "must be >= 0 (0: no lines)");
 
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
@@ -274,7 +276,10 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("init_method", c.runtime.init_method);
             r.read("broadcast_buffers", c.runtime.broadcast_buffers);
           });
-  section("metrics", false, {"file"}, [&](ObjectReader& r) { r.read("file", c.metrics.file); });
+  section("metrics", false, {"file", "every_steps"}, [&](ObjectReader& r) {
+    r.read("file", c.metrics.file);
+    r.read("every_steps", c.metrics.every_steps);
+  });
   section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {
     r.read("quiet", c.progress.quiet);
     r.read("log_every", c.progress.log_every);

@@ -80,6 +80,9 @@ struct PreemptionConfig {
 
 struct MetricsConfig {
   std::string file;  // empty: none; else rank 0 appends one JSON line per epoch
+  // > 0: also a line every N steps (rank 0's loss and rate over them, the learning rate);
+  // needs `file`.
+  std::int64_t every_steps = 0;
 };
 
 struct ProgressConfig {

@@ -90,10 +90,25 @@ void ProgressFile::reached(std::int64_t step) {
   }
 }
 
-void append_metrics_line(const std::string& path, const EpochSummary& summary) {
+std::string step_metrics_line(const StepWindow& window) {
+  const double rate = window.seconds > 0 ? window.samples * window.world_size / window.seconds : 0;
+  const nlohmann::json j = {{"kind", "step"},
+                            {"step", window.step},
+                            {"epoch", window.epoch},
+                            {"loss", window.samples > 0 ? window.loss_sum / window.samples : 0.0},
+                            {"samples_per_s", rate},
+                            {"lr", window.lr}};
+  return j.dump();
+}
+
+void append_line(const std::string& path, const std::string& line) {
   std::ofstream metrics(path, std::ios::app);
-  metrics << metrics_line(summary) << "\n";
+  metrics << line << "\n";
   if (!metrics.flush()) throw std::system_error(errno, std::generic_category(), "write " + path);
+}
+
+void append_metrics_line(const std::string& path, const EpochSummary& summary) {
+  append_line(path, metrics_line(summary));
 }
 
 }  // namespace ddprun::worker

@@ -75,8 +75,27 @@ class ProgressFile {
   bool warned_ = false;
 };
 
+// Rank 0's training over the last metrics.every_steps steps (its own: no collective).
+struct StepWindow {
+  std::int64_t step = 0;  // optimizer steps done in total at the window's end
+  double epoch = 0;       // where that is, in epochs (1.5: half-way through the second)
+  double loss_sum = 0;    // rank 0's loss times its samples over the window
+  double samples = 0;     // rank 0's samples over the window
+  double seconds = 0;     // the window's wall time
+  int world_size = 0;     // scales rank 0's rate to the job's
+  double lr = 0;          // the learning rate in use
+};
+
+// {"kind":"step","step":S,"epoch":E,"loss":L,"samples_per_s":R,"lr":LR} (no newline): a
+// line epoch lines can be told from by "kind". The rate is rank 0's samples times the
+// world size over the seconds (0 when either is 0).
+std::string step_metrics_line(const StepWindow& window);
+
 // Appends metrics_line and a newline to `path` (created if missing). Throws
 // std::system_error "write PATH: reason" when it cannot be opened or written.
 void append_metrics_line(const std::string& path, const EpochSummary& summary);
+
+// The same for any line.
+void append_line(const std::string& path, const std::string& line);
 
 }  // namespace ddprun::worker

@@ -152,6 +152,10 @@ TrainingResult Trainer::run() {
                        !config_.preemption.signals.empty());
   bool done = false;
   bool preempted = false;
+  // metrics.every_steps: rank 0's loss and rate over the last N steps.
+  const bool step_metrics =
+      rank == 0 && config_.metrics.every_steps > 0 && !config_.metrics.file.empty();
+  StepWindow window;  // its seconds count the steps only, not evaluations between epochs
   for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
     const auto idx = sampler.indices();
@@ -164,6 +168,7 @@ TrainingResult Trainer::run() {
         done = true;
         break;
       }
+      const auto step_start = Clock::now();
       const auto batch_indices =
           indices.narrow(0, b * batch, std::min(batch, per_rank - b * batch));
       const auto samples = gather(data_.train, batch_indices);
@@ -181,10 +186,25 @@ TrainingResult Trainer::run() {
       ddp.finish_gradient_sync();
       optimizer_->step();
 
-      stats.loss_sum += loss.item<double>() * static_cast<double>(y.size(0));
+      const double batch_loss = loss.item<double>() * static_cast<double>(y.size(0));
+      stats.loss_sum += batch_loss;
       stats.samples += static_cast<double>(y.size(0));
       position_ = {position_.step + 1, b + 1 == batches ? epoch + 1 : epoch,
                    b + 1 == batches ? 0 : b + 1};
+      if (step_metrics) {
+        window.loss_sum += batch_loss;
+        window.samples += static_cast<double>(y.size(0));
+        window.seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+        if (position_.step % config_.metrics.every_steps == 0) {
+          window.step = position_.step;
+          window.epoch = static_cast<double>(epoch) +
+                         static_cast<double>(b + 1) / static_cast<double>(batches);
+          window.world_size = world;
+          window.lr = config_.optimizer.lr;  // constant: ddp-train has no schedule
+          append_line(config_.metrics.file, step_metrics_line(window));
+          window = {};
+        }
+      }
       if (config_.diagnostics.check_replicas)
         check_replicas(*model_, comm_->control(), position_.step);
       progress.step(epoch, config_.train.epochs, b + 1, batches,

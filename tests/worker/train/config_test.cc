@@ -71,7 +71,7 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
     "runtime": {"threads": 1, "backend": "nccl", "timeout_s": 30, "bucket_cap_mb": 1,
                 "overlap": false, "find_unused_parameters": true,
                 "shared_memory": false, "broadcast_buffers": false},
-    "metrics": {"file": "m.jsonl"},
+    "metrics": {"file": "m.jsonl", "every_steps": 25},
     "diagnostics": {"check_replicas": true, "final_params_file": "p.json",
                     "hold_after_step": 4, "hold_checkpoint_write_at_step": 6},
     "preemption": {"signals": ["SIGUSR1"], "check_every_steps": 3}
@@ -92,6 +92,7 @@ TEST(ConfigTest, EveryOptionalSectionIsRead) {
   EXPECT_EQ(c.model.stages, 2);
   EXPECT_EQ(c.model.split_size, 4);
   EXPECT_EQ(c.metrics.file, "m.jsonl");
+  EXPECT_EQ(c.metrics.every_steps, 25);
   EXPECT_TRUE(c.diagnostics.check_replicas);
   EXPECT_EQ(c.diagnostics.final_params_file, "p.json");
   EXPECT_EQ(c.diagnostics.hold_after_step, 4);
@@ -112,6 +113,8 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
       {"\"lr\": 0.1", "\"lrate\": 0.1",
        "x.json: /optimizer/lrate: unknown key (known here: lr, momentum, name, weight_decay)"},
       {"\"epochs\": 2", "\"epochs\": 0", "x.json: /train/epochs: must be >= 1"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"metrics\": {\"every_steps\": -1}",
+       "x.json: /metrics/every_steps: must be >= 0 (0: per epoch only)"},
       {"\"epochs\": 2", "\"epochs\": 2.5", "x.json: /train/epochs: must be an integer"},
       {"\"seed\": 1", "\"seed\": -1", "x.json: /train/seed: must be an integer >= 0"},
       {"\"momentum\": 0.9", "\"momentum\": 1", "x.json: /optimizer/momentum: must be in [0, 1)"},

@@ -121,6 +121,30 @@ TEST(ProgressTest, MetricsLineKeysAndValues) {
   EXPECT_EQ(j.at("world_size"), 2);
 }
 
+TEST(ProgressTest, StepMetricsLineIsTheWindowsOwnLossAndRate) {
+  StepWindow w;
+  w.step = 50;
+  w.epoch = 1.25;
+  w.loss_sum = 32;  // 64 samples at a mean loss of 0.5
+  w.samples = 64;
+  w.seconds = 0.5;
+  w.world_size = 2;
+  w.lr = 0.001;
+  const auto j = nlohmann::json::parse(step_metrics_line(w));
+  EXPECT_EQ(j.at("kind"), "step");
+  EXPECT_EQ(j.at("step"), 50);
+  EXPECT_EQ(j.at("epoch"), 1.25);
+  EXPECT_EQ(j.at("loss"), 0.5);
+  EXPECT_EQ(j.at("samples_per_s"), 256.0) << "rank 0's 64 samples x 2 ranks in 0.5 s";
+  EXPECT_EQ(j.at("lr"), 0.001);
+  EXPECT_FALSE(j.contains("test_accuracy")) << "told apart from epoch lines";
+  w.seconds = 0;
+  w.samples = 0;
+  const auto empty = nlohmann::json::parse(step_metrics_line(w));
+  EXPECT_EQ(empty.at("samples_per_s"), 0.0);
+  EXPECT_EQ(empty.at("loss"), 0.0);
+}
+
 class MetricsFileTest : public ::testing::Test {
  protected:
   void SetUp() override {

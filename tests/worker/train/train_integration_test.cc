@@ -103,6 +103,35 @@ TEST_F(TrainTest, TwoRanksWithHalfBatchesMatchOneProcessWithTheWholeBatch) {
   EXPECT_GT(max_abs_diff(one, first), 1e-3);
 }
 
+// metrics.every_steps: a line every N steps between the epoch lines, in step order, each
+// with the loss and rate of its own steps; the epoch lines keep their form.
+TEST_F(TrainTest, MetricsEveryStepsWritesStepLinesBetweenTheEpochLines) {
+  const std::string metrics = path("m.jsonl");
+  ASSERT_EQ(train(2, "--batch-size 8 --metrics-file '" + metrics + "' --metrics-every 4", "m.log"),
+            0)
+      << log();
+  std::ifstream in(metrics);
+  std::vector<json> steps, epochs;
+  for (std::string line; std::getline(in, line);) {
+    const json row = json::parse(line);
+    (row.value("kind", "") == "step" ? steps : epochs).push_back(row);
+  }
+  // toy_small: 3 epochs of 10 steps at 8 rows per rank: steps 4, 8, ..., 28.
+  ASSERT_EQ(epochs.size(), 3u);
+  ASSERT_EQ(steps.size(), 7u);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i]["step"], 4 * static_cast<int>(i + 1));
+    EXPECT_NEAR(steps[i]["epoch"].get<double>(), 4.0 * static_cast<double>(i + 1) / 10.0, 1e-9);
+    EXPECT_GT(steps[i]["loss"].get<double>(), 0);
+    EXPECT_GT(steps[i]["samples_per_s"].get<double>(), 0);
+    EXPECT_EQ(steps[i]["lr"], read_json(kToyConfig)["optimizer"]["lr"]);
+  }
+  EXPECT_EQ(epochs[2]["step"], 30);
+  EXPECT_TRUE(epochs[2].contains("test_accuracy"));
+  EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>())
+      << "the toy model learns";
+}
+
 // The toy model in 2 stages (2 "devices" per rank, both the CPU here) fed in micro-batches
 // of 3 rows, its data plane under NCCL's rules (gloo-as-nccl), trains as the unsplit model
 // does: the same parameters up to the summation order of the batch's rows.

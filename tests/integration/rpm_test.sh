@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The RPMs (cmake/Install.cmake, for EL-family sites): cpack builds `ddprun` (the launcher
+# alone) and `ddprun-worker`; rpm reads their headers, file lists and requirements; both
+# install with rpm into an empty root, and the installed ddprun prints its version and runs
+# the installed ddp-train on 2 ranks. Needs rpmbuild (Debian package rpm): without it the
+# test is skipped (exit 77), and fails under CI=true.
+set -euo pipefail
+build=$1 config=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+if ! command -v rpmbuild >/dev/null; then
+  [[ ${CI:-} == true ]] && fail "rpmbuild is missing (apt-get install rpm)"
+  echo "SKIP: rpmbuild is missing (apt-get install rpm)"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+(cd "$work" && cpack -G RPM --config "$build/CPackConfig.cmake" >cpack.log 2>&1) ||
+  { cat "$work/cpack.log" >&2; fail "cpack failed"; }
+version=$("$build/bin/ddprun" --version | awk '{print $2}')
+arch=$(uname -m)
+launcher=$work/ddprun-${version}-1.${arch}.rpm
+worker=$work/ddprun-worker-${version}-1.${arch}.rpm
+[[ -f $launcher && -f $worker ]] || fail "expected $(basename "$launcher") and $(basename "$worker"), got: $(cd "$work" && ls ./*.rpm)"
+
+[[ $(rpm -qp --queryformat '%{NAME} %{VERSION}' "$launcher") == "ddprun $version" ]] || fail "rpm -qip: name and version"
+requires=$(rpm -qRp "$launcher")
+[[ $requires == *"libc.so.6"* && $requires != *torch* && $requires != *gloo* ]] ||
+  fail "the launcher's RPM must require libc and no LibTorch library: $requires"
+rpm -qRp "$worker" | grep -qx "ddprun = $version" || fail "ddprun-worker does not require ddprun = $version"
+for f in /usr/bin/ddprun /usr/share/man/man1/ddprun.1 /usr/share/bash-completion/completions/ddprun; do
+  rpm -qlp "$launcher" | grep -qx "$f" || fail "$f is not in the launcher's RPM"
+done
+for f in /usr/bin/ddp-train /usr/include/ddprun/worker/ddp.h /usr/lib/cmake/ddprun/ddprunConfig.cmake; do
+  rpm -qlp "$worker" | grep -qx "$f" || fail "$f is not in ddprun-worker"
+done
+! rpm -qlp "$launcher" | grep -q 'ddp-train\|include/\|build-id' || fail "the launcher's RPM holds worker or build-id files"
+! rpm -qlp "$launcher" | grep -qx '/usr\|/usr/bin\|/usr/share/man' || fail "the launcher's RPM owns system folders"
+
+# An empty root with its own rpm database. The host's libraries stand in for the
+# requirements (--nodeps), so the binaries that run are the packaged ones.
+root=$work/root
+in_root=(--root "$root" --dbpath /var/lib/rpm)  # Debian's rpm keeps its own under ~
+rpm "${in_root[@]}" --initdb 2>/dev/null
+rpm "${in_root[@]}" -i --nodeps --noscripts "$launcher" "$worker" >"$work/rpm.out" 2>&1 ||
+  { cat "$work/rpm.out" >&2; fail "rpm -i failed"; }
+rpm "${in_root[@]}" -q ddprun ddprun-worker >/dev/null 2>&1 ||
+  fail "rpm does not list both packages as installed in the root"
+[[ $("$root/usr/bin/ddprun" --version) == "ddprun $version" ]] || fail "installed ddprun --version"
+out=$("$root/usr/bin/ddprun" -q --nproc-per-node 2 "$root/usr/bin/ddp-train" --config "$config" --quiet 2>&1) ||
+  { echo "$out" >&2; fail "the installed ddprun and ddp-train did not train on 2 ranks"; }
+[[ $out == *"world 2"* && $out == *"done after"* ]] || { echo "$out" >&2; fail "no 2-rank training in the output"; }
+echo "rpm: 6 passed, 0 failed ($(basename "$launcher") $(du -k "$launcher" | cut -f1) KiB, $(basename "$worker"))"
