@@ -19,6 +19,10 @@ BINARY = "build-wheel/stage/ddprun"  # bin/ddprun stripped
 COMPLETION = "build-wheel/completion/ddprun"
 
 
+# egg_info writes its folder into build-wheel before anything is built.
+os.makedirs(os.path.join(HERE, BUILD), exist_ok=True)
+
+
 def version():
     with open(os.path.join(HERE, "CMakeLists.txt")) as f:
         return re.search(r"project\(ddprun VERSION (\S+)", f.read()).group(1)
