@@ -253,16 +253,29 @@ std::vector<RankPlacement> place_ranks(const NodeTopology& topology,
       }
       case BindMode::kExclusive:
       case BindMode::kCores: {
-        if (cores.size() < k) {
+        if (cores.size() >= k) {
+          for (std::size_t c = i * cores.size() / k; c < (i + 1) * cores.size() / k; ++c) {
+            cpus = unite(cpus, cores[c]->cpus);
+          }
+          break;
+        }
+        // Fewer whole cores than ranks (a 2-CPU VM may be one core of 2 threads): each rank
+        // still gets CPUs of its own, hardware threads in topology order.
+        CpuList threads;
+        for (const TopologyCore* core : cores) {
+          const CpuList mine = intersect(core->cpus, allowed);
+          threads.insert(threads.end(), mine.begin(), mine.end());
+        }
+        if (threads.size() < k) {
           throw UsageError(
               mode + ": " + std::to_string(k) + " ranks share " +
                   (request.mode == BindMode::kCores ? std::string("this node") : where) +
-                  ", which has " + std::to_string(cores.size()) +
-                  " core(s) this job may use (CPUs " + cpulist_text(allowed) + ")",
-              "run fewer workers per node, or --numa-binding node to share the cores");
+                  ", which has " + std::to_string(threads.size()) +
+                  " CPU(s) this job may use (CPUs " + cpulist_text(allowed) + ")",
+              "run fewer workers per node, or --numa-binding node to share the CPUs");
         }
-        for (std::size_t c = i * cores.size() / k; c < (i + 1) * cores.size() / k; ++c) {
-          cpus = unite(cpus, cores[c]->cpus);
+        for (std::size_t t = i * threads.size() / k; t < (i + 1) * threads.size() / k; ++t) {
+          cpus = unite(cpus, {threads[t]});
         }
         break;
       }

@@ -19,7 +19,8 @@ enum class BindMode {
   // --numa-binding (torchrun's meaning, with "the rank's GPU" found by PCI bus id):
   kNode,         // every CPU of the NUMA node(s) near the rank's GPU
   kSocket,       // every CPU of the package(s) holding those NUMA nodes
-  kExclusive,    // those NUMA nodes' cores, split evenly among the ranks near them
+  kExclusive,    // those NUMA nodes' cores, split evenly among the ranks near them (their
+                 // hardware threads when there are fewer cores than ranks)
   kCoreComplex,  // one L3 cache's cores there, a different one for each rank
   // --cpu-bind, for CPU-only jobs:
   kCores,  // all the node's cores split evenly among its ranks, in topology order

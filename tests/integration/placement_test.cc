@@ -134,7 +134,7 @@ TEST_F(Placement, InheritedMaskIsNeverLeft) {
   EXPECT_NE(refused.err.find("ddprun: error: --numa-binding exclusive: 2 ranks share NUMA node"),
             std::string::npos)
       << refused.err;
-  EXPECT_NE(refused.err.find("which has 1 core(s) this job may use (CPUs " + mask + ")"),
+  EXPECT_NE(refused.err.find("which has 1 CPU(s) this job may use (CPUs " + mask + ")"),
             std::string::npos)
       << refused.err;
 }

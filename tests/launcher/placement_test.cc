@@ -242,8 +242,15 @@ TEST(Placement, InheritedMaskIsNeverLeft) {
       << error;
   request = one_gpu_each(BindMode::kExclusive, indices(4));
   request.inherited = cpus("0-2");
-  EXPECT_NE(error_of(topology, request).find("4 ranks share NUMA node 0, which has 3 core(s)"),
+  EXPECT_NE(error_of(topology, request).find("4 ranks share NUMA node 0, which has 3 CPU(s)"),
             std::string::npos);
+  // One core of two threads for two ranks: a thread each, still their own.
+  request = one_gpu_each(BindMode::kExclusive, indices(2));
+  request.inherited = cpus("0,32");
+  const auto threads = place_ranks(topology, request);
+  EXPECT_EQ(cpulist_text(threads[0].cpus), "0");
+  EXPECT_EQ(cpulist_text(threads[1].cpus), "32");
+  EXPECT_EQ(threads[1].sharers, 1);
 }
 
 TEST(Placement, CpuOnlyRanksSpreadOverNumaNodesInBlocks) {
@@ -271,7 +278,7 @@ TEST(Placement, CpuBindCoresSplitsTheNodeEvenly) {
   EXPECT_EQ(cpulist_text(placed[2].cpus), "21-31");
   EXPECT_EQ(placed[1].numa_nodes, (std::vector<int>{1, 2}));
   request.nproc = 33;
-  EXPECT_NE(error_of(topology, request).find("33 ranks share this node, which has 32 core(s)"),
+  EXPECT_NE(error_of(topology, request).find("33 ranks share this node, which has 32 CPU(s)"),
             std::string::npos);
 }
 
