@@ -103,11 +103,12 @@ set xrange [0:*]
 set key top right box opaque
 set title 'loss (train; circles: test)'
 plot $(panel 2 2 test)
-set key bottom right box opaque
+set key center right box opaque  # between a fast run's curve and a slow one's
 set title 'samples/s'
 set yrange [0:*]
 plot $(panel 3 4)
 set autoscale y
+set key bottom right box opaque
 set title 'test accuracy'
 plot $(panel "" 3)
 unset multiplot
