@@ -6,12 +6,8 @@
 # test is skipped (exit 77), and fails under CI=true.
 set -euo pipefail
 build=$1 config=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
-if ! command -v rpmbuild >/dev/null; then
-  [[ ${CI:-} == true ]] && fail "rpmbuild is missing (apt-get install rpm)"
-  echo "SKIP: rpmbuild is missing (apt-get install rpm)"
-  exit 77
-fi
+source "$(dirname "$0")/script_test_lib.sh"
+command -v rpmbuild >/dev/null || cannot_run "rpmbuild is missing (apt-get install rpm)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && cpack -G RPM --config "$build/CPackConfig.cmake" >cpack.log 2>&1) ||

@@ -8,11 +8,9 @@
 set -euo pipefail
 source_dir=$1
 python=/usr/bin/python3
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/script_test_lib.sh"
 if ! "$python" -c 'import build, venv, setuptools, wheel' 2>/dev/null || ! command -v git >/dev/null; then
-  [[ ${CI:-} == true ]] && fail "python3-build, python3-venv or git is missing"
-  echo "SKIP: python3-build, python3-venv or git is missing"
-  exit 77
+  cannot_run "python3-build, python3-venv, python3-setuptools, python3-wheel or git is missing"
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
