@@ -26,15 +26,19 @@ depends=$(dpkg-deb -f "$launcher" Depends)
 [[ -n $depends && $depends != *torch* && $depends != *gloo* && $depends != *openblas* ]] ||
   fail "the launcher's package must depend on no LibTorch library: Depends: $depends"
 [[ $(dpkg-deb -f "$worker" Depends) == *"ddprun (= $version)"* ]] || fail "ddprun-worker does not depend on ddprun (= $version)"
+# Each listing read whole first: `... | grep -q` under pipefail fails when grep stops
+# reading early and the writer gets SIGPIPE.
 contents() { dpkg-deb -c "$1" | awk '{print $NF}'; }
+launcher_files=$(contents "$launcher")
+worker_files=$(contents "$worker")
 for f in ./usr/bin/ddprun ./usr/share/man/man1/ddprun.1; do
-  contents "$launcher" | grep -qx "$f" || fail "$f is not in the launcher's package"
+  grep -qx "$f" <<<"$launcher_files" || fail "$f is not in the launcher's package"
 done
 for f in ./usr/bin/ddp-train ./usr/include/ddprun/worker/ddp.h ./usr/lib/cmake/ddprun/ddprunConfig.cmake; do
-  contents "$worker" | grep -qx "$f" || fail "$f is not in ddprun-worker"
+  grep -qx "$f" <<<"$worker_files" || fail "$f is not in ddprun-worker"
 done
-! contents "$launcher" | grep -q 'ddp-train\|include/' || fail "the launcher's package holds worker files"
-! { contents "$worker"; contents "$launcher"; } | grep -q modulefiles || fail "a package holds the modulefile"
+! grep -q 'ddp-train\|include/' <<<"$launcher_files" || fail "the launcher's package holds worker files"
+! grep -q modulefiles <<<"$worker_files$launcher_files" || fail "a package holds the modulefile"
 
 # An empty root: dpkg's own database and nothing else. The host's libraries stand in for
 # the dependencies (--force-depends), so the binaries that run are the packaged ones.

@@ -18,19 +18,23 @@ launcher=$work/ddprun-${version}-1.${arch}.rpm
 worker=$work/ddprun-worker-${version}-1.${arch}.rpm
 [[ -f $launcher && -f $worker ]] || fail "expected $(basename "$launcher") and $(basename "$worker"), got: $(cd "$work" && ls ./*.rpm)"
 
+# Each listing read whole first: `rpm ... | grep -q` under pipefail fails when grep stops
+# reading early and rpm gets SIGPIPE.
 [[ $(rpm -qp --queryformat '%{NAME} %{VERSION}' "$launcher") == "ddprun $version" ]] || fail "rpm -qip: name and version"
 requires=$(rpm -qRp "$launcher")
 [[ $requires == *"libc.so.6"* && $requires != *torch* && $requires != *gloo* ]] ||
   fail "the launcher's RPM must require libc and no LibTorch library: $requires"
-rpm -qRp "$worker" | grep -qx "ddprun = $version" || fail "ddprun-worker does not require ddprun = $version"
+grep -qx "ddprun = $version" <<<"$(rpm -qRp "$worker")" || fail "ddprun-worker does not require ddprun = $version"
+launcher_files=$(rpm -qlp "$launcher")
+worker_files=$(rpm -qlp "$worker")
 for f in /usr/bin/ddprun /usr/share/man/man1/ddprun.1 /usr/share/bash-completion/completions/ddprun; do
-  rpm -qlp "$launcher" | grep -qx "$f" || fail "$f is not in the launcher's RPM"
+  grep -qx "$f" <<<"$launcher_files" || fail "$f is not in the launcher's RPM"
 done
 for f in /usr/bin/ddp-train /usr/include/ddprun/worker/ddp.h /usr/lib/cmake/ddprun/ddprunConfig.cmake; do
-  rpm -qlp "$worker" | grep -qx "$f" || fail "$f is not in ddprun-worker"
+  grep -qx "$f" <<<"$worker_files" || fail "$f is not in ddprun-worker"
 done
-! rpm -qlp "$launcher" | grep -q 'ddp-train\|include/\|build-id' || fail "the launcher's RPM holds worker or build-id files"
-! rpm -qlp "$launcher" | grep -qx '/usr\|/usr/bin\|/usr/share/man' || fail "the launcher's RPM owns system folders"
+! grep -q 'ddp-train\|include/\|build-id' <<<"$launcher_files" || fail "the launcher's RPM holds worker or build-id files"
+! grep -qx '/usr\|/usr/bin\|/usr/share/man' <<<"$launcher_files" || fail "the launcher's RPM owns system folders"
 
 # An empty root with its own rpm database. The host's libraries stand in for the
 # requirements (--nodeps), so the binaries that run are the packaged ones.
