@@ -65,6 +65,7 @@ struct TorchrunStrings {
   std::optional<std::string> numa_binding;
   std::optional<std::string> cpu_bind;
   std::optional<std::string> rdzv_id;
+  std::string restart_on = "any";
   bool standalone = false;
 };
 
@@ -200,11 +201,11 @@ Parser::Parser() {
                  "Restart the whole job up to this many times after a worker fails")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app.add_option("--restart-on", options.restart_on,
+  app.add_option("--restart-on", torchrun.restart_on,
                  "Which failures a restart may fix: any (default), or a comma list of "
                  "'signals' (a worker killed by a signal, a node lost) and exit codes")
       ->capture_default_str();
-  app.add_flag("--restart-repeated", options.restart_repeated,
+  app.add_flag("--restart-repeated", options.restart_on.allow_repeats,
                "Restart even when a round fails as the one before it did and reached no "
                "newer step (by default that ends the restarts)");
   app.add_option("--monitor-interval,--monitor_interval", monitor_interval_s,
@@ -351,7 +352,9 @@ void finish_options(Parser& parser) {
   TorchrunStrings& torchrun = parser.torchrun;
   const CLI::App& app = parser.app;
   if (torchrun.nnodes) options.nnodes = parse_nnodes(*torchrun.nnodes);
-  parse_restart_on(options.restart_on);  // checked here, used by main
+  const bool repeats = options.restart_on.allow_repeats;
+  options.restart_on = parse_restart_on(torchrun.restart_on);
+  options.restart_on.allow_repeats = repeats;
   check_rendezvous_backend(options.rdzv_backend);
   options.rdzv_conf = parse_rendezvous_conf(torchrun.rdzv_conf);
   if (torchrun.rdzv_endpoint && !torchrun.standalone) {

@@ -164,8 +164,7 @@ int run(Options options, Environment env) {
     }
   }
   settings.max_restarts = options.max_restarts;
-  settings.restart = parse_restart_on(options.restart_on);
-  settings.restart.allow_repeats = options.restart_repeated;
+  settings.restart = options.restart_on;
   settings.agent = options.agent;
   // Agents print their node's table (the head relays it) but no start line of their own.
   settings.summaries = !options.quiet && !options.agent;

@@ -11,6 +11,7 @@
 
 #include "ddprun/contract/environment.h"
 #include "placement.h"
+#include "restart_rule.h"
 #include "torchrun_values.h"
 
 namespace ddprun {
@@ -36,8 +37,8 @@ struct Options {
   std::optional<int> master_port;
   std::optional<std::string> run_id;
   int max_restarts = 0;
-  std::string restart_on = "any";    // --restart-on: checked by parse_restart_on
-  bool restart_repeated = false;     // restart even a failure that repeats without progress
+  // --restart-on, with --restart-repeated as allow_repeats.
+  RestartRule restart_on;
   double shutdown_timeout_s = 15.0;  // grace between SIGTERM and SIGKILL
   std::optional<std::string> log_dir;
   // torchrun's -r and -t: a stream redirected and not teed stays off the console. With

@@ -8,19 +8,10 @@
 #include <set>
 #include <string>
 
+#include "restart_rule.h"
 #include "round_result.h"
 
 namespace ddprun {
-
-struct RestartRule {
-  bool any = true;             // every failure ("any", the default)
-  bool signals = false;        // a worker killed by a signal, or a node lost
-  std::set<int> exit_codes;    // workers exiting with one of these
-  bool allow_repeats = false;  // --restart-repeated: restart even the same failure again
-};
-
-// "any", or a comma list of "signals" and exit codes 1-255. Throws UsageError.
-RestartRule parse_restart_on(const std::string& text);
 
 // How a failed round failed, to compare with the round before: who failed first, how,
 // and its error line (error_digest_line). Empty for rounds that did not fail.

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+
 #include <signal.h>
+#include <set>
 
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
@@ -55,6 +57,22 @@ TEST(CommandLine, TorchrunSpellingsAreAccepted) {
   ASSERT_TRUE(own.options) << own.message;
   EXPECT_EQ(own.options->run_id, "job2");
   EXPECT_FALSE(parse({"--rdzv-id", "bad/id", "w"}).options);
+}
+
+// --restart-on is parsed once, here, into the rule the policy uses.
+TEST(CommandLine, RestartOnBecomesATypedRule) {
+  const auto result = parse({"--restart-on", "signals,3", "--restart-repeated", "w"});
+  ASSERT_TRUE(result.options) << result.message;
+  const RestartRule& rule = result.options->restart_on;
+  EXPECT_FALSE(rule.any);
+  EXPECT_TRUE(rule.signals);
+  EXPECT_EQ(rule.exit_codes, std::set<int>{3});
+  EXPECT_TRUE(rule.allow_repeats);
+  const auto defaults = parse({"w"});
+  ASSERT_TRUE(defaults.options) << defaults.message;
+  EXPECT_TRUE(defaults.options->restart_on.any);
+  EXPECT_FALSE(defaults.options->restart_on.allow_repeats);
+  EXPECT_FALSE(parse({"--restart-on", "signals,0", "w"}).options);
 }
 
 TEST(CommandLine, LogDirWithTeeAndFormat) {

@@ -1,0 +1,20 @@
+#pragma once
+// Which failures --restart-on lets a restart fix, as the command line gives them: parsed
+// once by the command line (cli.cc), used by the restart policy (restart_policy.h). Pure.
+
+#include <set>
+#include <string>
+
+namespace ddprun {
+
+struct RestartRule {
+  bool any = true;             // every failure ("any", the default)
+  bool signals = false;        // a worker killed by a signal, or a node lost
+  std::set<int> exit_codes;    // workers exiting with one of these
+  bool allow_repeats = false;  // --restart-repeated: restart even the same failure again
+};
+
+// "any", or a comma list of "signals" and exit codes 1-255. Throws UsageError.
+RestartRule parse_restart_on(const std::string& text);
+
+}  // namespace ddprun
