@@ -21,6 +21,8 @@ namespace {
 // flood): a real node sends its join as soon as it connects.
 constexpr std::size_t kMaxPending = 512;
 constexpr int kMaxLoggedRefusals = 5;
+// A joiner waits this much beyond the host's own join window for its verdict to arrive.
+constexpr std::chrono::seconds kVerdictMargin{2};
 
 // Equal strings, in a time that does not depend on where they differ.
 bool same_secret(std::string_view a, std::string_view b) {
@@ -292,6 +294,10 @@ std::optional<PeerRound> join_round(const std::string& host, int port, const Joi
     return ::poll(&wait, 1, timeout_ms) > 0;
   };
   const std::string where = host + ":" + std::to_string(port);
+  // The host gives up on missing nodes join_timeout after it starts listening, which may be
+  // after this node started waiting: once connected, wait for its verdict that long from
+  // now, so that every node reports the host's reason (the missing nodes), not a timeout.
+  const auto window = deadline - RendezvousClock::now();
   for (;;) {
     if (interrupted(0)) return std::nullopt;
     UniqueFd sock = connect_tcp(host, port, 1000);
@@ -312,10 +318,11 @@ std::optional<PeerRound> join_round(const std::string& host, int port, const Joi
       continue;
     }
     // The round's start, read a byte at a time: what follows it is the round's own.
+    const auto answer_by = std::max(deadline, RendezvousClock::now() + window) + kVerdictMargin;
     std::string line;
     for (;;) {
       pollfd fds[2] = {{sock.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
-      const int ready = ::poll(fds, 2, ms_until(deadline));
+      const int ready = ::poll(fds, 2, ms_until(answer_by));
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
         throw ConfigError("node 0's ddprun at " + where + " did not start round " +
