@@ -1,5 +1,6 @@
-"""The Python DDP peer of ddp-train for bench/train.py: same models, data, optimizer, batch
-and threads, torch.nn.parallel.DistributedDataParallel over gloo. Started by ddprun (it
+"""The Python DDP peer of ddp-train for bench/train.py and bench/gpu.py: same models, data,
+optimizer, batch and threads, torch.nn.parallel.DistributedDataParallel over gloo (or over
+NCCL on the rank's GPU with --device cuda, as ddp-train's runtime.backend "nccl"). Started by ddprun (it
 only needs torchrun's environment). Prints one line per epoch:
 "epoch N samples/s X" counting all ranks' training samples over rank 0's training time."""
 import argparse
@@ -50,9 +51,14 @@ def main():
     parser.add_argument("--no-sync", action="store_true",
                         help="every step under model.no_sync(): no gradient communication "
                              "(benchmarks the compute alone; ranks diverge)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else None
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.model == "toy":
         g = torch.Generator().manual_seed(7)
@@ -68,7 +74,11 @@ def main():
     if args.limit > 0:
         x, y = x[:args.limit], y[:args.limit]
     torch.manual_seed(1)
-    model = nn.parallel.DistributedDataParallel(models(args.model))
+    if cuda:  # as ddp-train: the batch is gathered on the CPU and copied to the GPU
+        model = nn.parallel.DistributedDataParallel(models(args.model).to(device),
+                                                    device_ids=[device.index])
+    else:
+        model = nn.parallel.DistributedDataParallel(models(args.model))
     opt = (torch.optim.Adam(model.parameters(), lr=args.lr) if args.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9))
     sampler = DistributedSampler(range(len(x)), num_replicas=world, rank=rank, seed=1)
@@ -80,10 +90,17 @@ def main():
             batch = order[b:b + args.batch]
             opt.zero_grad()
             with model.no_sync() if args.no_sync else contextlib.nullcontext():
-                loss = loss_fn(model(x[batch]), y[batch])
+                inputs, labels = x[batch], y[batch]
+                if cuda:
+                    inputs, labels = inputs.to(device), labels.to(device)
+                loss = loss_fn(model(inputs), labels)
                 loss.backward()
             opt.step()
+            if cuda:
+                loss.item()  # as ddp-train, which reads every step's loss (a GPU sync)
             samples += len(batch)
+        if cuda:
+            torch.cuda.synchronize()  # the GPU's queue drained: all the epoch's work counted
         seconds = time.perf_counter() - start
         if rank == 0:
             print(f"epoch {epoch + 1} samples/s {samples * world / seconds:.0f}", flush=True)
