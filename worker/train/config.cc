@@ -180,6 +180,7 @@ void validate_config(const Config& c, const std::string& src) {
 
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
   check_one_of(c.runtime.backend, {"gloo", "nccl", "gloo-as-nccl"}, src, "/runtime/backend");
+  check_one_of(c.runtime.comm_hook, {"none", "bf16", "fp16"}, src, "/runtime/comm_hook");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
   try {
     parse_init_method(c.runtime.init_method);
@@ -263,7 +264,8 @@ Config parse_config(const std::string& text, const std::string& source) {
   });
   section("runtime", false,
           {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
-           "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers"},
+           "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers",
+           "comm_hook"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
@@ -275,6 +277,7 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("shared_memory", c.runtime.shared_memory);
             r.read("init_method", c.runtime.init_method);
             r.read("broadcast_buffers", c.runtime.broadcast_buffers);
+            r.read("comm_hook", c.runtime.comm_hook);
           });
   section("metrics", false, {"file", "every_steps"}, [&](ObjectReader& r) {
     r.read("file", c.metrics.file);

@@ -66,6 +66,7 @@ struct RuntimeConfig {
   bool find_unused_parameters = false;  // parameters without a gradient count as zero
   bool shared_memory = true;            // gloo on one node: all-reduce through shared memory
   bool broadcast_buffers = true;        // rank 0's buffers broadcast before every forward
+  std::string comm_hook = "none";       // "bf16", "fp16": gradients sent compressed
   std::string init_method = "env://";   // env://, tcp://HOST:PORT, file:///PATH (init_method.h)
 };
 

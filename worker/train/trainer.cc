@@ -50,6 +50,8 @@ DdpOptions to_ddp_options(const RuntimeConfig& runtime) {
   options.overlap = runtime.overlap;
   options.find_unused_parameters = runtime.find_unused_parameters;
   options.broadcast_buffers = runtime.broadcast_buffers;
+  if (runtime.comm_hook == "bf16") options.comm_hook = bf16_compress_hook();
+  if (runtime.comm_hook == "fp16") options.comm_hook = fp16_compress_hook();
   return options;
 }
 
@@ -136,6 +138,7 @@ TrainingResult Trainer::run() {
          << world << ", " << batch << " samples per rank per step, " << batches
          << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank, "
          << comm_->transport() << ", " << ddp.bucket_count() << " gradient bucket(s)"
+         << (ddp_options.comm_hook.start ? " sent as " + ddp_options.comm_hook.name : "")
          << (ddp_options.overlap ? "" : ", all-reduce after backward");
     if (model_->stage_count() > 1) {
       out_ << ", model in " << model_->stage_count() << " stages on";
@@ -174,10 +177,11 @@ TrainingResult Trainer::run() {
       const auto samples = gather(data_.train, batch_indices);
       const auto x = samples.inputs.to(device_);
       const auto& y = samples.targets;
-      // Zeroing by hand: a later gradient_as_bucket_view reducer must keep the grad tensors.
-      for (auto& p : model_->parameters()) {
-        if (p.grad().defined()) p.mutable_grad().zero_();
-      }
+      // Gradients set to none, as PyTorch's zero_grad() does by default: backward then
+      // takes its result as the gradient instead of adding it to zeros, and a parameter that
+      // no rank used stays without one, so the optimizer leaves it alone (no momentum, no
+      // weight decay).
+      for (auto& p : model_->parameters()) p.mutable_grad().reset();
       ddp.prepare_for_forward();
       ddp.prepare_for_backward();
       const auto logits = model_->forward(x);

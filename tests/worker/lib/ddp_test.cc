@@ -297,6 +297,91 @@ TEST_P(DdpTest, WithFindUnusedParametersMissingGradientsCountAsZeroAndRanksStill
   });
 }
 
+// As PyTorch: a parameter that no rank used keeps the gradient it had, here none, so SGD
+// with momentum and weight decay leaves it where it was; one that some rank used gets the
+// average on every rank. Two steps: the second must not move the spare layer either, although
+// the first gave every other parameter momentum.
+TEST_P(DdpTest, AParameterThatNoRankUsedKeepsNoGradientAndTheOptimizerLeavesItAlone) {
+  run(2, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(true);
+    auto options = one_layer_buckets();
+    options.find_unused_parameters = true;
+    DistributedDataParallel ddp(net, comm, options);
+    torch::optim::SGD sgd(net->parameters(),
+                          torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+    const auto spare_before = net->spare->weight.clone();
+    for (int step = 0; step < 2; ++step) {
+      clear_grads(*net);
+      ddp.prepare_for_backward();
+      net->forward(batch(comm.rank(), step)).backward();
+      ddp.finish_gradient_sync();
+      EXPECT_FALSE(net->spare->weight.grad().defined()) << "step " << step;
+      EXPECT_FALSE(net->spare->bias.grad().defined()) << "step " << step;
+      EXPECT_TRUE(net->a->weight.grad().defined()) << "step " << step;
+      EXPECT_EQ(ddp.last_sync_stats().unused_on_every_rank,
+                (std::vector<std::string>{"spare.weight", "spare.bias"}));
+      sgd.step();
+    }
+    EXPECT_TRUE(torch::equal(net->spare->weight, spare_before));
+    // Used by rank 1 alone: every rank gets the average (rank 0's share is zero).
+    clear_grads(*net);
+    ddp.prepare_for_backward();
+    net->forward(batch(comm.rank()), true, comm.rank() == 1).backward();
+    ddp.finish_gradient_sync();
+    EXPECT_TRUE(net->spare->weight.grad().defined());
+    EXPECT_TRUE(ddp.last_sync_stats().unused_on_every_rank.empty());
+    auto spare_grad = net->spare->weight.grad().clone();
+    comm.control().allreduce(spare_grad, ReduceOp::kMax);
+    EXPECT_TRUE(torch::equal(spare_grad, net->spare->weight.grad())) << "ranks differ";
+  });
+}
+
+// The built-in compression hooks on every transport: the averaged gradients within the
+// wire type's rounding of the plain average, the same bits on both ranks, and ranks that
+// disagree on the hook refused when DDP is made (they would pair an all-to-all with an
+// all-reduce).
+TEST_P(DdpTest, CompressionHooksAverageWithinTheWireTypesRoundingAndRanksAgree) {
+  for (const auto& make : {bf16_compress_hook, fp16_compress_hook}) {
+    run(2, [&make](Communicator& comm) {
+      auto net = std::make_shared<Net>(false);
+      auto options = one_layer_buckets();
+      options.comm_hook = make();
+      DistributedDataParallel ddp(net, comm, options);
+      {
+        NoSyncGuard local(ddp);
+        net->forward(batch(comm.rank())).backward();
+      }
+      const auto plain = averaged_by_hand(*net, comm);
+      clear_grads(*net);
+      net->forward(batch(comm.rank())).backward();
+      ddp.finish_gradient_sync();
+      const auto compressed = grads(*net);
+      const double unit = options.comm_hook.name == "bf16" ? 1.0 / 128 : 1.0 / 1024;
+      for (std::size_t i = 0; i < plain.size(); ++i) {
+        const auto bound = plain[i].abs().max().item<double>() * unit + 1e-6;
+        EXPECT_LE((compressed[i] - plain[i]).abs().max().item<double>(), bound)
+            << options.comm_hook.name << ", gradient " << i;
+        const auto wire = options.comm_hook.name == "bf16" ? at::kBFloat16 : at::kHalf;
+        EXPECT_TRUE(torch::equal(compressed[i], compressed[i].to(wire).to(torch::kFloat)))
+            << options.comm_hook.name << ": gradient " << i << " was not sent compressed";
+        auto most = compressed[i].clone();
+        comm.control().allreduce(most, ReduceOp::kMax);
+        EXPECT_TRUE(torch::equal(most, compressed[i])) << "ranks differ, gradient " << i;
+      }
+    });
+  }
+  run(2, [](Communicator& comm) {
+    auto options = one_layer_buckets();
+    if (comm.rank() == 0) options.comm_hook = bf16_compress_hook();
+    try {
+      DistributedDataParallel ddp(std::make_shared<Net>(false), comm, options);
+      ADD_FAILURE() << "ranks with different hooks were not refused";
+    } catch (const ConsistencyError& e) {
+      EXPECT_NE(e.hint().find("comm hook"), std::string::npos) << e.hint();
+    }
+  });
+}
+
 TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {
   run(2, [](Communicator& comm) {
     auto net = std::make_shared<Net>(false);

@@ -33,6 +33,8 @@ struct Placement {
   // No DDPRUN_HOST: machines are told apart by host name and boot id, and these threads
   // share both.
   bool no_host_names = false;
+  // The last rank's LOCAL_WORLD_SIZE, when not 0: a hand-made environment that disagrees.
+  int last_rank_local_world_size = 0;
 };
 
 // Runs `body(comm)` on every rank of `placement`, one thread each, meeting in a FileStore
@@ -58,6 +60,9 @@ std::vector<std::string> run_on_nodes(const Placement& placement,
           env.local_rank = placement.wrong_local_ranks ? 0 : local;
           env.world_size = world;
           env.local_world_size = placement.node_sizes[node];
+          if (placement.last_rank_local_world_size != 0 && rank + 1 == world) {
+            env.local_world_size = placement.last_rank_local_world_size;
+          }
           env.group_rank = placement.wrong_local_ranks ? 0 : static_cast<int>(node);
           env.host = placement.no_host_names ? "" : "node" + std::to_string(node);
           env.master_port = 1;
@@ -256,6 +261,105 @@ TEST(HierarchyOrder, WaitsInAnyOrderAndAWorkDroppedUnwaitedStillEndRightOnEveryR
   }
 }
 
+// Launches and waits interleaved differently on each rank, all legal under gloo and NCCL:
+// rank 0 (node 0's leader) launches all three and waits for the last first, as in
+// `a1 = async(t1); a2 = async(t2); a2.wait()`; rank 1 waits for each before it launches the
+// next; rank 2 (node 1's leader) launches two, waits for the second, launches the third and
+// waits for the first; rank 3 drops the second unwaited. Every result must be the sum, the
+// same bits on every rank. (A node's ranks once ran their shared-memory halves in different
+// orders here, pairing one all-reduce's reduce with another's broadcast: wrong sums, no
+// error.)
+TEST(HierarchyOrder, LaunchesAndWaitsInterleavedDifferentlyOnEachRankEndRight) {
+  const std::vector<std::int64_t> lengths{1000, 150'000, 7};
+  std::vector<std::vector<at::Tensor>> results(4);
+  expect_no_errors(run_on_nodes({{2, 2}}, [&](Communicator& comm) {
+    std::vector<at::Tensor> tensors;
+    for (const auto n : lengths) tensors.push_back(random_floats(comm.rank(), 11, n));
+    auto launch = [&](std::size_t i) { return comm.control().allreduce_async(tensors[i]); };
+    switch (comm.rank()) {
+      case 0: {
+        auto a1 = launch(0), a2 = launch(1), a3 = launch(2);
+        a2.wait();
+        a3.wait();
+        a1.wait();
+        break;
+      }
+      case 1:
+        for (std::size_t i = 0; i < tensors.size(); ++i) launch(i).wait();
+        break;
+      case 2: {
+        auto a1 = launch(0), a2 = launch(1);
+        a2.wait();
+        auto a3 = launch(2);
+        a1.wait();
+        a3.wait();
+        break;
+      }
+      default: {
+        auto a1 = launch(0);
+        launch(1);  // dropped unwaited
+        auto a3 = launch(2);
+        a1.wait();
+        a3.wait();
+      }
+    }
+    results[static_cast<std::size_t>(comm.rank())] = tensors;
+  }));
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    auto expected = torch::zeros({lengths[i]}, torch::kDouble);
+    for (int r = 0; r < 4; ++r) expected += random_floats(r, 11, lengths[i]).to(torch::kDouble);
+    for (std::size_t r = 0; r < 4; ++r) {
+      EXPECT_TRUE(torch::allclose(results[r][i].to(torch::kDouble), expected, 1e-5, 1e-5))
+          << "rank " << r << ", work " << i;
+      EXPECT_TRUE(torch::equal(results[r][i], results[0][i])) << "rank " << r << ", work " << i;
+    }
+  }
+}
+
+// The compressed sum on every path: one node through shared memory, flat gloo (no shared
+// memory, or one rank per node), and across nodes (2+2, 2+1+3): each rank's values rounded to
+// the wire type, summed in float, the sum rounded. Every rank ends with the same bits, every
+// value is one the wire type holds (the sum was rounded: a plain float all-reduce would fail
+// this), and the result is within two wire roundings of the exact sum of the rounded values
+// (one for the sum, one for a node's sum on the hierarchical path). 1001 elements: shares
+// that do not divide evenly.
+TEST(CompressedAllreduce, EveryPathSumsTheRoundedValuesInFloatAndEndsBitIdentical) {
+  const std::int64_t n = 1001;
+  const std::vector<Placement> placements{
+      {{3}}, {{3}, false}, {{1, 1, 1}}, {{2, 2}}, {{2, 1, 3}}};
+  for (const auto wire : {at::kBFloat16, at::kHalf}) {
+    const double unit = wire == at::kBFloat16 ? 1.0 / 256 : 1.0 / 2048;  // relative rounding
+    for (const auto& placement : placements) {
+      int world = 0;
+      for (const int size : placement.node_sizes) world += size;
+      std::vector<at::Tensor> results(static_cast<std::size_t>(world));
+      expect_no_errors(run_on_nodes(placement, [&](Communicator& comm) {
+        auto t = random_floats(comm.rank(), 21, n);
+        comm.control().allreduce_compressed_async(t, wire).wait();
+        results[static_cast<std::size_t>(comm.rank())] = t;
+      }));
+      const std::string where = std::string(c10::toString(wire)) + " on " +
+                                std::to_string(placement.node_sizes.size()) + " node(s)" +
+                                (placement.shared_memory ? "" : ", no shared memory");
+      auto exact = torch::zeros({n}, torch::kDouble), magnitude = torch::zeros({n}, torch::kDouble);
+      for (int r = 0; r < world; ++r) {
+        const auto x = random_floats(r, 21, n).to(wire).to(torch::kDouble);
+        exact += x;
+        magnitude += x.abs();
+      }
+      const auto& mine = results[0];
+      ASSERT_TRUE(mine.defined()) << where;
+      EXPECT_TRUE(torch::equal(mine, mine.to(wire).to(torch::kFloat))) << where << ": not rounded";
+      const auto error = (mine.to(torch::kDouble) - exact).abs();
+      EXPECT_TRUE((error <= magnitude * (2 * unit)).all().item<bool>())
+          << where << ": off by up to " << error.max().item<double>();
+      for (std::size_t r = 1; r < results.size(); ++r) {
+        EXPECT_TRUE(torch::equal(results[r], mine)) << where << ", rank " << r;
+      }
+    }
+  }
+}
+
 // A remote node gone: the leader's all-reduce between nodes fails, and the leader aborts its
 // node's segment, so its node peer fails at once naming it instead of waiting for the
 // timeout.
@@ -278,6 +382,25 @@ TEST(HierarchyFailure, ALeaderWhoseAllReduceBetweenNodesFailsMakesItsNodeFailNam
 // name and boot id), not from LOCAL_RANK and GROUP_RANK: wrong ones change nothing, and
 // ranks that the environment puts on two nodes but that share one machine (no DDPRUN_HOST:
 // the same host name and boot id) use one segment.
+// A rank whose LOCAL_WORLD_SIZE says "all on one node" when rank 0's does not (or the
+// reverse) would take another join path (one segment for the whole job, or its machine's
+// first) and the ranks would wait for each other until the store timed out. That rank fails
+// at once naming both values (under a launcher the others are then stopped; here they time
+// out after 3 s). Nodes of different sizes are fine: 2+1+3 in Hierarchy.*.
+TEST(HierarchyChoice, ARankThatDisagreesWithRankZeroOnTheJoinPathFailsNamingBothValues) {
+  for (const int last : {4, 1}) {
+    // 2+2 where rank 3 says 4 (all on one node); 4 on one node where rank 3 says 1.
+    Placement placement{last == 4 ? std::vector<int>{2, 2} : std::vector<int>{4}};
+    placement.last_rank_local_world_size = last;
+    placement.timeout = std::chrono::milliseconds(3'000);
+    const auto errors = run_on_nodes(placement, [](Communicator&) {});
+    EXPECT_EQ(errors[3], "rank 3 has LOCAL_WORLD_SIZE " + std::to_string(last) +
+                             ", rank 0 has " + std::to_string(last == 4 ? 2 : 4) +
+                             " (WORLD_SIZE 4): they disagree on whether every rank runs on one "
+                             "node");
+  }
+}
+
 TEST(HierarchyChoice, MachinesComeFromTheirNamesNotFromLocalAndGroupRanks) {
   Placement wrong{{2, 2}};
   wrong.wrong_local_ranks = true;

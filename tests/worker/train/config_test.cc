@@ -139,6 +139,8 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
        "x.json: /checkpoint/interval_steps: needs /checkpoint/dir"},
       {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"backend\": \"mpi\"}",
        "x.json: /runtime/backend: must be one of gloo, nccl, gloo-as-nccl (got 'mpi')"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"comm_hook\": \"int8\"}",
+       "x.json: /runtime/comm_hook: must be one of none, bf16, fp16 (got 'int8')"},
       {"\"seed\": 1}", "\"seed\": 1}, \"preemption\": {\"signals\": [\"SIGTERM\", \"SIGKILL\"]}",
        "x.json: /preemption/signals/1: must be one of SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 "
        "(got 'SIGKILL')"},

@@ -160,6 +160,32 @@ TEST_F(TrainTest, AModelSplitIntoStagesWithMicroBatchesTrainsLikeTheUnsplitModel
   EXPECT_LT(diff, 1e-5);
 }
 
+// runtime.comm_hook over shared memory, gloo alone, and NCCL's rules: the start line says
+// so, every rank holds the same parameters after every step (--check-replicas), and the
+// model ends near the uncompressed run's (bf16 keeps 8 bits of each gradient).
+TEST_F(TrainTest, CompressedGradientsKeepEveryRankIdenticalAndTrainNearThePlainRun) {
+  ASSERT_EQ(train(2, "--final-params '" + path("plain.json") + "'", "plain.log"), 0) << log();
+  const json plain = read_json(path("plain.json"));
+  for (const std::string transport : {"shared memory", "gloo", "gloo-as-nccl"}) {
+    json config = read_json(kToyConfig);
+    config["runtime"]["comm_hook"] = "bf16";
+    if (transport == "gloo") config["runtime"]["shared_memory"] = false;
+    if (transport == "gloo-as-nccl") config["runtime"]["backend"] = "gloo-as-nccl";
+    const std::string file = path("bf16.json");
+    std::ofstream(file) << config.dump();
+    ASSERT_EQ(train(2, "--check-replicas --final-params '" + path("bf16-params.json") + "'",
+                    "bf16.log", file),
+              0)
+        << transport << ": " << log();
+    EXPECT_NE(log().find("sent as bf16"), std::string::npos) << transport << ": " << log();
+    const double diff = max_abs_diff(read_json(path("bf16-params.json")), plain);
+    std::cout << transport << ": max abs parameter difference, bf16 gradients vs plain: " << diff
+              << "\n";
+    EXPECT_GT(diff, 0) << transport << ": the gradients were not rounded";
+    EXPECT_LT(diff, 0.05) << transport;
+  }
+}
+
 TEST_F(TrainTest, ResumeContinuesFromTheSavedStepAndEndsLikeAnUninterruptedRun) {
   const std::string ckpt = path("ckpt");
   ASSERT_EQ(train(2, "--final-params '" + path("straight.json") + "'", "straight.log"), 0) << log();

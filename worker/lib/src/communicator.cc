@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -70,6 +71,7 @@ struct CommunicatorImpl {
 // a leader) and the broadcast of its result through the node's segment, still owed.
 struct NodeStep {
   c10::intrusive_ptr<c10d::Work> work;  // null on the node's other ranks
+  std::function<void()> then;           // the leader's rest of a compressed exchange
   at::Tensor tensor;
   bool yield_first = false;  // see PendingWork::wait()
   bool done = false;
@@ -89,9 +91,9 @@ struct Plane::Impl {
   bool across_nodes = false;
   int nodes = 1;
   c10::intrusive_ptr<compat::CollectiveBackend> leaders;
-  // Launched and not yet ended, in launch order. They end in that order whatever order
-  // their callers wait in, so that every rank of a node broadcasts the same results in the
-  // same order; one dropped unwaited ends with the next wait.
+  // Launched and not yet ended, in launch order: at most one, since a launch first ends the
+  // one before (allreduce_across_nodes); one dropped unwaited ends with the next launch or
+  // wait.
   std::deque<std::shared_ptr<NodeStep>> owed;
   // gloo-as-nccl: refuse what NCCL would refuse. The storages device_zeros() made stand for
   // GPU memory; weak, so a freed one is not mistaken for a new tensor at the same address.
@@ -99,12 +101,14 @@ struct Plane::Impl {
   std::unordered_map<const void*, c10::weak_intrusive_ptr<c10::StorageImpl>> device_storages;
 
   void check_device_rules(const char* op, const at::Tensor& tensor) const;
-  PendingWork allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op);
+  PendingWork allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op,
+                                     at::ScalarType wire = at::kFloat);
   void finish_through(const NodeStep* step);
 };
 
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
+  std::function<void()> then;  // after `work`: the rest of a collective made of several
   CommunicatorImpl* owner = nullptr;  // outlives the work (documented in the header)
   bool yield_first = false;           // a CPU collective: see wait()
   // A hierarchical all-reduce: its step, and the plane that owes it (outlives the work).
@@ -137,7 +141,11 @@ void PendingWork::wait() {
     if (!step->done) impl_->plane->finish_through(step.get());
     return;
   }
-  if (!impl_->work) return;
+  auto then = std::move(impl_->then);  // run once, whatever happens
+  if (!impl_->work) {
+    if (then) impl_->owner->guard("all-reduce", then);
+    return;
+  }
   auto work = std::move(impl_->work);  // waited for once, whatever happens
   // Gloo's all-reduce is a chain of hand-offs between its threads and the peer's (worker,
   // socket loop). Blocked here, this thread leaves its core idle: an idle (virtual) CPU
@@ -151,6 +159,7 @@ void PendingWork::wait() {
   // gain. (NCCL's wait() only orders streams: never spin on a GPU's progress.)
   if (impl_->yield_first) yield_while_running(*work);
   impl_->owner->guard("all-reduce", [&] { work->wait(); });
+  if (then) impl_->owner->guard("all-reduce", then);
 }
 
 void Plane::Impl::finish_through(const NodeStep* step) {
@@ -162,6 +171,7 @@ void Plane::Impl::finish_through(const NodeStep* step) {
         next->work->wait();  // on failure, fail() aborts the segment: the node's ranks
                              // wait for a result that will not come
       }
+      if (next->then) next->then();
       if (shm) {
         // The other ranks wait while the leaders' all-reduce may still run, each of its
         // steps with its own timeout: allow two, so that a remote node's hang is reported
@@ -172,6 +182,7 @@ void Plane::Impl::finish_through(const NodeStep* step) {
       }
       next->done = true;
       next->work.reset();
+      next->then = nullptr;
       next->tensor = at::Tensor();
       owed.pop_front();
       if (next.get() == step) break;
@@ -257,6 +268,28 @@ std::vector<std::uint8_t> as_bytes(const std::string& text) {
 // all have answered. The segment is anonymous memory, never a file in /dev/shm: nothing is
 // left behind whoever dies when (SharedMemoryAllreduce::create). Its waiters spin first
 // when `spin` (may_spin).
+// LOCAL_WORLD_SIZE = WORLD_SIZE sends a rank into one segment for the whole job, else it
+// first finds its machine's ranks; ranks on different paths would wait for each other until
+// the store timed out (nodes may differ in size: only this choice must agree). Rank 0 says
+// its value in the store before either path and every other rank compares: a rank that
+// would go the other way fails at once naming both values (its launcher then stops the
+// rest). No wait for all ranks: a rank's join never waits for a later rank's start.
+void check_join_path_agrees(c10d::Store& store, const WorkerEnv& env) {
+  if (env.rank == 0) {
+    store.set("local_world_size/0", as_bytes(std::to_string(env.local_world_size)));
+    return;
+  }
+  const auto bytes = store.get("local_world_size/0");
+  const int first = std::stoi(std::string(bytes.begin(), bytes.end()));
+  if ((first == env.world_size) == (env.local_world_size == env.world_size)) return;
+  throw EnvError("rank " + std::to_string(env.rank) + " has LOCAL_WORLD_SIZE " +
+                     std::to_string(env.local_world_size) + ", rank 0 has " +
+                     std::to_string(first) + " (WORLD_SIZE " + std::to_string(env.world_size) +
+                     "): they disagree on whether every rank runs on one node",
+                 "every rank needs its node's rank count; a launcher sets it (ddprun, torchrun), "
+                 "else set it by hand the same for all ranks of a node");
+}
+
 std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store,
                                                           const std::string& keys, int index,
                                                           int size, int rank, bool spin) {
@@ -516,6 +549,7 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   // The shared memory first: its join needs only the store, so a rank that dies during it
   // is not also waited for by gloo's connections.
   const bool use_shm = options.shared_memory && env.world_size > 1;
+  if (use_shm) check_join_path_agrees(*impl->store, env);
   const bool one_node = env.local_world_size == env.world_size;
   std::unique_ptr<SharedMemoryAllreduce> shm;
   if (use_shm && one_node) {
@@ -632,6 +666,92 @@ void Plane::Impl::check_device_rules(const char* op, const at::Tensor& tensor) c
   }
 }
 
+namespace {
+
+// `tensor`'s float values rounded to `wire` (bf16 or fp16), in place.
+void round_to(at::Tensor& tensor, at::ScalarType wire) {
+  tensor.copy_(tensor.to(wire));
+}
+
+// The compressed sum over `backend`: `tensor` (float) goes out rounded to `wire`, each rank
+// sums its 1/N share of everyone's in float (an all-to-all, started here) and hands its
+// share's sum, rounded to `wire`, to all (an all-gather, in `then`). Per rank that is
+// (N-1)/N of the tensor in each direction twice, as a ring all-reduce moves, at half the
+// width. Every element is summed by one rank in rank order, so all end bit-identical. The
+// wire buffers travel as fp16 bits, which every gloo and NCCL version moves (no arithmetic).
+void start_compressed_exchange(compat::CollectiveBackend& backend, const at::Tensor& tensor,
+                               at::ScalarType wire, c10::intrusive_ptr<c10d::Work>& work,
+                               std::function<void()>& then) {
+  const std::int64_t n = backend.getSize(), numel = tensor.numel();
+  const std::int64_t share = (numel + n - 1) / n;
+  auto send = at::zeros({n * share}, tensor.options().dtype(wire));
+  send.narrow(0, 0, numel).copy_(tensor.reshape(-1));
+  auto send_bits = send.view(at::kHalf);
+  auto received = at::empty_like(send);
+  auto received_bits = received.view(at::kHalf);
+  std::vector<std::int64_t> even;  // empty: equal shares
+  work = backend.alltoall_base(received_bits, send_bits, even, even, c10d::AllToAllOptions());
+  then = [&backend, tensor, wire, n, numel, share, received, send] {
+    auto mine = received.view({n, share}).to(at::kFloat).sum(0).to(wire);
+    auto gathered = at::empty({n * share}, tensor.options().dtype(wire));
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (std::int64_t r = 0; r < n; ++r) {
+      outputs[0].push_back(gathered.narrow(0, r * share, share).view(at::kHalf));
+    }
+    std::vector<at::Tensor> inputs{mine.view(at::kHalf)};
+    backend.allgather(outputs, inputs)->wait();
+    auto flat = tensor.view(-1);
+    flat.copy_(gathered.narrow(0, 0, numel));
+  };
+}
+
+void check_compressible(const at::Tensor& tensor, at::ScalarType wire) {
+  if (tensor.scalar_type() != at::kFloat || !tensor.is_contiguous()) {
+    throw ddprun::UsageError("compressed all-reduce of a " +
+                                 std::string(c10::toString(tensor.scalar_type())) +
+                                 " tensor: only contiguous float tensors are compressed",
+                             "all-reduce other tensors with allreduce_async");
+  }
+  if (wire != at::kBFloat16 && wire != at::kHalf) {
+    throw ddprun::UsageError("compressed all-reduce to " + std::string(c10::toString(wire)) +
+                                 ": the wire type is bfloat16 or half",
+                             "");
+  }
+}
+
+}  // namespace
+
+PendingWork Plane::allreduce_compressed_async(at::Tensor& tensor, at::ScalarType wire) {
+  check_compressible(tensor, wire);
+  impl_->check_device_rules("all-reduce", tensor);
+  auto& owner = *impl_->owner;
+  if (owner.size == 1) {
+    owner.guard("all-reduce", [&] { round_to(tensor, wire); });
+    return PendingWork();
+  }
+  if (impl_->across_nodes) {
+    return impl_->allreduce_across_nodes(tensor, ShmType::kFloat32, ReduceOp::kSum, wire);
+  }
+  if (impl_->shm) {
+    // One machine: nothing on a wire; the same rounding of each rank's values and the sum.
+    owner.guard("all-reduce", [&] {
+      round_to(tensor, wire);
+      impl_->shm->allreduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
+                            ShmType::kFloat32, ShmOp::kSum, owner.timeout);
+      round_to(tensor, wire);
+    });
+    return PendingWork();
+  }
+  PendingWork pending;
+  pending.impl_ = std::make_unique<PendingWork::Impl>();
+  pending.impl_->owner = &owner;
+  owner.guard("all-reduce", [&] {
+    start_compressed_exchange(*impl_->backend, tensor, wire, pending.impl_->work,
+                              pending.impl_->then);
+  });
+  return pending;
+}
+
 PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
   impl_->check_device_rules("all-reduce", tensor);
   auto& owner = *impl_->owner;
@@ -660,8 +780,17 @@ PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
   return pending;
 }
 
-PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op) {
+PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op,
+                                                at::ScalarType wire) {
   const auto count = static_cast<std::size_t>(tensor.numel());
+  const bool compressed = wire != at::kFloat;
+  // The one before ends first, so that every rank of a node runs its segment's reduces and
+  // broadcasts in one order (reduce 1, broadcast 1, reduce 2, ...) however its caller
+  // interleaves launches and waits; else one rank's reduce of t2 met another's broadcast of
+  // t1. Little overlap is lost: the leaders' all-reduces share one link and run one after
+  // the other anyway, and backward still computes the next bucket while this one travels.
+  if (!owed.empty()) finish_through(owed.back().get());
+  if (compressed) owner->guard("all-reduce", [&] { round_to(tensor, wire); });
   if (shm) {
     owner->guard("all-reduce", [&] {
       shm->reduce(tensor.data_ptr(), count, type, *to_shm(op), 0, owner->timeout);
@@ -669,7 +798,12 @@ PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type
   }
   auto step = std::make_shared<NodeStep>();
   step->tensor = tensor;
-  if (leaders) {
+  if (leaders && compressed) {
+    // The node's sum in float, then the leaders' compressed exchange of the node sums.
+    owner->guard("all-reduce", [&] {
+      start_compressed_exchange(*leaders, tensor, wire, step->work, step->then);
+    });
+  } else if (leaders) {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);

@@ -164,12 +164,33 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
+namespace {
+
+CommHook compress_hook(const char* name, at::ScalarType wire) {
+  return {name, [wire](Plane& plane, at::Tensor& bucket) {
+            return bucket.scalar_type() == at::kFloat
+                       ? plane.allreduce_compressed_async(bucket, wire)
+                       : plane.allreduce_async(bucket, ReduceOp::kSum);
+          }};
+}
+
+}  // namespace
+
+CommHook bf16_compress_hook() {
+  return compress_hook("bf16", at::kBFloat16);
+}
+
+CommHook fp16_compress_hook() {
+  return compress_hook("fp16", at::kHalf);
+}
+
 // Buckets follow from the parameters (already agreed) and the caps: ranks given different
 // caps would pair unrelated buckets.
 void DistributedDataParallel::check_bucket_layout_agrees() {
   std::uint64_t h = 1469598103934665603ull;
   for (const auto& bucket : buckets_)
     h = (h ^ static_cast<std::uint64_t>(bucket.flat.numel())) * 1099511628211ull;
+  for (const char c : options_.comm_hook.name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   const auto mine = static_cast<std::int64_t>(h >> 1);
   auto both = torch::tensor({mine, -mine}, torch::kLong);
   comm_.control().allreduce(both, ReduceOp::kMax);
@@ -177,7 +198,8 @@ void DistributedDataParallel::check_bucket_layout_agrees() {
     throw ConsistencyError("the ranks' gradient buckets differ (rank " +
                                std::to_string(comm_.rank()) + " has " +
                                std::to_string(buckets_.size()) + " bucket(s))",
-                           "give every rank the same bucket_cap_mb (DdpOptions::bucket_cap_bytes)");
+                           "give every rank the same bucket_cap_mb (DdpOptions::bucket_cap_bytes) "
+                           "and the same comm hook (here '" + options_.comm_hook.name + "')");
   }
 }
 
@@ -209,7 +231,7 @@ void DistributedDataParallel::prepare_for_backward() {
 }
 
 void DistributedDataParallel::reset_step_locked() {
-  for (auto& p : params_) p.ready = false;
+  for (auto& p : params_) p.ready = p.used = false;
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work = PendingWork();
@@ -238,6 +260,7 @@ void DistributedDataParallel::on_gradient_ready(std::size_t index) {
     compat::queue_end_of_backward([this] { on_backward_end(); });
     callback_queued_ = true;
   }
+  p.used = true;
   mark_ready_locked(p);
   if (options_.overlap) launch_ready_buckets_locked();
 }
@@ -264,7 +287,9 @@ void DistributedDataParallel::launch_ready_buckets_locked() {
   // collectives by sequence, so a different order would sum unrelated buffers.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     auto& bucket = buckets_[next_bucket_];
-    bucket.work = comm_.data().allreduce_async(bucket.flat, ReduceOp::kSum);
+    bucket.work = options_.comm_hook.start
+                      ? options_.comm_hook.start(comm_.data(), bucket.flat)
+                      : comm_.data().allreduce_async(bucket.flat, ReduceOp::kSum);
     stats_.launch_order.push_back(next_bucket_);
     if (!backward_ended_) {
       ++stats_.launched_during_backward;
@@ -331,11 +356,33 @@ void DistributedDataParallel::finish_gradient_sync() {
     launch_ready_buckets_locked();  // all of them without overlap; the rest otherwise
     TORCH_CHECK(next_bucket_ == buckets_.size(), "DDP: a bucket was never launched");
     torch::NoGradGuard no_grad;
+    // Which parameters some rank used, counted while the buckets travel; launched after
+    // them on every rank, so every rank's collectives come in one order.
+    PendingWork counting;
+    if (options_.find_unused_parameters) {
+      if (!used_counts_.defined()) {
+        used_counts_ = torch::zeros({static_cast<std::int64_t>(params_.size())}, torch::kInt);
+      }
+      auto* counts = used_counts_.data_ptr<std::int32_t>();
+      for (std::size_t i = 0; i < params_.size(); ++i) counts[i] = params_[i].used ? 1 : 0;
+      counting = comm_.control().allreduce_async(used_counts_, ReduceOp::kSum);
+    }
+    for (auto& bucket : buckets_) bucket.work.wait();
+    counting.wait();
+    if (options_.find_unused_parameters) {
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        if (used_counts_.data_ptr<std::int32_t>()[i] == 0) {
+          stats_.unused_on_every_rank.push_back(params_[i].name);
+        }
+      }
+    }
     for (auto& bucket : buckets_) {
-      bucket.work.wait();
       bucket.flat.div_(world);
       for (const auto i : bucket.params) {
         auto& p = params_[i];
+        if (options_.find_unused_parameters && used_counts_.data_ptr<std::int32_t>()[i] == 0) {
+          continue;  // as PyTorch: a gradient no rank computed stays what it was
+        }
         auto slice = bucket.flat.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor);
         if (p.tensor.grad().defined()) {
           p.tensor.mutable_grad().copy_(slice);

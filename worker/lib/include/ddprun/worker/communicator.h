@@ -41,10 +41,11 @@ struct CommOptions {
 // yields the CPU in a loop for up to 20 ms before it blocks, so that gloo's threads get a
 // core at once; not when this node's ranks (LOCAL_WORLD_SIZE) outnumber the CPUs it may
 // run on, where the loop would take turns from the other ranks.
-// Destroying it without wait() is allowed. Waits may come in any order. Across nodes
-// (hierarchical, see Plane) the results reach a node's ranks in launch order: waiting for one
-// all-reduce first ends those launched before it, and one dropped unwaited is ended by the
-// next wait on its plane (until then its node's other ranks may be waiting for it).
+// Destroying it without wait() is allowed. Waits may come in any order, and launches and
+// waits may interleave differently on each rank. Across nodes (hierarchical, see Plane) one
+// all-reduce is in flight per plane: launching the next first ends the one before, and one
+// dropped unwaited is ended by the next launch or wait on its plane (until then its node's
+// other ranks may be waiting for it).
 class PendingWork {
  public:
   PendingWork();
@@ -90,6 +91,13 @@ class Plane {
   // Starts an in-place all-reduce of `tensor` (contiguous) over all ranks. Through shared
   // memory (float, double, int32, int64 on the CPU) it is done when this returns.
   PendingWork allreduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // Starts an in-place sum of a contiguous float `tensor` that sends `wire` (at::kBFloat16
+  // or at::kHalf) instead of float: half the bytes. Each rank's values are rounded to
+  // `wire`, summed in float, and the sum rounded to `wire`; every rank ends with the same
+  // bits. Over gloo or NCCL an all-to-all (each rank sums one 1/N share, started here) and
+  // an all-gather of the shares' sums (in wait()); through shared memory the same rounding
+  // with nothing on a wire; across nodes the node's float sum, then the leaders' exchange.
+  PendingWork allreduce_compressed_async(at::Tensor& tensor, at::ScalarType wire);
   // All-reduce in place and wait.
   void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // Overwrites `tensors` (contiguous) on every rank with root's, and waits.

@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +15,21 @@
 
 namespace ddprun::worker {
 
+// How a gradient bucket is summed across ranks, as PyTorch's register_comm_hook: `start`
+// begins the sum of `bucket` (the bucket's flat gradients, on the data plane's device) over
+// `plane` and returns its work; once waited, `bucket` must hold the sum, the same bits on
+// every rank (DDP then divides by the world size). `name` must be the same on every rank
+// (checked when DDP is made). Empty `start`: a plain all-reduce.
+struct CommHook {
+  std::string name = "none";
+  std::function<PendingWork(Plane& plane, at::Tensor& bucket)> start;
+};
+// Built in: half the bytes on the wire, each rank's gradients rounded to bf16 (fp16), summed
+// in float, the sum rounded and cast back (Plane::allreduce_compressed_async). Buckets of
+// other than float go uncompressed.
+CommHook bf16_compress_hook();
+CommHook fp16_compress_hook();
+
 struct DdpOptions {
   std::size_t bucket_cap_bytes = 25u << 20;       // like PyTorch's bucket_cap_mb = 25
   std::size_t first_bucket_cap_bytes = 1u << 20;  // PyTorch's small first bucket: starts early
@@ -21,11 +37,15 @@ struct DdpOptions {
   // ready; false: all start after backward (for comparison; same numbers).
   bool overlap = true;
   // A trainable parameter that got no gradient in a synced backward is an error (false) or
-  // counts as ready with its current gradient, zero if it has none (true).
+  // counts as ready with its current gradient, zero if it has none (true). With true, as in
+  // PyTorch, a parameter that no rank used keeps the gradient it had (undefined when the
+  // caller set gradients to none, so the optimizer leaves it alone): one more small
+  // all-reduce per step, of which parameters each rank used.
   bool find_unused_parameters = false;
   // true (PyTorch's default): prepare_for_forward() broadcasts rank 0's buffers (running
   // statistics and the like) so every rank's forward sees the same ones.
   bool broadcast_buffers = true;
+  CommHook comm_hook;  // the default: a plain all-reduce
 };
 
 // What the last synced step did (for tests and benchmarks).
@@ -37,6 +57,7 @@ struct SyncStats {
   // but not overlapped with it.
   std::size_t overlapped_with_backward = 0;
   std::vector<std::string> unused_parameters;  // treated as ready with find_unused_parameters
+  std::vector<std::string> unused_on_every_rank;  // of those, the ones no rank used: untouched
 };
 
 // Wraps a module replicated on every rank. Construction checks on the control plane that
@@ -98,6 +119,7 @@ class DistributedDataParallel {
     std::size_t bucket = 0;
     std::int64_t offset = 0;  // in the bucket's flat buffer
     bool ready = false;
+    bool used = false;  // ready from its own gradient this step, not as unused
   };
   struct Bucket {
     std::vector<std::size_t> params;  // indices into params_
@@ -120,6 +142,7 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   std::vector<std::shared_ptr<void>> hooks_;  // removed when destroyed
   bool sync_enabled_ = true;
+  at::Tensor used_counts_;  // with find_unused_parameters: per parameter, ranks that used it
 
   // Per-step state, shared with autograd's hooks.
   std::mutex mutex_;
