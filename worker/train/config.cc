@@ -163,6 +163,18 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.optimizer.momentum == 0 || c.optimizer.name == "sgd", src, "/optimizer/momentum",
         "applies to sgd only");
   check(c.optimizer.weight_decay >= 0, src, "/optimizer/weight_decay", "must be >= 0");
+  check(c.optimizer.clip_grad_norm >= 0, src, "/optimizer/clip_grad_norm",
+        "must be >= 0 (0: no clipping)");
+  check(c.optimizer.warmup_steps >= 0, src, "/optimizer/warmup_steps", "must be >= 0");
+  check_one_of(c.optimizer.decay, {"none", "cosine", "step"}, src, "/optimizer/decay");
+  check(c.optimizer.min_lr >= 0 && c.optimizer.min_lr < c.optimizer.lr, src,
+        "/optimizer/min_lr", "must be >= 0 and below /optimizer/lr");
+  check(c.optimizer.min_lr == 0 || c.optimizer.decay == "cosine", src, "/optimizer/min_lr",
+        "applies to decay \"cosine\" only");
+  check(c.optimizer.decay != "step" || c.optimizer.decay_every >= 1, src,
+        "/optimizer/decay_every", "decay \"step\" needs it >= 1");
+  check(c.optimizer.decay_gamma > 0 && c.optimizer.decay_gamma <= 1, src,
+        "/optimizer/decay_gamma", "must be in (0, 1]");
 
   check(c.train.epochs >= 1, src, "/train/epochs", "must be >= 1");
   check(c.train.batch_size_per_rank >= 1, src, "/train/batch_size_per_rank", "must be >= 1");
@@ -243,12 +255,21 @@ Config parse_config(const std::string& text, const std::string& source) {
         r.read("shuffle", c.data.shuffle);
         r.read("drop_last", c.data.drop_last);
       });
-  section("optimizer", true, {"name", "lr", "momentum", "weight_decay"}, [&](ObjectReader& r) {
-    r.read("name", c.optimizer.name, true);
-    r.read("lr", c.optimizer.lr, true);
-    r.read("momentum", c.optimizer.momentum);
-    r.read("weight_decay", c.optimizer.weight_decay);
-  });
+  section("optimizer", true,
+          {"name", "lr", "momentum", "weight_decay", "clip_grad_norm", "warmup_steps", "decay",
+           "min_lr", "decay_every", "decay_gamma"},
+          [&](ObjectReader& r) {
+            r.read("name", c.optimizer.name, true);
+            r.read("lr", c.optimizer.lr, true);
+            r.read("momentum", c.optimizer.momentum);
+            r.read("weight_decay", c.optimizer.weight_decay);
+            r.read("clip_grad_norm", c.optimizer.clip_grad_norm);
+            r.read("warmup_steps", c.optimizer.warmup_steps);
+            r.read("decay", c.optimizer.decay);
+            r.read("min_lr", c.optimizer.min_lr);
+            r.read("decay_every", c.optimizer.decay_every);
+            r.read("decay_gamma", c.optimizer.decay_gamma);
+          });
   section("train", true, {"epochs", "batch_size_per_rank", "seed", "max_steps", "loss"},
           [&](ObjectReader& r) {
             r.read("epochs", c.train.epochs, true);

@@ -38,6 +38,16 @@ struct OptimizerConfig {
   double lr = 0;
   double momentum = 0;  // sgd only
   double weight_decay = 0;
+  // > 0: gradients scaled so that their global norm is at most this, after averaging.
+  double clip_grad_norm = 0;
+  // The learning rate per step (schedule.h): a linear warm-up over warmup_steps, then "none"
+  // (constant), "cosine" (down to min_lr at the last step) or "step" (times decay_gamma
+  // every decay_every steps).
+  std::int64_t warmup_steps = 0;
+  std::string decay = "none";
+  double min_lr = 0;
+  std::int64_t decay_every = 0;
+  double decay_gamma = 0.1;
 };
 
 struct TrainConfig {

@@ -20,6 +20,7 @@
 #include "models.h"
 #include "objective.h"
 #include "progress.h"
+#include "schedule.h"
 #include "stop_check.h"
 #include "threads.h"
 
@@ -133,6 +134,9 @@ TrainingResult Trainer::run() {
   const std::int64_t per_rank = sampler.num_samples();
   const std::int64_t batches = (per_rank + batch - 1) / batch;
   const std::int64_t max_steps = config_.train.max_steps;
+  const std::int64_t total_steps = max_steps > 0
+                                       ? std::min(max_steps, config_.train.epochs * batches)
+                                       : config_.train.epochs * batches;
   if (rank == 0) {
     out_ << "ddp-train: " << config_.model.name << " on " << config_.data.name << ", world "
          << world << ", " << batch << " samples per rank per step, " << batches
@@ -188,6 +192,12 @@ TrainingResult Trainer::run() {
       const auto loss = compute_loss(config_.train.loss, logits, y.to(logits.device()));
       loss.backward();
       ddp.finish_gradient_sync();
+      // Averaged, the gradients are the same bits on every rank, and so is their norm.
+      if (config_.optimizer.clip_grad_norm > 0) {
+        torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.optimizer.clip_grad_norm);
+      }
+      const double lr = learning_rate(config_.optimizer, position_.step, total_steps);
+      for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
       optimizer_->step();
 
       const double batch_loss = loss.item<double>() * static_cast<double>(y.size(0));
@@ -204,7 +214,7 @@ TrainingResult Trainer::run() {
           window.epoch = static_cast<double>(epoch) +
                          static_cast<double>(b + 1) / static_cast<double>(batches);
           window.world_size = world;
-          window.lr = config_.optimizer.lr;  // constant: ddp-train has no schedule
+          window.lr = lr;
           append_line(config_.metrics.file, step_metrics_line(window));
           window = {};
         }

@@ -132,6 +132,61 @@ TEST_F(TrainTest, MetricsEveryStepsWritesStepLinesBetweenTheEpochLines) {
       << "the toy model learns";
 }
 
+// optimizer.clip_grad_norm: with plain SGD (no momentum) every step moves the parameters by
+// at most lr x the clip, so 29 steps after the first stay within 29 x lr x clip of it (and
+// unclipped they go far beyond). optimizer.warmup_steps and decay "cosine": the rate of
+// every step, as the metrics file records it, rises linearly over the warm-up and falls to
+// min_lr at the last step.
+TEST_F(TrainTest, ClippingBoundsEveryUpdateAndTheScheduleSetsEveryStepsRate) {
+  const auto write = [&](const std::string& name, double clip) {
+    json config = read_json(kToyConfig);
+    config["optimizer"]["momentum"] = 0;
+    config["optimizer"]["clip_grad_norm"] = clip;
+    std::ofstream(path(name)) << config.dump();
+    return path(name);
+  };
+  const auto moved = [&](const std::string& config) {
+    EXPECT_EQ(train(2, "--max-steps 1 --final-params '" + path("first.json") + "'", "c1.log",
+                    config),
+              0)
+        << log();
+    EXPECT_EQ(train(2, "--final-params '" + path("last.json") + "'", "c30.log", config), 0)
+        << log();
+    return max_abs_diff(read_json(path("first.json")), read_json(path("last.json")));
+  };
+  const double bound = 29 * 0.05 * 1e-4;
+  const double clipped = moved(write("clipped.json", 1e-4));
+  const double free = moved(write("free.json", 0));
+  std::cout << "largest parameter move over 29 steps: clipped at 1e-4 " << clipped
+            << " (bound " << bound << "), unclipped " << free << "\n";
+  EXPECT_GT(clipped, 0);
+  EXPECT_LE(clipped, bound * 1.001);
+  EXPECT_GT(free, 10 * bound);
+
+  json config = read_json(kToyConfig);
+  config["optimizer"]["warmup_steps"] = 5;
+  config["optimizer"]["decay"] = "cosine";
+  config["optimizer"]["min_lr"] = 0.001;
+  std::ofstream(path("cosine.json")) << config.dump();
+  const std::string metrics = path("lr.jsonl");
+  ASSERT_EQ(train(2, "--metrics-file '" + metrics + "' --metrics-every 1", "lr.log",
+                  path("cosine.json")),
+            0)
+      << log();
+  std::vector<double> lr;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const json row = json::parse(line);
+    if (row.value("kind", "") == "step") lr.push_back(row["lr"].get<double>());
+  }
+  ASSERT_EQ(lr.size(), 30u);
+  for (std::size_t s = 0; s < 5; ++s) {
+    EXPECT_NEAR(lr[s], 0.05 * static_cast<double>(s + 1) / 5, 1e-12) << "step " << s;
+  }
+  for (std::size_t s = 6; s < lr.size(); ++s) EXPECT_LT(lr[s], lr[s - 1]) << "step " << s;
+  EXPECT_NEAR(lr.back(), 0.001, 1e-12);
+}
+
 // The toy model in 2 stages (2 "devices" per rank, both the CPU here) fed in micro-batches
 // of 3 rows, its data plane under NCCL's rules (gloo-as-nccl), trains as the unsplit model
 // does: the same parameters up to the summation order of the batch's rows.
