@@ -167,18 +167,19 @@ void validate_config(const Config& c, const std::string& src) {
         "must be >= 0 (0: no clipping)");
   check(c.optimizer.warmup_steps >= 0, src, "/optimizer/warmup_steps", "must be >= 0");
   check_one_of(c.optimizer.decay, {"none", "cosine", "step"}, src, "/optimizer/decay");
-  check(c.optimizer.min_lr >= 0 && c.optimizer.min_lr < c.optimizer.lr, src,
-        "/optimizer/min_lr", "must be >= 0 and below /optimizer/lr");
+  check(c.optimizer.min_lr >= 0 && c.optimizer.min_lr < c.optimizer.lr, src, "/optimizer/min_lr",
+        "must be >= 0 and below /optimizer/lr");
   check(c.optimizer.min_lr == 0 || c.optimizer.decay == "cosine", src, "/optimizer/min_lr",
         "applies to decay \"cosine\" only");
-  check(c.optimizer.decay != "step" || c.optimizer.decay_every >= 1, src,
-        "/optimizer/decay_every", "decay \"step\" needs it >= 1");
-  check(c.optimizer.decay_gamma > 0 && c.optimizer.decay_gamma <= 1, src,
-        "/optimizer/decay_gamma", "must be in (0, 1]");
+  check(c.optimizer.decay != "step" || c.optimizer.decay_every >= 1, src, "/optimizer/decay_every",
+        "decay \"step\" needs it >= 1");
+  check(c.optimizer.decay_gamma > 0 && c.optimizer.decay_gamma <= 1, src, "/optimizer/decay_gamma",
+        "must be in (0, 1]");
 
   check(c.train.epochs >= 1, src, "/train/epochs", "must be >= 1");
   check(c.train.batch_size_per_rank >= 1, src, "/train/batch_size_per_rank", "must be >= 1");
   check(c.train.max_steps >= 0, src, "/train/max_steps", "must be >= 0 (0: no limit)");
+  check(c.train.accumulate_steps >= 1, src, "/train/accumulate_steps", "must be >= 1");
   check_one_of(c.train.loss, {"cross_entropy", "mse"}, src, "/train/loss");
 
   check(c.checkpoint.interval_steps >= 0, src, "/checkpoint/interval_steps", "must be >= 0");
@@ -270,12 +271,14 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("decay_every", c.optimizer.decay_every);
             r.read("decay_gamma", c.optimizer.decay_gamma);
           });
-  section("train", true, {"epochs", "batch_size_per_rank", "seed", "max_steps", "loss"},
+  section("train", true,
+          {"epochs", "batch_size_per_rank", "seed", "max_steps", "loss", "accumulate_steps"},
           [&](ObjectReader& r) {
             r.read("epochs", c.train.epochs, true);
             r.read("batch_size_per_rank", c.train.batch_size_per_rank, true);
             r.read("seed", c.train.seed, true);
             r.read("max_steps", c.train.max_steps);
+            r.read("accumulate_steps", c.train.accumulate_steps);
             r.read("loss", c.train.loss);
           });
   section("checkpoint", false, {"dir", "interval_steps", "keep_last"}, [&](ObjectReader& r) {
@@ -283,23 +286,23 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("interval_steps", c.checkpoint.interval_steps);
     r.read("keep_last", c.checkpoint.keep_last);
   });
-  section("runtime", false,
-          {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
-           "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers",
-           "comm_hook"},
-          [&](ObjectReader& r) {
-            r.read("threads", c.runtime.threads);
-            r.read("backend", c.runtime.backend);
-            r.read("timeout_s", c.runtime.timeout_s);
-            r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
-            r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
-            r.read("overlap", c.runtime.overlap);
-            r.read("find_unused_parameters", c.runtime.find_unused_parameters);
-            r.read("shared_memory", c.runtime.shared_memory);
-            r.read("init_method", c.runtime.init_method);
-            r.read("broadcast_buffers", c.runtime.broadcast_buffers);
-            r.read("comm_hook", c.runtime.comm_hook);
-          });
+  section(
+      "runtime", false,
+      {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
+       "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers", "comm_hook"},
+      [&](ObjectReader& r) {
+        r.read("threads", c.runtime.threads);
+        r.read("backend", c.runtime.backend);
+        r.read("timeout_s", c.runtime.timeout_s);
+        r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
+        r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
+        r.read("overlap", c.runtime.overlap);
+        r.read("find_unused_parameters", c.runtime.find_unused_parameters);
+        r.read("shared_memory", c.runtime.shared_memory);
+        r.read("init_method", c.runtime.init_method);
+        r.read("broadcast_buffers", c.runtime.broadcast_buffers);
+        r.read("comm_hook", c.runtime.comm_hook);
+      });
   section("metrics", false, {"file", "every_steps"}, [&](ObjectReader& r) {
     r.read("file", c.metrics.file);
     r.read("every_steps", c.metrics.every_steps);

@@ -55,6 +55,8 @@ struct TrainConfig {
   std::int64_t batch_size_per_rank = 0;
   std::uint64_t seed = 0;
   std::int64_t max_steps = 0;          // > 0: stop after this many optimizer steps in total
+  // > 1: each optimizer step accumulates this many batches of batch_size_per_rank (no_sync).
+  std::int64_t accumulate_steps = 1;
   std::string loss = "cross_entropy";  // or "mse" (one-hot targets for classification data)
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <ostream>
 
 #include "checkpointing.h"
@@ -133,15 +134,20 @@ TrainingResult Trainer::run() {
   const std::int64_t batch = config_.train.batch_size_per_rank;
   const std::int64_t per_rank = sampler.num_samples();
   const std::int64_t batches = (per_rank + batch - 1) / batch;
+  const std::int64_t accumulate = config_.train.accumulate_steps;
+  const std::int64_t steps_per_epoch = (batches + accumulate - 1) / accumulate;
   const std::int64_t max_steps = config_.train.max_steps;
   const std::int64_t total_steps = max_steps > 0
-                                       ? std::min(max_steps, config_.train.epochs * batches)
-                                       : config_.train.epochs * batches;
+                                       ? std::min(max_steps, config_.train.epochs * steps_per_epoch)
+                                       : config_.train.epochs * steps_per_epoch;
   if (rank == 0) {
     out_ << "ddp-train: " << config_.model.name << " on " << config_.data.name << ", world "
-         << world << ", " << batch << " samples per rank per step, " << batches
-         << " steps per epoch, " << at::get_num_threads() << " thread(s) per rank, "
-         << comm_->transport() << ", " << ddp.bucket_count() << " gradient bucket(s)"
+         << world << ", " << batch << " samples per rank per "
+         << (accumulate > 1 ? "micro-batch, " + std::to_string(accumulate) + " per step, "
+                            : std::string("step, "))
+         << steps_per_epoch << " steps per epoch, " << at::get_num_threads()
+         << " thread(s) per rank, " << comm_->transport() << ", " << ddp.bucket_count()
+         << " gradient bucket(s)"
          << (ddp_options.comm_hook.start ? " sent as " + ddp_options.comm_hook.name : "")
          << (ddp_options.overlap ? "" : ", all-reduce after backward");
     if (model_->stage_count() > 1) {
@@ -170,27 +176,41 @@ TrainingResult Trainer::run() {
     const std::int64_t first = epoch == position_.epoch ? position_.batch_in_epoch : 0;
     EpochStats stats;
     const auto start = Clock::now();
-    for (std::int64_t b = first; b < batches; ++b) {
+    for (std::int64_t b = first; b < batches;) {
       if (max_steps > 0 && position_.step >= max_steps) {
         done = true;
         break;
       }
       const auto step_start = Clock::now();
-      const auto batch_indices =
-          indices.narrow(0, b * batch, std::min(batch, per_rank - b * batch));
-      const auto samples = gather(data_.train, batch_indices);
-      const auto x = samples.inputs.to(device_);
-      const auto& y = samples.targets;
+      // One optimizer step over `micro` batches: the gradients of all but the last add up on
+      // this rank (no_sync), the last one's backward averages their sum across ranks.
+      const std::int64_t micro = std::min(accumulate, batches - b);
       // Gradients set to none, as PyTorch's zero_grad() does by default: backward then
       // takes its result as the gradient instead of adding it to zeros, and a parameter that
       // no rank used stays without one, so the optimizer leaves it alone (no momentum, no
       // weight decay).
       for (auto& p : model_->parameters()) p.mutable_grad().reset();
       ddp.prepare_for_forward();
-      ddp.prepare_for_backward();
-      const auto logits = model_->forward(x);
-      const auto loss = compute_loss(config_.train.loss, logits, y.to(logits.device()));
-      loss.backward();
+      double step_loss = 0, step_rows = 0;
+      for (std::int64_t m = 0; m < micro; ++m) {
+        const auto batch_indices =
+            indices.narrow(0, (b + m) * batch, std::min(batch, per_rank - (b + m) * batch));
+        const auto samples = gather(data_.train, batch_indices);
+        const auto x = samples.inputs.to(device_);
+        const auto& y = samples.targets;
+        std::optional<NoSyncGuard> local;
+        if (m + 1 < micro) {
+          local.emplace(ddp);
+        } else {
+          ddp.prepare_for_backward();
+        }
+        const auto logits = model_->forward(x);
+        const auto loss = compute_loss(config_.train.loss, logits, y.to(logits.device()));
+        // Each micro-batch's mean loss weighs 1/micro, as PyTorch's recipe divides it.
+        (micro > 1 ? loss / static_cast<double>(micro) : loss).backward();
+        step_loss += loss.item<double>() * static_cast<double>(y.size(0));
+        step_rows += static_cast<double>(y.size(0));
+      }
       ddp.finish_gradient_sync();
       // Averaged, the gradients are the same bits on every rank, and so is their norm.
       if (config_.optimizer.clip_grad_norm > 0) {
@@ -199,20 +219,19 @@ TrainingResult Trainer::run() {
       const double lr = learning_rate(config_.optimizer, position_.step, total_steps);
       for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
       optimizer_->step();
+      b += micro;
 
-      const double batch_loss = loss.item<double>() * static_cast<double>(y.size(0));
-      stats.loss_sum += batch_loss;
-      stats.samples += static_cast<double>(y.size(0));
-      position_ = {position_.step + 1, b + 1 == batches ? epoch + 1 : epoch,
-                   b + 1 == batches ? 0 : b + 1};
+      stats.loss_sum += step_loss;
+      stats.samples += step_rows;
+      position_ = {position_.step + 1, b == batches ? epoch + 1 : epoch, b == batches ? 0 : b};
       if (step_metrics) {
-        window.loss_sum += batch_loss;
-        window.samples += static_cast<double>(y.size(0));
+        window.loss_sum += step_loss;
+        window.samples += step_rows;
         window.seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
         if (position_.step % config_.metrics.every_steps == 0) {
           window.step = position_.step;
-          window.epoch = static_cast<double>(epoch) +
-                         static_cast<double>(b + 1) / static_cast<double>(batches);
+          window.epoch =
+              static_cast<double>(epoch) + static_cast<double>(b) / static_cast<double>(batches);
           window.world_size = world;
           window.lr = lr;
           append_line(config_.metrics.file, step_metrics_line(window));
@@ -221,7 +240,7 @@ TrainingResult Trainer::run() {
       }
       if (config_.diagnostics.check_replicas)
         check_replicas(*model_, comm_->control(), position_.step);
-      progress.step(epoch, config_.train.epochs, b + 1, batches,
+      progress.step(epoch, config_.train.epochs, b, batches,
                     stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
                     std::chrono::duration<double>(Clock::now() - start).count(), world);
       const auto interval = config_.checkpoint.interval_steps;

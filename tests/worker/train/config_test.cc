@@ -136,6 +136,8 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
        "optimizer, preemption, progress, runtime, train)"},
       {"\"seed\": 1", "\"seed\": 1, \"max_steps\": -2",
        "x.json: /train/max_steps: must be >= 0 (0: no limit)"},
+      {"\"seed\": 1", "\"seed\": 1, \"accumulate_steps\": 0",
+       "x.json: /train/accumulate_steps: must be >= 1"},
       {"\"seed\": 1}", "\"seed\": 1}, \"checkpoint\": {\"interval_steps\": 5}",
        "x.json: /checkpoint/interval_steps: needs /checkpoint/dir"},
       {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"backend\": \"mpi\"}",

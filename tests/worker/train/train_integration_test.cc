@@ -132,6 +132,31 @@ TEST_F(TrainTest, MetricsEveryStepsWritesStepLinesBetweenTheEpochLines) {
       << "the toy model learns";
 }
 
+// train.accumulate_steps: two micro-batches of 4 rows per optimizer step, the first under
+// no_sync, train as one batch of 8 does (the same rows in each step; the mean of two equal
+// halves' mean losses is the whole batch's), up to the summation order.
+TEST_F(TrainTest, AccumulatingTwoHalfBatchesPerStepTrainsAsTheWholeBatch) {
+  json config = read_json(kToyConfig);
+  config["train"]["accumulate_steps"] = 2;
+  std::ofstream(path("accumulate.json")) << config.dump();
+  ASSERT_EQ(train(2, "--batch-size 4 --final-params '" + path("accumulated.json") + "'",
+                  "accumulate.log", path("accumulate.json")),
+            0)
+      << log();
+  EXPECT_NE(log().find("4 samples per rank per micro-batch, 2 per step, 10 steps per epoch"),
+            std::string::npos)
+      << log();
+  ASSERT_EQ(train(2, "--batch-size 8 --final-params '" + path("whole.json") + "'", "whole.log"), 0)
+      << log();
+  const json accumulated = read_json(path("accumulated.json")),
+             whole = read_json(path("whole.json"));
+  EXPECT_EQ(accumulated["step"], 30);
+  const double diff = max_abs_diff(accumulated, whole);
+  std::cout << "max abs parameter difference, 2 micro-batches of 4 vs batches of 8: " << diff
+            << "\n";
+  EXPECT_LT(diff, 1e-5);
+}
+
 // optimizer.clip_grad_norm: with plain SGD (no momentum) every step moves the parameters by
 // at most lr x the clip, so 29 steps after the first stay within 29 x lr x clip of it (and
 // unclipped they go far beyond). optimizer.warmup_steps and decay "cosine": the rate of
@@ -146,9 +171,8 @@ TEST_F(TrainTest, ClippingBoundsEveryUpdateAndTheScheduleSetsEveryStepsRate) {
     return path(name);
   };
   const auto moved = [&](const std::string& config) {
-    EXPECT_EQ(train(2, "--max-steps 1 --final-params '" + path("first.json") + "'", "c1.log",
-                    config),
-              0)
+    EXPECT_EQ(
+        train(2, "--max-steps 1 --final-params '" + path("first.json") + "'", "c1.log", config), 0)
         << log();
     EXPECT_EQ(train(2, "--final-params '" + path("last.json") + "'", "c30.log", config), 0)
         << log();
@@ -157,8 +181,8 @@ TEST_F(TrainTest, ClippingBoundsEveryUpdateAndTheScheduleSetsEveryStepsRate) {
   const double bound = 29 * 0.05 * 1e-4;
   const double clipped = moved(write("clipped.json", 1e-4));
   const double free = moved(write("free.json", 0));
-  std::cout << "largest parameter move over 29 steps: clipped at 1e-4 " << clipped
-            << " (bound " << bound << "), unclipped " << free << "\n";
+  std::cout << "largest parameter move over 29 steps: clipped at 1e-4 " << clipped << " (bound "
+            << bound << "), unclipped " << free << "\n";
   EXPECT_GT(clipped, 0);
   EXPECT_LE(clipped, bound * 1.001);
   EXPECT_GT(free, 10 * bound);
@@ -169,9 +193,9 @@ TEST_F(TrainTest, ClippingBoundsEveryUpdateAndTheScheduleSetsEveryStepsRate) {
   config["optimizer"]["min_lr"] = 0.001;
   std::ofstream(path("cosine.json")) << config.dump();
   const std::string metrics = path("lr.jsonl");
-  ASSERT_EQ(train(2, "--metrics-file '" + metrics + "' --metrics-every 1", "lr.log",
-                  path("cosine.json")),
-            0)
+  ASSERT_EQ(
+      train(2, "--metrics-file '" + metrics + "' --metrics-every 1", "lr.log", path("cosine.json")),
+      0)
       << log();
   std::vector<double> lr;
   std::ifstream in(metrics);
