@@ -156,7 +156,7 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.data.synthetic_test > 0, src, "/data/synthetic_test", "must be > 0");
   check(!c.data.path.empty(), src, "/data/path", "must not be empty");
 
-  check_one_of(c.optimizer.name, {"sgd", "adam"}, src, "/optimizer/name");
+  check_one_of(c.optimizer.name, {"sgd", "adam", "adamw"}, src, "/optimizer/name");
   check(c.optimizer.lr > 0, src, "/optimizer/lr", "must be > 0");
   check(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, src, "/optimizer/momentum",
         "must be in [0, 1)");
@@ -194,6 +194,9 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
   check_one_of(c.runtime.backend, {"gloo", "nccl", "gloo-as-nccl"}, src, "/runtime/backend");
   check_one_of(c.runtime.comm_hook, {"none", "bf16", "fp16"}, src, "/runtime/comm_hook");
+  check_one_of(c.runtime.autocast, {"none", "bf16"}, src, "/runtime/autocast");
+  check(c.runtime.autocast == "none" || c.runtime.backend != "nccl", src, "/runtime/autocast",
+        "applies to the CPU only (backends gloo and gloo-as-nccl)");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
   try {
     parse_init_method(c.runtime.init_method);
@@ -286,23 +289,24 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("interval_steps", c.checkpoint.interval_steps);
     r.read("keep_last", c.checkpoint.keep_last);
   });
-  section(
-      "runtime", false,
-      {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
-       "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers", "comm_hook"},
-      [&](ObjectReader& r) {
-        r.read("threads", c.runtime.threads);
-        r.read("backend", c.runtime.backend);
-        r.read("timeout_s", c.runtime.timeout_s);
-        r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
-        r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
-        r.read("overlap", c.runtime.overlap);
-        r.read("find_unused_parameters", c.runtime.find_unused_parameters);
-        r.read("shared_memory", c.runtime.shared_memory);
-        r.read("init_method", c.runtime.init_method);
-        r.read("broadcast_buffers", c.runtime.broadcast_buffers);
-        r.read("comm_hook", c.runtime.comm_hook);
-      });
+  section("runtime", false,
+          {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
+           "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers",
+           "comm_hook", "autocast"},
+          [&](ObjectReader& r) {
+            r.read("threads", c.runtime.threads);
+            r.read("backend", c.runtime.backend);
+            r.read("timeout_s", c.runtime.timeout_s);
+            r.read("bucket_cap_mb", c.runtime.bucket_cap_mb);
+            r.read("unresponsive_wait_s", c.runtime.unresponsive_wait_s);
+            r.read("overlap", c.runtime.overlap);
+            r.read("find_unused_parameters", c.runtime.find_unused_parameters);
+            r.read("shared_memory", c.runtime.shared_memory);
+            r.read("init_method", c.runtime.init_method);
+            r.read("broadcast_buffers", c.runtime.broadcast_buffers);
+            r.read("comm_hook", c.runtime.comm_hook);
+            r.read("autocast", c.runtime.autocast);
+          });
   section("metrics", false, {"file", "every_steps"}, [&](ObjectReader& r) {
     r.read("file", c.metrics.file);
     r.read("every_steps", c.metrics.every_steps);

@@ -34,7 +34,7 @@ struct DataConfig {
 };
 
 struct OptimizerConfig {
-  std::string name;  // "sgd" or "adam"
+  std::string name;  // "sgd", "adam" or "adamw"
   double lr = 0;
   double momentum = 0;  // sgd only
   double weight_decay = 0;
@@ -79,6 +79,7 @@ struct RuntimeConfig {
   bool shared_memory = true;            // gloo on one node: all-reduce through shared memory
   bool broadcast_buffers = true;        // rank 0's buffers broadcast before every forward
   std::string comm_hook = "none";       // "bf16", "fp16": gradients sent compressed
+  std::string autocast = "none";        // "bf16": forward passes in bfloat16 on the CPU
   std::string init_method = "env://";   // env://, tcp://HOST:PORT, file:///PATH (init_method.h)
 };
 

@@ -17,6 +17,10 @@ constexpr std::int64_t kEvalChunk = 256;
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<at::Tensor> params) {
+  if (config.name == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(params), torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
+  }
   if (config.name == "adam") {
     return std::make_unique<torch::optim::Adam>(
         std::move(params), torch::optim::AdamOptions(config.lr).weight_decay(config.weight_decay));

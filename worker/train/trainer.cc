@@ -12,6 +12,7 @@
 #include "checkpointing.h"
 #include "data.h"
 #include "ddprun/common/signal_name.h"
+#include "ddprun/worker/autocast.h"
 #include "ddprun/worker/communicator.h"
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/errors.h"
@@ -204,8 +205,12 @@ TrainingResult Trainer::run() {
         } else {
           ddp.prepare_for_backward();
         }
-        const auto logits = model_->forward(x);
-        const auto loss = compute_loss(config_.train.loss, logits, y.to(logits.device()));
+        at::Tensor logits, loss;
+        {
+          CpuAutocast autocast(config_.runtime.autocast == "bf16");
+          logits = model_->forward(x);
+          loss = compute_loss(config_.train.loss, logits.to(torch::kFloat), y.to(logits.device()));
+        }
         // Each micro-batch's mean loss weighs 1/micro, as PyTorch's recipe divides it.
         (micro > 1 ? loss / static_cast<double>(micro) : loss).backward();
         step_loss += loss.item<double>() * static_cast<double>(y.size(0));

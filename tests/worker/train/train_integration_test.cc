@@ -157,6 +157,40 @@ TEST_F(TrainTest, AccumulatingTwoHalfBatchesPerStepTrainsAsTheWholeBatch) {
   EXPECT_LT(diff, 1e-5);
 }
 
+// runtime.autocast "bf16" with AdamW: the forward runs in bfloat16 (the parameters end away
+// from the float run's, yet near them), every rank keeps the same parameters, the loss falls.
+TEST_F(TrainTest, Bf16AutocastWithAdamWTrainsNearTheFloatRunOnEveryRankAlike) {
+  json config = read_json(kToyConfig);
+  config["optimizer"] = {{"name", "adamw"}, {"lr", 0.01}, {"weight_decay", 0.01}};
+  std::ofstream(path("float.json")) << config.dump();
+  config["runtime"]["autocast"] = "bf16";
+  std::ofstream(path("bf16.json")) << config.dump();
+  ASSERT_EQ(train(2, "--final-params '" + path("float-params.json") + "'", "float.log",
+                  path("float.json")),
+            0)
+      << log();
+  const std::string metrics = path("bf16.jsonl");
+  ASSERT_EQ(train(2,
+                  "--check-replicas --metrics-file '" + metrics +
+                      "' --metrics-every 10 --final-params '" + path("bf16-params.json") + "'",
+                  "bf16.log", path("bf16.json")),
+            0)
+      << log();
+  const double diff =
+      max_abs_diff(read_json(path("bf16-params.json")), read_json(path("float-params.json")));
+  std::cout << "max abs parameter difference, bf16 autocast vs float (AdamW): " << diff << "\n";
+  EXPECT_GT(diff, 0) << "the forward did not run in bf16";
+  EXPECT_LT(diff, 0.05);
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const json row = json::parse(line);
+    if (row.value("kind", "") == "step") losses.push_back(row["loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_LT(losses.back(), losses.front());
+}
+
 // optimizer.clip_grad_norm: with plain SGD (no momentum) every step moves the parameters by
 // at most lr x the clip, so 29 steps after the first stay within 29 x lr x clip of it (and
 // unclipped they go far beyond). optimizer.warmup_steps and decay "cosine": the rate of

@@ -111,6 +111,8 @@ void check_optimizer_state(const std::string& path, const torch::optim::Optimize
           tensors = {sgd->momentum_buffer()};
         } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
           tensors = {adam->exp_avg(), adam->exp_avg_sq()};
+        } else if (const auto* w = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+          tensors = {w->exp_avg(), w->exp_avg_sq()};
         }
       }
       for (const auto& t : tensors) {

@@ -1,5 +1,6 @@
 #include "torch_compat.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -52,6 +53,27 @@ const torch::optim::OptimizerParamState* find_state(const States& states, void* 
 const torch::optim::OptimizerParamState* optimizer_param_state(
     const torch::optim::Optimizer& optimizer, const at::Tensor& param) {
   return find_state(optimizer.state(), param.unsafeGetTensorImpl());
+}
+
+bool set_cpu_autocast(bool enabled, at::ScalarType type) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  const bool was = at::autocast::is_autocast_enabled(at::kCPU);
+  at::autocast::set_autocast_dtype(at::kCPU, type);
+  at::autocast::set_autocast_enabled(at::kCPU, enabled);
+#else
+  const bool was = at::autocast::is_cpu_enabled();
+  at::autocast::set_autocast_cpu_dtype(type);
+  at::autocast::set_cpu_enabled(enabled);
+#endif
+  return was;
+}
+
+int enter_autocast_region() {
+  return at::autocast::increment_nesting();
+}
+
+void leave_autocast_region() {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
 }
 
 c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,

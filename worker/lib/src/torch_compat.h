@@ -82,6 +82,13 @@ c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::S
 std::shared_ptr<void> add_gradient_ready_hook(const at::Tensor& param,
                                               std::function<void()> on_ready);
 
+// Turns autocast on the CPU on (to `type`) or off, returning whether it was on. 1.13 has
+// set_cpu_enabled; 2.4 deprecated it for set_autocast_enabled(device type, ...).
+bool set_cpu_autocast(bool enabled, at::ScalarType type);
+// Autocast's cast cache, kept while autocast regions nest; cleared by the outermost exit.
+int enter_autocast_region();
+void leave_autocast_region();
+
 // Runs `callback` once the backward pass now running ends. Call only from inside an
 // autograd hook; throws c10::Error otherwise.
 void queue_end_of_backward(std::function<void()> callback);
