@@ -145,6 +145,9 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.model.stages >= 1 && c.model.stages <= blocks, src, "/model/stages",
         "model '" + c.model.name + "' splits into 1 to " + std::to_string(blocks) + " stages");
   check(c.model.split_size >= 0, src, "/model/split_size", "must be >= 0");
+  check_one_of(c.model.batch_norm, {"none", "local", "sync"}, src, "/model/batch_norm");
+  check(c.model.batch_norm == "none" || c.model.name != "mlp", src, "/model/batch_norm",
+        "models cnn and toy have batch norms, mlp has none");
 
   check_one_of(c.data.name, {"fashion_mnist", "synthetic"}, src, "/data/name");
   const bool toy = c.model.name == "toy";
@@ -242,10 +245,11 @@ Config parse_config(const std::string& text, const std::string& source) {
       fill(r);
     }
   };
-  section("model", true, {"name", "stages", "split_size"}, [&](ObjectReader& r) {
+  section("model", true, {"name", "stages", "split_size", "batch_norm"}, [&](ObjectReader& r) {
     r.read("name", c.model.name, true);
     r.read("stages", c.model.stages);
     r.read("split_size", c.model.split_size);
+    r.read("batch_norm", c.model.batch_norm);
   });
   section(
       "data", true,

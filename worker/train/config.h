@@ -18,6 +18,8 @@ struct ModelConfig {
   // (ddprun --gpus-per-proc; on the CPU every stage is on the CPU). At most its block count.
   int stages = 1;
   std::int64_t split_size = 0;  // > 0: batches flow through the stages in micro-batches
+  // cnn and toy: "local" (batch norm over each rank's rows) or "sync" (over all ranks' rows).
+  std::string batch_norm = "none";
 };
 
 // How many blocks each model has (the most stages it splits into); 0 for an unknown name.
@@ -54,7 +56,7 @@ struct TrainConfig {
   int epochs = 0;
   std::int64_t batch_size_per_rank = 0;
   std::uint64_t seed = 0;
-  std::int64_t max_steps = 0;          // > 0: stop after this many optimizer steps in total
+  std::int64_t max_steps = 0;  // > 0: stop after this many optimizer steps in total
   // > 1: each optimizer step accumulates this many batches of batch_size_per_rank (no_sync).
   std::int64_t accumulate_steps = 1;
   std::string loss = "cross_entropy";  // or "mse" (one-hot targets for classification data)

@@ -1,5 +1,7 @@
 #include "models.h"
 
+#include "ddprun/worker/sync_batch_norm.h"
+
 #include <torch/torch.h>
 
 #include <stdexcept>
@@ -55,6 +57,19 @@ at::Tensor Model::forward(const at::Tensor& x) {
 
 namespace {
 
+// `h` through batch norm `bn` when the model has one.
+at::Tensor normed(const std::shared_ptr<SyncBatchNorm>& bn, const at::Tensor& h) {
+  return bn ? bn->forward(h) : h;
+}
+
+// A block's layer and, when there is one, its batch norm.
+std::vector<std::shared_ptr<torch::nn::Module>> with_norm(
+    std::shared_ptr<torch::nn::Module> layer, const std::shared_ptr<SyncBatchNorm>& bn) {
+  std::vector<std::shared_ptr<torch::nn::Module>> modules{std::move(layer)};
+  if (bn) modules.push_back(bn);
+  return modules;
+}
+
 class Mlp : public Model {
  public:
   Mlp()
@@ -86,12 +101,17 @@ class Mlp : public Model {
 
 class Cnn : public Model {
  public:
-  Cnn()
+  explicit Cnn(bool batch_norm)
       : conv1_(register_module("conv1",
                                torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
         conv2_(register_module("conv2",
                                torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
-        fc_(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
+        fc_(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {
+    if (batch_norm) {
+      bn1_ = register_module("bn1", std::make_shared<SyncBatchNorm>(16));
+      bn2_ = register_module("bn2", std::make_shared<SyncBatchNorm>(32));
+    }
+  }
 
   std::size_t block_count() const override { return 3; }
 
@@ -99,50 +119,61 @@ class Cnn : public Model {
   at::Tensor block(std::size_t i, const at::Tensor& h) override {
     switch (i) {
       case 0:
-        return torch::max_pool2d(torch::relu(conv1_->forward(h)), 2);  // 16 x 14 x 14
+        return torch::max_pool2d(torch::relu(normed(bn1_, conv1_->forward(h))), 2);  // 16x14x14
       case 1:
-        return torch::max_pool2d(torch::relu(conv2_->forward(h)), 2);  // 32 x 7 x 7
+        return torch::max_pool2d(torch::relu(normed(bn2_, conv2_->forward(h))), 2);  // 32x7x7
       default:
         return fc_->forward(h.reshape({h.size(0), -1}));
     }
   }
   std::vector<std::shared_ptr<torch::nn::Module>> block_modules(std::size_t i) override {
-    if (i == 0) return {conv1_.ptr()};
-    if (i == 1) return {conv2_.ptr()};
+    if (i == 0) return with_norm(conv1_.ptr(), bn1_);
+    if (i == 1) return with_norm(conv2_.ptr(), bn2_);
     return {fc_.ptr()};
   }
 
  private:
   torch::nn::Conv2d conv1_, conv2_;
   torch::nn::Linear fc_;
+  std::shared_ptr<SyncBatchNorm> bn1_, bn2_;  // null without model.batch_norm
 };
 
 class Toy : public Model {
  public:
-  Toy()
+  explicit Toy(bool batch_norm)
       : fc1_(register_module("fc1", torch::nn::Linear(10, 10))),
-        fc2_(register_module("fc2", torch::nn::Linear(10, 5))) {}
+        fc2_(register_module("fc2", torch::nn::Linear(10, 5))) {
+    if (batch_norm) bn_ = register_module("bn", std::make_shared<SyncBatchNorm>(10));
+  }
 
   std::size_t block_count() const override { return 2; }
 
  protected:
   at::Tensor block(std::size_t i, const at::Tensor& h) override {
-    return i == 0 ? torch::relu(fc1_->forward(h)) : fc2_->forward(h);
+    return i == 0 ? torch::relu(normed(bn_, fc1_->forward(h))) : fc2_->forward(h);
   }
   std::vector<std::shared_ptr<torch::nn::Module>> block_modules(std::size_t i) override {
-    return {i == 0 ? fc1_.ptr() : fc2_.ptr()};
+    return i == 0 ? with_norm(fc1_.ptr(), bn_)
+                  : std::vector<std::shared_ptr<torch::nn::Module>>{fc2_.ptr()};
   }
 
  private:
   torch::nn::Linear fc1_, fc2_;
+  std::shared_ptr<SyncBatchNorm> bn_;  // null without model.batch_norm
 };
 
 }  // namespace
 
-std::shared_ptr<Model> make_model(const std::string& name) {
+void Model::set_batch_norm_plane(Plane* plane) {
+  for (const auto& m : modules(/*include_self=*/false)) {
+    if (auto* bn = dynamic_cast<SyncBatchNorm*>(m.get())) bn->set_plane(plane);
+  }
+}
+
+std::shared_ptr<Model> make_model(const std::string& name, bool batch_norm) {
   if (name == "mlp") return std::make_shared<Mlp>();
-  if (name == "cnn") return std::make_shared<Cnn>();
-  if (name == "toy") return std::make_shared<Toy>();
+  if (name == "cnn") return std::make_shared<Cnn>(batch_norm);
+  if (name == "toy") return std::make_shared<Toy>(batch_norm);
   throw std::invalid_argument("unknown model '" + name + "' (known: mlp, cnn, toy)");
 }
 

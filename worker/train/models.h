@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/worker/communicator.h"
+
 namespace ddprun::worker {
 
 class Model : public torch::nn::Module {
@@ -32,6 +34,9 @@ class Model : public torch::nn::Module {
   // The stage each block runs in.
   const std::vector<std::size_t>& block_stages() const { return block_stage_; }
   virtual std::size_t block_count() const = 0;
+  // The plane its batch norms (model.batch_norm) compute their statistics over; null: each
+  // rank's own rows.
+  void set_batch_norm_plane(Plane* plane);
 
  protected:
   // Block i applied to h (block 0 gets the raw batch).
@@ -49,8 +54,10 @@ class Model : public torch::nn::Module {
 
 // "mlp": 784-256-128-10 with ReLU (3 blocks: one per layer); "cnn": two 3x3 conv layers
 // (16, 32 channels) with max pooling, then 1568-10 (3 blocks); "toy": Linear 10-10, ReLU,
-// Linear 10-5 (2 blocks). Initialised from the global LibTorch generator (seed it first for
-// reproducibility), on the CPU as one stage. Throws std::invalid_argument for another name.
-std::shared_ptr<Model> make_model(const std::string& name);
+// Linear 10-5 (2 blocks). With `batch_norm` (cnn and toy) a SyncBatchNorm follows each conv
+// layer (the toy's first layer). Initialised from the global LibTorch generator (seed it
+// first for reproducibility), on the CPU as one stage. Throws std::invalid_argument for
+// another name.
+std::shared_ptr<Model> make_model(const std::string& name, bool batch_norm = false);
 
 }  // namespace ddprun::worker

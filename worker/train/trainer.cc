@@ -113,7 +113,8 @@ TrainingResult Trainer::run() {
 
   data_ = load_data(config_.data, config_.train.seed);
   torch::manual_seed(config_.train.seed);  // same initial weights everywhere, before broadcast
-  model_ = make_model(config_.model.name);
+  model_ = make_model(config_.model.name, config_.model.batch_norm != "none");
+  if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(&comm_->data());
   model_->place(stage_devices);
   model_->set_split_size(config_.model.split_size);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
@@ -156,6 +157,10 @@ TrainingResult Trainer::run() {
       for (const auto& d : stage_devices) out_ << " " << d.str();
     }
     if (config_.model.split_size > 0) out_ << ", micro-batches of " << config_.model.split_size;
+    if (config_.model.batch_norm != "none") {
+      out_ << ", batch norm over "
+           << (config_.model.batch_norm == "sync" ? "all ranks' rows" : "each rank's rows");
+    }
     out_ << std::endl;
   }
 

@@ -4,6 +4,7 @@
 // agreement on the model, and the planes' rules.
 
 #include "ddprun/worker/ddp.h"
+#include "ddprun/worker/sync_batch_norm.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <arpa/inet.h>
@@ -380,6 +381,50 @@ TEST_P(DdpTest, CompressionHooksAverageWithinTheWireTypesRoundingAndRanksAgree) 
       EXPECT_NE(e.hint().find("comm hook"), std::string::npos) << e.hint();
     }
   });
+}
+
+// SyncBatchNorm: two ranks with half a batch each normalise as one process with the whole
+// batch: the same outputs, the same input gradients, weight and bias gradients that add up
+// to the whole batch's, and the same running statistics; with local statistics they differ.
+TEST_P(DdpTest, SyncBatchNormOverHalfBatchesNormalisesAsTheWholeBatch) {
+  auto gen = at::detail::createCPUGenerator(5);
+  const auto whole = torch::randn({8, 3, 2, 2}, gen) * 3 + 1;
+  const auto upstream = torch::randn({8, 3, 2, 2}, gen);
+  const auto forward_backward = [&](SyncBatchNorm& bn, const at::Tensor& x, const at::Tensor& g) {
+    auto input = x.clone().requires_grad_(true);
+    auto y = bn.forward(input);
+    (y * g).sum().backward();
+    return std::vector<at::Tensor>{y.detach(),
+                                   input.grad(),
+                                   bn.weight.grad(),
+                                   bn.bias.grad(),
+                                   bn.running_mean.clone(),
+                                   bn.running_var.clone()};
+  };
+  SyncBatchNorm reference(3);
+  const auto expected = forward_backward(reference, whole, upstream);
+  for (const bool sync : {true, false}) {
+    run(2, [&](Communicator& comm) {
+      SyncBatchNorm bn(3);
+      if (sync) bn.set_plane(&comm.data());
+      const auto rows = whole.narrow(0, 4 * comm.rank(), 4);
+      const auto got = forward_backward(bn, rows, upstream.narrow(0, 4 * comm.rank(), 4));
+      const auto expected_rows = [&](std::size_t i) {
+        return expected[i].narrow(0, 4 * comm.rank(), 4);
+      };
+      const bool same_output = torch::allclose(got[0], expected_rows(0), 1e-5, 1e-5);
+      EXPECT_EQ(same_output, sync) << "outputs, sync " << sync;
+      if (!sync) return;
+      EXPECT_TRUE(torch::allclose(got[1], expected_rows(1), 1e-5, 1e-5)) << "input gradients";
+      for (std::size_t i = 2; i < 4; ++i) {
+        auto summed = got[i].clone();
+        comm.control().allreduce(summed);
+        EXPECT_TRUE(torch::allclose(summed, expected[i], 1e-5, 1e-5)) << "parameter gradient";
+      }
+      EXPECT_TRUE(torch::allclose(got[4], expected[4], 1e-5, 1e-5)) << "running mean";
+      EXPECT_TRUE(torch::allclose(got[5], expected[5], 1e-5, 1e-5)) << "running variance";
+    });
+  }
 }
 
 TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {

@@ -325,8 +325,7 @@ TEST(HierarchyOrder, LaunchesAndWaitsInterleavedDifferentlyOnEachRankEndRight) {
 // that do not divide evenly.
 TEST(CompressedAllreduce, EveryPathSumsTheRoundedValuesInFloatAndEndsBitIdentical) {
   const std::int64_t n = 1001;
-  const std::vector<Placement> placements{
-      {{3}}, {{3}, false}, {{1, 1, 1}}, {{2, 2}}, {{2, 1, 3}}};
+  const std::vector<Placement> placements{{{3}}, {{3}, false}, {{1, 1, 1}}, {{2, 2}}, {{2, 1, 3}}};
   for (const auto wire : {at::kBFloat16, at::kHalf}) {
     const double unit = wire == at::kBFloat16 ? 1.0 / 256 : 1.0 / 2048;  // relative rounding
     for (const auto& placement : placements) {
@@ -394,8 +393,8 @@ TEST(HierarchyChoice, ARankThatDisagreesWithRankZeroOnTheJoinPathFailsNamingBoth
     placement.last_rank_local_world_size = last;
     placement.timeout = std::chrono::milliseconds(3'000);
     const auto errors = run_on_nodes(placement, [](Communicator&) {});
-    EXPECT_EQ(errors[3], "rank 3 has LOCAL_WORLD_SIZE " + std::to_string(last) +
-                             ", rank 0 has " + std::to_string(last == 4 ? 2 : 4) +
+    EXPECT_EQ(errors[3], "rank 3 has LOCAL_WORLD_SIZE " + std::to_string(last) + ", rank 0 has " +
+                             std::to_string(last == 4 ? 2 : 4) +
                              " (WORLD_SIZE 4): they disagree on whether every rank runs on one "
                              "node");
   }

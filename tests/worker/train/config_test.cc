@@ -130,6 +130,8 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
        "x.json: /model/stages: model 'mlp' splits into 1 to 3 stages"},
       {"\"name\": \"mlp\"", "\"name\": \"mlp\", \"split_size\": -1",
        "x.json: /model/split_size: must be >= 0"},
+      {"\"name\": \"mlp\"", "\"name\": \"mlp\", \"batch_norm\": \"sync\"",
+       "x.json: /model/batch_norm: models cnn and toy have batch norms, mlp has none"},
       {"\"model\": {\"name\": \"mlp\"}", "\"model\": \"mlp\"", "x.json: /model: must be an object"},
       {"\"model\": {", "\"extra\": 1, \"model\": {",
        "x.json: /extra: unknown key (known here: checkpoint, data, diagnostics, metrics, model, "

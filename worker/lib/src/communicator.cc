@@ -108,7 +108,7 @@ struct Plane::Impl {
 
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
-  std::function<void()> then;  // after `work`: the rest of a collective made of several
+  std::function<void()> then;         // after `work`: the rest of a collective made of several
   CommunicatorImpl* owner = nullptr;  // outlives the work (documented in the header)
   bool yield_first = false;           // a CPU collective: see wait()
   // A hierarchical all-reduce: its step, and the plane that owes it (outlives the work).

@@ -190,7 +190,8 @@ void DistributedDataParallel::check_bucket_layout_agrees() {
   std::uint64_t h = 1469598103934665603ull;
   for (const auto& bucket : buckets_)
     h = (h ^ static_cast<std::uint64_t>(bucket.flat.numel())) * 1099511628211ull;
-  for (const char c : options_.comm_hook.name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  for (const char c : options_.comm_hook.name)
+    h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   const auto mine = static_cast<std::int64_t>(h >> 1);
   auto both = torch::tensor({mine, -mine}, torch::kLong);
   comm_.control().allreduce(both, ReduceOp::kMax);
@@ -199,7 +200,8 @@ void DistributedDataParallel::check_bucket_layout_agrees() {
                                std::to_string(comm_.rank()) + " has " +
                                std::to_string(buckets_.size()) + " bucket(s))",
                            "give every rank the same bucket_cap_mb (DdpOptions::bucket_cap_bytes) "
-                           "and the same comm hook (here '" + options_.comm_hook.name + "')");
+                           "and the same comm hook (here '" +
+                               options_.comm_hook.name + "')");
   }
 }
 

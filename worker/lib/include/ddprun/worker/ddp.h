@@ -56,7 +56,7 @@ struct SyncStats {
   // Through shared memory an all-reduce is done inside the hook: launched during backward,
   // but not overlapped with it.
   std::size_t overlapped_with_backward = 0;
-  std::vector<std::string> unused_parameters;  // treated as ready with find_unused_parameters
+  std::vector<std::string> unused_parameters;     // treated as ready with find_unused_parameters
   std::vector<std::string> unused_on_every_rank;  // of those, the ones no rank used: untouched
 };
 
