@@ -4,7 +4,8 @@
 # nothing mixes with the host's glibc) and runs the worker's test suites there: behaviour
 # that compiles can still differ at run time (the TCPStore's libuv back end, Work and
 # ProcessGroup semantics, gloo itself). Root only (debootstrap, chroot, mounts); needs a
-# Debian mirror. Not part of the test command: see docs/worker-library.md for its time.
+# Debian mirror (exit 100 when it cannot be reached). CI runs it after the test command
+# (.ci/run); about 7 minutes on a fresh 2-core machine (docs/worker-library.md).
 #
 # Usage: sudo scripts/check-libtorch2-runtime.sh
 # Environment: TRIXIE_ROOT (default build/trixie-root; reused between runs), DEBIAN_MIRROR
@@ -30,8 +31,13 @@ if [ ! -f "$root/.complete" ]; then
   fi
   rm -rf "$root"
   say "debootstrap trixie into $root"
-  debootstrap --variant=minbase trixie "$root" "$mirror" >"$top/build/trixie-debootstrap.log" 2>&1 ||
-    { tail -n 20 "$top/build/trixie-debootstrap.log"; exit 1; }
+  if ! debootstrap --variant=minbase trixie "$root" "$mirror" >"$top/build/trixie-debootstrap.log" 2>&1; then
+    tail -n 20 "$top/build/trixie-debootstrap.log"
+    # Exit 100: the mirror could not be reached, which says nothing about the code.
+    grep -qE 'Could not resolve|Temporary failure resolving|Failed getting release file|Network is unreachable|No route to host|Connection (refused|timed out)' \
+      "$top/build/trixie-debootstrap.log" && exit 100
+    exit 1
+  fi
   # shellcheck disable=SC2086
   chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     --no-install-recommends $packages >"$top/build/trixie-apt.log" 2>&1 ||

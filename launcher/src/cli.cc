@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "ddprun/common/parse_int.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
 #include "deadline.h"
@@ -31,14 +32,8 @@ MASTER_PORT, ...); see docs/environment.md. Exit codes: docs/exit-codes.md.
 std::string validate_nproc(const std::string& value) {
   if (value == "auto" || value == "cpu" || value == "gpu") return {};
   if (value == "xpu") return "xpu: ddprun counts CUDA GPUs only; give a number of workers";
-  std::size_t used = 0;
-  long parsed = 0;
-  try {
-    parsed = std::stol(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || parsed < 1 || parsed > 65536) {
+  const auto parsed = parse_int(value);
+  if (!parsed || *parsed < 1 || *parsed > 65536) {
     return "expected a positive integer or one of auto, cpu, gpu; got '" + value + "'";
   }
   return {};
@@ -51,6 +46,7 @@ namespace {
 // The strings of torchrun's options whose values need more than CLI11's checks; parsed
 // after CLI11 (torchrun_values.h) so that each error is one line naming the option.
 struct TorchrunStrings {
+  std::optional<std::string> deadline, time_limit;  // parsed into Options (deadline.h)
   std::optional<std::string> nnodes;
   std::optional<std::string> rdzv_endpoint;
   std::string rdzv_conf;
@@ -232,10 +228,10 @@ Parser::Parser() {
                  "Once any rank has exited (even with 0), stop the others after this many "
                  "seconds and fail (exit 124); off by default")
       ->check(seconds_validator(0, 31536000));
-  app.add_option("--deadline", options.deadline,
+  app.add_option("--deadline", torchrun.deadline,
                  "When the scheduler will end the job: unix seconds or local "
                  "YYYY-MM-DDTHH:MM[:SS] (default: what Slurm, Grid Engine, PBS or LSF say)");
-  app.add_option("--time-limit", options.time_limit,
+  app.add_option("--time-limit", torchrun.time_limit,
                  "The job's walltime from now: seconds or [[D-]HH:]MM:SS");
   app.add_option("--drain-before", torchrun.drain_before,
                  "Send the workers --drain-signal this long before the job's end, so they "
@@ -399,11 +395,13 @@ void finish_options(Parser& parser) {
   if (torchrun.signals_to_handle) {
     options.signals_to_handle = parse_signal_list(*torchrun.signals_to_handle);
   }
-  if (options.deadline && options.time_limit) {
+  if (torchrun.deadline && torchrun.time_limit) {
     throw UsageError("--deadline and --time-limit both give the job's end; give one");
   }
-  if (options.deadline) parse_deadline(*options.deadline);  // checked here, used by main
-  if (options.time_limit) parse_duration("--time-limit", *options.time_limit);
+  if (torchrun.deadline) options.deadline_unix = parse_deadline(*torchrun.deadline);
+  if (torchrun.time_limit) {
+    options.time_limit_s = parse_duration("--time-limit", *torchrun.time_limit);
+  }
   if (torchrun.drain_before) {
     options.drain_before_s = parse_duration("--drain-before", *torchrun.drain_before);
   }

@@ -96,15 +96,13 @@ std::int64_t parse_duration(const std::string& option, const std::string& text) 
   return days * 86400 + total;
 }
 
-std::optional<JobEndTime> resolve_job_end(const std::optional<std::string>& deadline,
-                                          const std::optional<std::string>& time_limit,
+std::optional<JobEndTime> resolve_job_end(std::optional<std::int64_t> deadline_unix,
+                                          std::optional<std::int64_t> time_limit_s,
                                           const std::string& scheduler, const std::string& job_id,
                                           const Environment& env, const RunCommand& run,
                                           std::int64_t now_unix) {
-  if (deadline) return JobEndTime{parse_deadline(*deadline), "--deadline"};
-  if (time_limit) {
-    return JobEndTime{now_unix + parse_duration("--time-limit", *time_limit), "--time-limit"};
-  }
+  if (deadline_unix) return JobEndTime{*deadline_unix, "--deadline"};
+  if (time_limit_s) return JobEndTime{now_unix + *time_limit_s, "--time-limit"};
   if (job_id.empty()) return std::nullopt;
   return job_end_time(scheduler, job_id, env, run, now_unix);
 }

@@ -20,9 +20,10 @@ std::int64_t parse_deadline(const std::string& text);
 // as Slurm writes limits ("1:30:00", "2-00:00:00"). Throws UsageError naming `option`.
 std::int64_t parse_duration(const std::string& option, const std::string& text);
 
-// The job's end: --deadline, else --time-limit from `now_unix`, else the scheduler's.
-std::optional<JobEndTime> resolve_job_end(const std::optional<std::string>& deadline,
-                                          const std::optional<std::string>& time_limit,
+// The job's end: --deadline (unix seconds), else --time-limit (seconds) from `now_unix`,
+// else the scheduler's.
+std::optional<JobEndTime> resolve_job_end(std::optional<std::int64_t> deadline_unix,
+                                          std::optional<std::int64_t> time_limit_s,
                                           const std::string& scheduler, const std::string& job_id,
                                           const Environment& env, const RunCommand& run,
                                           std::int64_t now_unix);

@@ -95,8 +95,8 @@ int run(Options options, Environment env) {
   const int rendezvous_port = inputs.master_port;
   const auto now_unix = static_cast<std::int64_t>(std::time(nullptr));
   // Agents learn the end from the head (--deadline); --drain-before 0 asks nobody.
-  const bool ask =
-      options.print_job_end || options.drain_before_s > 0 || options.deadline || options.time_limit;
+  const bool ask = options.print_job_end || options.drain_before_s > 0 || options.deadline_unix ||
+                   options.time_limit_s;
   // The scheduler's tools (squeue, qstat) wait out their timeout when the controller does
   // not answer: a dry run or a check never asks them. (Started once per node, every node
   // still asks when the environment has no end time: each must send its own workers the
@@ -105,7 +105,7 @@ int run(Options options, Environment env) {
   const RunCommand no_tools = [](const std::vector<std::string>&) -> std::optional<std::string> {
     return std::nullopt;
   };
-  const auto job_end = ask ? resolve_job_end(options.deadline, options.time_limit,
+  const auto job_end = ask ? resolve_job_end(options.deadline_unix, options.time_limit_s,
                                              inputs.cluster.scheduler, inputs.cluster.job_id, env,
                                              ask_tools ? tool_runner(env) : no_tools, now_unix)
                            : std::nullopt;

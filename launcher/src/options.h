@@ -69,10 +69,10 @@ struct Options {
   std::vector<int> signals_to_handle;    // beyond ddprun's own; they stop the job
   std::optional<double> exit_timeout_s;  // after the first exit, the others get this long
   // The job's clock (deadline.h): its end by hand, and the notice before it.
-  std::optional<std::string> deadline;    // --deadline: unix seconds or local time
-  std::optional<std::string> time_limit;  // --time-limit: from ddprun's start
-  std::int64_t drain_before_s = 300;      // --drain-before; 0: no drain
-  int drain_signal = SIGUSR1;             // --drain-signal
+  std::optional<std::int64_t> deadline_unix;  // --deadline, as unix seconds
+  std::optional<std::int64_t> time_limit_s;   // --time-limit: seconds from ddprun's start
+  std::int64_t drain_before_s = 300;          // --drain-before; 0: no drain
+  int drain_signal = SIGUSR1;                 // --drain-signal
   // Head-node mode (docs/multinode.md): how to reach the other nodes, and what they get.
   std::string launcher = "auto";          // auto, ssh, mpirun, srun, local
   std::vector<std::string> env_vars;      // --env NAME or NAME=VALUE, for remote agents

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <iterator>
 
+#include "ddprun/common/parse_int.h"
 #include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
 
@@ -155,7 +156,7 @@ int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& no
     if (cluster.scheduler != "local") return std::max(1, node.slots);
     return std::max(1, host.cpu_count);  // torchrun's "auto" without a GPU
   }
-  return std::stoi(spec);  // validated by the command line parser
+  return parse_int(spec).value();  // validated by the command line parser
 }
 
 LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const Environment& env) {

@@ -61,11 +61,11 @@ TEST_F(DeadlineTest, ADeadlineByHandWinsThenATimeLimitThenTheScheduler) {
     ++asked;
     return std::nullopt;
   };
-  const auto by_hand = resolve_job_end("1795000000", std::nullopt, "slurm", "7", {}, run, 100);
+  const auto by_hand = resolve_job_end(1795000000, std::nullopt, "slurm", "7", {}, run, 100);
   ASSERT_TRUE(by_hand);
   EXPECT_EQ(by_hand->unix_seconds, 1795000000);
   EXPECT_EQ(by_hand->source, "--deadline");
-  const auto limit = resolve_job_end(std::nullopt, "1:00:00", "slurm", "7", {}, run, 100);
+  const auto limit = resolve_job_end(std::nullopt, 3600, "slurm", "7", {}, run, 100);
   ASSERT_TRUE(limit);
   EXPECT_EQ(limit->unix_seconds, 3700);
   EXPECT_EQ(limit->source, "--time-limit");

@@ -28,6 +28,20 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
   // Gloo's own rendezvous waits for every rank; the store need not block as well.
   options.waitWorkers = false;
   options.timeout = timeout;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // 2.4+ asks for the libuv back end by default, and a LibTorch built without libuv
+  // (Debian's 2.6) refuses the store ("use_libuv was requested but PyTorch was build
+  // without libuv support") before it binds anything: then the classic back end.
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+  } catch (const c10::Error& e) {
+    if (!options.useLibUV || std::string(e.what_without_backtrace()).find("libuv") ==
+                                 std::string::npos) {
+      throw;
+    }
+    options.useLibUV = false;
+  }
+#endif
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 

@@ -6,7 +6,8 @@
 // 2.0+: they derive from c10d::Backend, and ProcessGroup became a dispatching wrapper;
 //       the backend itself keeps the same allreduce/broadcast/barrier signatures, so we
 //       use it directly.
-// 2.4+: TCPStoreOptions::useLibUV defaults to true (we keep the default).
+// 2.4+: TCPStoreOptions::useLibUV defaults to true (we keep the default, falling back to
+//       the classic back end where LibTorch was built without libuv, as Debian's 2.6 is).
 // Autograd hooks (grad accumulator post hooks, the engine's end-of-backward callback) have
 // the same shape in 1.13 and 2.x; they live here because they are internal API.
 
