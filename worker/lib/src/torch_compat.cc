@@ -35,8 +35,8 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
   try {
     return c10::make_intrusive<c10d::TCPStore>(host, options);
   } catch (const c10::Error& e) {
-    if (!options.useLibUV || std::string(e.what_without_backtrace()).find("libuv") ==
-                                 std::string::npos) {
+    if (!options.useLibUV ||
+        std::string(e.what_without_backtrace()).find("libuv") == std::string::npos) {
       throw;
     }
     options.useLibUV = false;
