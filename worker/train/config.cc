@@ -176,6 +176,12 @@ void validate_config(const Config& c, const std::string& src) {
         "applies to decay \"cosine\" only");
   check(c.optimizer.decay != "step" || c.optimizer.decay_every >= 1, src, "/optimizer/decay_every",
         "decay \"step\" needs it >= 1");
+  check(c.optimizer.zero_stage == 0 || c.optimizer.zero_stage == 1, src, "/optimizer/zero_stage",
+        "must be 0 or 1");
+  check(c.optimizer.zero_stage == 0 ||
+            (!c.runtime.find_unused_parameters && c.runtime.comm_hook == "none"),
+        src, "/optimizer/zero_stage",
+        "1 does not go with runtime.find_unused_parameters or a runtime.comm_hook");
   check(c.optimizer.decay_gamma > 0 && c.optimizer.decay_gamma <= 1, src, "/optimizer/decay_gamma",
         "must be in (0, 1]");
 
@@ -265,7 +271,7 @@ Config parse_config(const std::string& text, const std::string& source) {
       });
   section("optimizer", true,
           {"name", "lr", "momentum", "weight_decay", "clip_grad_norm", "warmup_steps", "decay",
-           "min_lr", "decay_every", "decay_gamma"},
+           "min_lr", "decay_every", "decay_gamma", "zero_stage"},
           [&](ObjectReader& r) {
             r.read("name", c.optimizer.name, true);
             r.read("lr", c.optimizer.lr, true);
@@ -277,6 +283,7 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("min_lr", c.optimizer.min_lr);
             r.read("decay_every", c.optimizer.decay_every);
             r.read("decay_gamma", c.optimizer.decay_gamma);
+            r.read("zero_stage", c.optimizer.zero_stage);
           });
   section("train", true,
           {"epochs", "batch_size_per_rank", "seed", "max_steps", "loss", "accumulate_steps"},

@@ -50,6 +50,8 @@ struct OptimizerConfig {
   double min_lr = 0;
   std::int64_t decay_every = 0;
   double decay_gamma = 0.1;
+  // 1: ZeRO-1, each rank keeps the state of only its share of the parameters (zero.h).
+  int zero_stage = 0;
 };
 
 struct TrainConfig {

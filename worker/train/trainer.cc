@@ -18,6 +18,7 @@
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/sampler.h"
 #include "ddprun/worker/stop_signals.h"
+#include "ddprun/worker/zero.h"
 #include "diagnostics.h"
 #include "models.h"
 #include "objective.h"
@@ -121,8 +122,25 @@ TrainingResult Trainer::run() {
   Checkpointer checkpoints(config_, comm_->control(), *model_, *optimizer_, device_, out_);
   if (const auto resumed = checkpoints.resume()) position_ = *resumed;
 
-  const DdpOptions ddp_options = to_ddp_options(config_.runtime);
+  DdpOptions ddp_options = to_ddp_options(config_.runtime);
+  ddp_options.shard_gradients = config_.optimizer.zero_stage == 1;
   DistributedDataParallel ddp(model_, *comm_, ddp_options);
+  // ZeRO-1: the optimizer steps this rank's shares; optimizer_ (over the whole model) holds
+  // state only while a checkpoint is saved or resumed, consolidated.
+  std::unique_ptr<ShardedOptimizer> sharded;
+  if (ddp_options.shard_gradients) {
+    sharded =
+        std::make_unique<ShardedOptimizer>(ddp, *comm_, [this](std::vector<at::Tensor> shares) {
+          return make_optimizer(config_.optimizer, std::move(shares));
+        });
+    sharded->load_state_from(*optimizer_);
+    optimizer_->state().clear();
+  }
+  const auto save_checkpoint = [&] {
+    if (sharded) sharded->save_state_into(*optimizer_);
+    checkpoints.save(position_);
+    if (sharded) optimizer_->state().clear();
+  };
   ddp.set_gradient_sync(!config_.diagnostics.no_gradient_sync);
 
   SamplerOptions so;
@@ -223,12 +241,20 @@ TrainingResult Trainer::run() {
       }
       ddp.finish_gradient_sync();
       // Averaged, the gradients are the same bits on every rank, and so is their norm.
-      if (config_.optimizer.clip_grad_norm > 0) {
-        torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.optimizer.clip_grad_norm);
-      }
       const double lr = learning_rate(config_.optimizer, position_.step, total_steps);
-      for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-      optimizer_->step();
+      if (sharded) {
+        if (config_.optimizer.clip_grad_norm > 0) {
+          sharded->clip_grad_norm(config_.optimizer.clip_grad_norm);
+        }
+        sharded->set_lr(lr);
+        sharded->step();
+      } else {
+        if (config_.optimizer.clip_grad_norm > 0) {
+          torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.optimizer.clip_grad_norm);
+        }
+        for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+        optimizer_->step();
+      }
       b += micro;
 
       stats.loss_sum += step_loss;
@@ -255,7 +281,7 @@ TrainingResult Trainer::run() {
                     std::chrono::duration<double>(Clock::now() - start).count(), world);
       const auto interval = config_.checkpoint.interval_steps;
       if (interval > 0 && position_.step % interval == 0) {
-        checkpoints.save(position_);
+        save_checkpoint();
         progress_file.reached(position_.step);
       }
       if (stop_check.after_step()) {
@@ -287,7 +313,7 @@ TrainingResult Trainer::run() {
            << ") on a preemption notice ("
            << (sig != 0 ? signal_name(sig) : "received by another rank") << ")" << std::endl;
     }
-    if (save_last) checkpoints.save(position_);
+    if (save_last) save_checkpoint();
     if (rank == 0) {
       out_ << "ddp-train: preempted after step " << position_.step
            << (config_.checkpoint.dir.empty() ? ", no checkpoint.dir: nothing saved"
@@ -297,11 +323,15 @@ TrainingResult Trainer::run() {
     return {true, position_.step};
   }
 
-  if (save_last) checkpoints.save(position_);
+  if (save_last) save_checkpoint();
   if (!config_.diagnostics.final_params_file.empty() && rank == 0) {
     write_final_params(config_.diagnostics.final_params_file, *model_, position_.step, world);
   }
-  if (rank == 0) out_ << "ddp-train: done after " << position_.step << " steps" << std::endl;
+  if (rank == 0) {
+    const auto state = optimizer_state_bytes(sharded ? sharded->optimizer() : *optimizer_);
+    out_ << "ddp-train: done after " << position_.step << " steps; optimizer state " << state
+         << " bytes on rank 0" << (sharded ? " (ZeRO-1: its share)" : "") << std::endl;
+  }
   return {false, position_.step};
 }
 

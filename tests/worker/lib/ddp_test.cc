@@ -5,6 +5,7 @@
 
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/sync_batch_norm.h"
+#include "ddprun/worker/zero.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <arpa/inet.h>
@@ -425,6 +426,99 @@ TEST_P(DdpTest, SyncBatchNormOverHalfBatchesNormalisesAsTheWholeBatch) {
       EXPECT_TRUE(torch::allclose(got[5], expected[5], 1e-5, 1e-5)) << "running variance";
     });
   }
+}
+
+// ZeRO-1: DDP with sharded gradients and a ShardedOptimizer steps as plain DDP with the whole
+// optimizer does (SGD with momentum and weight decay, and Adam), each rank holding half the
+// optimizer state; the state consolidated from the shares is the whole optimizer's.
+TEST_P(DdpTest, ShardedOptimizerStepsAsTheWholeOptimizerWithAShareOfItsState) {
+  using Make = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
+  const std::vector<std::pair<std::string, Make>> optimizers{
+      {"sgd",
+       [](std::vector<at::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
+         return std::make_unique<torch::optim::SGD>(
+             std::move(p), torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+       }},
+      {"adam", [](std::vector<at::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
+         return std::make_unique<torch::optim::Adam>(std::move(p), torch::optim::AdamOptions(0.01));
+       }}};
+  for (const auto& [name, make] : optimizers) {
+    run(2, [&, name = name, make = make](Communicator& comm) {
+      auto plain_net = std::make_shared<Net>(false), zero_net = std::make_shared<Net>(false);
+      DistributedDataParallel plain(plain_net, comm, one_layer_buckets());
+      auto options = one_layer_buckets();
+      options.shard_gradients = true;
+      DistributedDataParallel zero(zero_net, comm, options);
+      auto whole = make(plain_net->parameters());
+      ShardedOptimizer sharded(zero, comm, make);
+      for (int step = 0; step < 3; ++step) {
+        for (auto& [net, ddp] : {std::pair{plain_net, &plain}, std::pair{zero_net, &zero}}) {
+          clear_grads(*net);
+          ddp->prepare_for_backward();
+          net->forward(batch(comm.rank(), step)).backward();
+          ddp->finish_gradient_sync();
+        }
+        whole->step();
+        sharded.step();
+        const auto a = plain_net->parameters(), b = zero_net->parameters();
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << name << ", step " << step;
+        }
+      }
+      EXPECT_EQ(2 * optimizer_state_bytes(sharded.optimizer()), optimizer_state_bytes(*whole))
+          << name;
+      auto consolidated = make(zero_net->parameters());
+      sharded.save_state_into(*consolidated);
+      EXPECT_EQ(optimizer_state_bytes(*consolidated), optimizer_state_bytes(*whole)) << name;
+      // The consolidated state steps on as the whole optimizer's does.
+      for (auto& [net, opt] :
+           {std::pair{plain_net, whole.get()}, std::pair{zero_net, consolidated.get()}}) {
+        clear_grads(*net);
+        net->forward(batch(comm.rank(), 9)).backward();
+        opt->step();
+      }
+      const auto a = plain_net->parameters(), b = zero_net->parameters();
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << name << ", consolidated";
+      }
+    });
+  }
+}
+
+// A consolidated state loads into any sharding: three ranks take their shares of a state
+// (made up, the same on every rank) and consolidate it back unchanged.
+TEST_P(DdpTest, AConsolidatedStateLoadsIntoThreeShardsAndConsolidatesBackUnchanged) {
+  run(3, [](Communicator& comm) {
+    auto net = std::make_shared<Net>(false);
+    auto options = one_layer_buckets();
+    options.shard_gradients = true;
+    DistributedDataParallel ddp(net, comm, options);
+    const auto make = [](std::vector<at::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::Adam>(std::move(p), torch::optim::AdamOptions(0.01));
+    };
+    auto original = make(net->parameters());
+    auto gen = at::detail::createCPUGenerator(3);
+    for (const auto& p : net->parameters()) {
+      auto state = std::make_unique<torch::optim::AdamParamState>();
+      state->step(7);
+      state->exp_avg(torch::randn(p.sizes(), gen));
+      state->exp_avg_sq(torch::rand(p.sizes(), gen));
+      set_param_state(*original, p, std::move(state));
+    }
+    ShardedOptimizer sharded(ddp, comm, make);
+    sharded.load_state_from(*original);
+    EXPECT_LT(optimizer_state_bytes(sharded.optimizer()), optimizer_state_bytes(*original) / 2);
+    auto back = make(net->parameters());
+    sharded.save_state_into(*back);
+    for (const auto& p : net->parameters()) {
+      const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(param_state(*original, p));
+      const auto* b = dynamic_cast<const torch::optim::AdamParamState*>(param_state(*back, p));
+      ASSERT_TRUE(a != nullptr && b != nullptr);
+      EXPECT_EQ(b->step(), 7);
+      EXPECT_TRUE(torch::equal(a->exp_avg(), b->exp_avg()));
+      EXPECT_TRUE(torch::equal(a->exp_avg_sq(), b->exp_avg_sq()));
+    }
+  });
 }
 
 TEST_P(DdpTest, NoSyncAccumulatesLocallyAndTheNextSyncedStepAveragesTheSum) {

@@ -18,6 +18,7 @@
 
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/zero.h"
 
 namespace ddprun::worker {
 namespace {
@@ -176,7 +177,7 @@ struct Net : torch::nn::Module {
 
 // Ten SGD steps of a small net with several buckets, on rank-dependent data; returns every
 // rank's final parameters, flattened.
-std::vector<at::Tensor> train(const Placement& placement) {
+std::vector<at::Tensor> train(const Placement& placement, bool zero = false) {
   int world = 0;
   for (const int n : placement.node_sizes) world += n;
   std::vector<at::Tensor> finals(static_cast<std::size_t>(world));
@@ -184,17 +185,29 @@ std::vector<at::Tensor> train(const Placement& placement) {
     auto net = std::make_shared<Net>();
     DdpOptions options;
     options.bucket_cap_bytes = options.first_bucket_cap_bytes = 1024;  // several buckets
+    options.shard_gradients = zero;
     DistributedDataParallel ddp(net, comm, options);
-    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+    const auto make =
+        [](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::SGD>(std::move(params),
+                                                 torch::optim::SGDOptions(0.05).momentum(0.9));
+    };
+    auto sgd = make(net->parameters());
+    std::unique_ptr<ShardedOptimizer> sharded;
+    if (zero) sharded = std::make_unique<ShardedOptimizer>(ddp, comm, make);
     for (int step = 0; step < 10; ++step) {
       auto gen =
           at::detail::createCPUGenerator(static_cast<std::uint64_t>(100 * step + comm.rank()));
       const auto x = torch::randn({8, 16}, gen);
-      sgd.zero_grad();
+      sgd->zero_grad();
       ddp.prepare_for_forward();
       net->forward(x).pow(2).mean().backward();
       ddp.finish_gradient_sync();
-      sgd.step();
+      if (sharded) {
+        sharded->step();
+      } else {
+        sgd->step();
+      }
     }
     std::vector<at::Tensor> flat;
     for (const auto& p : net->parameters()) flat.push_back(p.detach().flatten());
@@ -212,6 +225,19 @@ TEST_P(Hierarchy, DdpTrainsAsOverFlatGlooAndEveryRankHoldsTheSameBits) {
   for (std::size_t r = 0; r < hierarchical.size(); ++r) {
     EXPECT_TRUE(torch::equal(hierarchical[r], hierarchical[0])) << "rank " << r;
     EXPECT_TRUE(torch::allclose(hierarchical[r], reference[r], 1e-5, 1e-6)) << "rank " << r;
+  }
+}
+
+// ZeRO-1 across nodes: the reduce-scatter and the all-gather of the shares go the
+// hierarchical way (the node's sum through shared memory, the leaders over gloo) and train as
+// plain DDP does, every rank with the same bits.
+TEST_P(Hierarchy, ShardedOptimizerTrainsAsPlainDdpAndEveryRankHoldsTheSameBits) {
+  const auto sharded = train({GetParam()}, true);
+  const auto plain = train({GetParam()});
+  ASSERT_TRUE(sharded[0].defined() && plain[0].defined());
+  for (std::size_t r = 0; r < sharded.size(); ++r) {
+    EXPECT_TRUE(torch::equal(sharded[r], sharded[0])) << "rank " << r;
+    EXPECT_TRUE(torch::allclose(sharded[r], plain[r], 1e-5, 1e-6)) << "rank " << r;
   }
 }
 

@@ -363,6 +363,56 @@ TEST_F(TrainTest, ResumeContinuesFromTheSavedStepAndEndsLikeAnUninterruptedRun) 
       << log();
 }
 
+// optimizer.zero_stage 1 with Adam: trains as zero_stage 0 does, holding half the optimizer
+// state on rank 0; its checkpoints hold the consolidated state, so a ZeRO-1 run interrupted
+// at step 17 resumes without ZeRO (and the reverse) and ends as an uninterrupted run.
+TEST_F(TrainTest, ZeroStageOneTrainsAsTheWholeOptimizerAndItsCheckpointsResumeEitherWay) {
+  std::map<int, std::string> configs;
+  for (const int stage : {0, 1}) {
+    json config = read_json(kToyConfig);
+    config["optimizer"] = {{"name", "adam"}, {"lr", 0.01}, {"zero_stage", stage}};
+    configs[stage] = path("zero" + std::to_string(stage) + ".json");
+    std::ofstream(configs[stage]) << config.dump();
+  }
+  const auto state_bytes = [&] {
+    const std::string text = log();
+    const auto at = text.find("optimizer state ");
+    return at == std::string::npos ? -1 : std::stol(text.substr(at + 16));
+  };
+  std::map<int, json> straight;
+  std::map<int, long> bytes;
+  for (const int stage : {0, 1}) {
+    ASSERT_EQ(train(2, "--check-replicas --final-params '" + path("straight.json") + "'",
+                    "straight.log", configs[stage]),
+              0)
+        << log();
+    straight[stage] = read_json(path("straight.json"));
+    bytes[stage] = state_bytes();
+  }
+  std::cout << "optimizer state on rank 0: " << bytes[0] << " bytes, with ZeRO-1 " << bytes[1]
+            << "\n";
+  EXPECT_LT(max_abs_diff(straight[0], straight[1]), 1e-6);
+  EXPECT_GT(bytes[1], 0);
+  EXPECT_LE(bytes[1], bytes[0] / 2 + 64);  // half, but for padding to equal shares
+  for (const auto& [first, second] : {std::pair{1, 0}, std::pair{0, 1}}) {
+    const std::string ckpt = path("ckpt" + std::to_string(first));
+    ASSERT_EQ(train(2, "--max-steps 17 --checkpoint-dir '" + ckpt + "' --checkpoint-interval 5",
+                    "first.log", configs[first]),
+              0)
+        << log();
+    ASSERT_EQ(
+        train(2, "--checkpoint-dir '" + ckpt + "' --final-params '" + path("resumed.json") + "'",
+              "second.log", configs[second]),
+        0)
+        << log();
+    EXPECT_NE(log().find("at step 17"), std::string::npos) << log();
+    const double diff = max_abs_diff(straight[second], read_json(path("resumed.json")));
+    std::cout << "zero_stage " << first << " interrupted at step 17, resumed with zero_stage "
+              << second << ": max abs difference from the uninterrupted run " << diff << "\n";
+    EXPECT_LT(diff, 1e-6);
+  }
+}
+
 TEST_F(TrainTest, ErrorsGoToStderrAndTheTorchelasticErrorFile) {
   const std::string error_file = path("error.json");
   const std::string cmd = std::string("TORCHELASTIC_ERROR_FILE='") + error_file + "' '" +

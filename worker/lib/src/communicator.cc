@@ -721,6 +721,65 @@ void check_compressible(const at::Tensor& tensor, at::ScalarType wire) {
 
 }  // namespace
 
+namespace {
+
+void check_shares(const at::Tensor& flat, int world) {
+  if (!flat.is_contiguous() || flat.numel() % world != 0) {
+    throw ddprun::UsageError("shares of a tensor of " + std::to_string(flat.numel()) +
+                                 " element(s) over " + std::to_string(world) +
+                                 " ranks: it must be contiguous and divide evenly",
+                             "pad it to a multiple of the world size");
+  }
+}
+
+}  // namespace
+
+PendingWork Plane::reduce_scatter_async(at::Tensor& flat) {
+  auto& owner = *impl_->owner;
+  check_shares(flat, owner.size);
+  impl_->check_device_rules("reduce-scatter", flat);
+  if (owner.size == 1) return PendingWork();
+  if (impl_->across_nodes || impl_->shm) return allreduce_async(flat, ReduceOp::kSum);
+  const std::int64_t n = owner.size, share = flat.numel() / n;
+  auto received = at::empty_like(flat);
+  auto input = flat.view(-1);
+  PendingWork pending;
+  pending.impl_ = std::make_unique<PendingWork::Impl>();
+  pending.impl_->owner = &owner;
+  std::vector<std::int64_t> even;  // empty: equal shares
+  owner.guard("reduce-scatter", [&] {
+    pending.impl_->work =
+        impl_->backend->alltoall_base(received, input, even, even, c10d::AllToAllOptions());
+  });
+  const std::int64_t rank = owner.rank;
+  pending.impl_->then = [flat, received, n, share, rank] {
+    flat.view(-1).narrow(0, rank * share, share).copy_(received.view({n, share}).sum(0));
+  };
+  return pending;
+}
+
+void Plane::allgather_shares(at::Tensor& flat) {
+  auto& owner = *impl_->owner;
+  check_shares(flat, owner.size);
+  impl_->check_device_rules("all-gather", flat);
+  if (owner.size == 1) return;
+  const std::int64_t n = owner.size, share = flat.numel() / n;
+  auto all = flat.view(-1);
+  if (impl_->across_nodes || impl_->shm) {
+    // No all-gather through shared memory: the others' shares zeroed, then a sum (x + 0 is x).
+    if (owner.rank > 0) all.narrow(0, 0, owner.rank * share).zero_();
+    all.narrow(0, (owner.rank + 1) * share, (n - owner.rank - 1) * share).zero_();
+    allreduce(flat, ReduceOp::kSum);
+    return;
+  }
+  owner.guard("all-gather", [&] {
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (std::int64_t r = 0; r < n; ++r) outputs[0].push_back(all.narrow(0, r * share, share));
+    std::vector<at::Tensor> inputs{all.narrow(0, owner.rank * share, share).clone()};
+    impl_->backend->allgather(outputs, inputs)->wait();
+  });
+}
+
 PendingWork Plane::allreduce_compressed_async(at::Tensor& tensor, at::ScalarType wire) {
   check_compressible(tensor, wire);
   impl_->check_device_rules("all-reduce", tensor);

@@ -98,6 +98,14 @@ void check_ranks_agree(Plane& control,
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  Communicator& comm, DdpOptions options)
     : module_(std::move(module)), comm_(comm), options_(options) {
+  if (options_.shard_gradients && (options_.find_unused_parameters || options_.comm_hook.start)) {
+    throw ddprun::UsageError(
+        "DDP: sharded gradients (ZeRO-1) with " +
+            std::string(options_.find_unused_parameters ? "find_unused_parameters"
+                                                        : "a comm hook") +
+            " is not supported",
+        "use one of the two");
+  }
   std::vector<std::pair<std::string, at::Tensor>> state;
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
     state.emplace_back(item.key(), item.value());
@@ -132,6 +140,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       params_[i].bucket = buckets_.size();
       params_[i].offset = numel;
       numel += params_[i].tensor.numel();
+    }
+    if (options_.shard_gradients) {  // equal shares in rank order
+      const std::int64_t world = comm_.world_size();
+      numel = (numel + world - 1) / world * world;
     }
     current.flat =
         comm_.data().device_zeros(numel, params_[current.params.front()].tensor.scalar_type());
@@ -175,6 +187,19 @@ CommHook compress_hook(const char* name, at::ScalarType wire) {
 }
 
 }  // namespace
+
+at::Tensor DistributedDataParallel::bucket_share(std::size_t b) {
+  auto& flat = buckets_[b].flat;
+  const std::int64_t share = flat.numel() / comm_.world_size();
+  return flat.narrow(0, comm_.rank() * share, share);
+}
+
+std::vector<std::pair<at::Tensor, std::int64_t>> DistributedDataParallel::bucket_parameters(
+    std::size_t b) const {
+  std::vector<std::pair<at::Tensor, std::int64_t>> out;
+  for (const auto i : buckets_[b].params) out.emplace_back(params_[i].tensor, params_[i].offset);
+  return out;
+}
 
 CommHook bf16_compress_hook() {
   return compress_hook("bf16", at::kBFloat16);
@@ -270,7 +295,8 @@ void DistributedDataParallel::on_gradient_ready(std::size_t index) {
 void DistributedDataParallel::mark_ready_locked(Param& p) {
   p.ready = true;
   ++ready_count_;
-  if (comm_.world_size() == 1) return;  // nothing to communicate; readiness is still checked
+  // Nothing to communicate alone, unless the optimizer reads the gradients from the buckets.
+  if (comm_.world_size() == 1 && !options_.shard_gradients) return;
   torch::NoGradGuard no_grad;
   auto& bucket = buckets_[p.bucket];
   auto slice = bucket.flat.narrow(0, p.offset, p.tensor.numel());
@@ -289,7 +315,8 @@ void DistributedDataParallel::launch_ready_buckets_locked() {
   // collectives by sequence, so a different order would sum unrelated buffers.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     auto& bucket = buckets_[next_bucket_];
-    bucket.work = options_.comm_hook.start
+    bucket.work = options_.shard_gradients ? comm_.data().reduce_scatter_async(bucket.flat)
+                  : options_.comm_hook.start
                       ? options_.comm_hook.start(comm_.data(), bucket.flat)
                       : comm_.data().allreduce_async(bucket.flat, ReduceOp::kSum);
     stats_.launch_order.push_back(next_bucket_);
@@ -354,7 +381,16 @@ void DistributedDataParallel::finish_gradient_sync() {
                              "to accumulate gradients over several backward passes");
   }
   const int world = comm_.world_size();
-  if (world > 1) {
+  if (options_.shard_gradients) {
+    launch_ready_buckets_locked();
+    TORCH_CHECK(world == 1 || next_bucket_ == buckets_.size(), "DDP: a bucket was never launched");
+    torch::NoGradGuard no_grad;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      buckets_[b].work.wait();
+      bucket_share(b).div_(world);
+    }
+    for (auto& p : params_) p.tensor.mutable_grad().reset();  // in the buckets now
+  } else if (world > 1) {
     launch_ready_buckets_locked();  // all of them without overlap; the rest otherwise
     TORCH_CHECK(next_bucket_ == buckets_.size(), "DDP: a bucket was never launched");
     torch::NoGradGuard no_grad;

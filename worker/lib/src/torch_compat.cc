@@ -62,7 +62,25 @@ const torch::optim::OptimizerParamState* find_state(const States& states, void* 
   return found == states.end() ? nullptr : found->second.get();
 }
 
+// The state map's key for `impl` in this LibTorch.
+template <typename States>
+typename States::key_type state_key(void* impl) {
+  if constexpr (std::is_same_v<typename States::key_type, std::string>) {
+    std::ostringstream key;
+    key << impl;
+    return key.str();
+  } else {
+    return impl;
+  }
+}
+
 }  // namespace
+
+void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                               std::unique_ptr<torch::optim::OptimizerParamState> state) {
+  auto& states = optimizer.state();
+  states[state_key<std::decay_t<decltype(states)>>(param.unsafeGetTensorImpl())] = std::move(state);
+}
 
 const torch::optim::OptimizerParamState* optimizer_param_state(
     const torch::optim::Optimizer& optimizer, const at::Tensor& param) {

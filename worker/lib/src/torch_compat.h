@@ -51,6 +51,10 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
 const torch::optim::OptimizerParamState* optimizer_param_state(
     const torch::optim::Optimizer& optimizer, const at::Tensor& param);
 
+// Sets (replaces) the optimizer's state for parameter `param`.
+void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                               std::unique_ptr<torch::optim::OptimizerParamState> state);
+
 // A FileStore at `path` shared by `world_size` ranks (init_method file://).
 c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
                                                 std::chrono::milliseconds timeout);

@@ -98,6 +98,15 @@ class Plane {
   // an all-gather of the shares' sums (in wait()); through shared memory the same rounding
   // with nothing on a wire; across nodes the node's float sum, then the leaders' exchange.
   PendingWork allreduce_compressed_async(at::Tensor& tensor, at::ScalarType wire);
+  // Starts a sum over all ranks of which each rank needs only its share: `flat` (contiguous,
+  // numel a multiple of world_size()) is cut into world_size() equal shares in rank order,
+  // and after wait() this rank's share holds the sum of every rank's share (the rest of
+  // `flat` is left undefined). Over gloo or NCCL an all-to-all, then this rank sums its
+  // share in rank order: half the bytes of an all-reduce. Through shared memory (one node,
+  // or across nodes) an all-reduce.
+  PendingWork reduce_scatter_async(at::Tensor& flat);
+  // Every rank's share of `flat` (cut as above) to every rank, and waits.
+  void allgather_shares(at::Tensor& flat);
   // All-reduce in place and wait.
   void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // Overwrites `tensors` (contiguous) on every rank with root's, and waits.

@@ -46,6 +46,11 @@ struct DdpOptions {
   // statistics and the like) so every rank's forward sees the same ones.
   bool broadcast_buffers = true;
   CommHook comm_hook;  // the default: a plain all-reduce
+  // ZeRO-1 (ShardedOptimizer, zero.h): each bucket is reduce-scattered instead of
+  // all-reduced, and finish_gradient_sync() leaves this rank's share of every bucket holding
+  // its average (bucket_share()) instead of writing the parameters' gradients (it sets them
+  // to none). Not with find_unused_parameters or a comm hook.
+  bool shard_gradients = false;
 };
 
 // What the last synced step did (for tests and benchmarks).
@@ -109,6 +114,12 @@ class DistributedDataParallel {
   void broadcast_state();
 
   std::size_t bucket_count() const { return buckets_.size(); }
+  // A bucket's flat buffer (with shard_gradients padded to a multiple of the world size, so
+  // that it cuts into equal shares in rank order), this rank's share of it, and the
+  // parameters it holds with their offsets in it.
+  at::Tensor& bucket_buffer(std::size_t b) { return buckets_[b].flat; }
+  at::Tensor bucket_share(std::size_t b);
+  std::vector<std::pair<at::Tensor, std::int64_t>> bucket_parameters(std::size_t b) const;
   const SyncStats& last_sync_stats() const { return last_stats_; }
   torch::nn::Module& module() { return *module_; }
 
