@@ -62,19 +62,26 @@ std::optional<TrainingPosition> Checkpointer::resume() {
     if (latest) {
       meta = load_checkpoint(*latest, model_, optimizer_);
       const std::string path = latest->path();
-      if (meta.world_size != world) {
-        throw CheckpointError(path + " was written by a job of " + std::to_string(meta.world_size) +
-                                  " ranks; this one has " + std::to_string(world),
-                              "resume with the same number of ranks, or use a new checkpoint dir");
-      }
-      if (meta.seed != config_.train.seed ||
-          meta.batch_size_per_rank != config_.train.batch_size_per_rank) {
+      // Another world size resumes where this one stopped if the global batch is the same:
+      // the sampler's permutation depends on the seed and the epoch only, and global step k
+      // takes its positions k*G .. (k+1)*G-1 whatever the split of G into ranks.
+      const std::int64_t written = meta.world_size * meta.batch_size_per_rank;
+      const std::int64_t ours = world * config_.train.batch_size_per_rank;
+      if (written != ours) {
         throw CheckpointError(
-            path + " was written with seed " + std::to_string(meta.seed) + " and " +
-                std::to_string(meta.batch_size_per_rank) + " samples per rank; the config says " +
-                std::to_string(config_.train.seed) + " and " +
-                std::to_string(config_.train.batch_size_per_rank),
-            "the data order depends on both: use the same config, or a new checkpoint dir");
+            path + " was written by a job of " + std::to_string(meta.world_size) + " ranks x " +
+                std::to_string(meta.batch_size_per_rank) + " samples (a global batch of " +
+                std::to_string(written) + "); this one has " + std::to_string(world) + " x " +
+                std::to_string(config_.train.batch_size_per_rank) + " (" + std::to_string(ours) +
+                ")",
+            "the data order follows the global batch: keep it (ranks x batch_size_per_rank), or "
+            "use a new checkpoint dir");
+      }
+      if (meta.seed != config_.train.seed) {
+        throw CheckpointError(path + " was written with seed " + std::to_string(meta.seed) +
+                                  "; the config says " + std::to_string(config_.train.seed),
+                              "the data order depends on it: use the same seed, or a new "
+                              "checkpoint dir");
       }
     }
   } catch (const ddprun::Error& e) {

@@ -178,10 +178,8 @@ void validate_config(const Config& c, const std::string& src) {
         "decay \"step\" needs it >= 1");
   check(c.optimizer.zero_stage == 0 || c.optimizer.zero_stage == 1, src, "/optimizer/zero_stage",
         "must be 0 or 1");
-  check(c.optimizer.zero_stage == 0 ||
-            (!c.runtime.find_unused_parameters && c.runtime.comm_hook == "none"),
-        src, "/optimizer/zero_stage",
-        "1 does not go with runtime.find_unused_parameters or a runtime.comm_hook");
+  check(c.optimizer.zero_stage == 0 || !c.runtime.find_unused_parameters, src,
+        "/optimizer/zero_stage", "1 does not go with runtime.find_unused_parameters");
   check(c.optimizer.decay_gamma > 0 && c.optimizer.decay_gamma <= 1, src, "/optimizer/decay_gamma",
         "must be in (0, 1]");
 

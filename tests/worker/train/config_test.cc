@@ -116,9 +116,8 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
       {"\"lr\": 0.1", "\"lr\": 0.1, \"zero_stage\": 2",
        "x.json: /optimizer/zero_stage: must be 0 or 1"},
       {"\"momentum\": 0.9}",
-       "\"momentum\": 0.9, \"zero_stage\": 1}, \"runtime\": {\"comm_hook\": \"bf16\"}",
-       "x.json: /optimizer/zero_stage: 1 does not go with runtime.find_unused_parameters or a "
-       "runtime.comm_hook"},
+       "\"momentum\": 0.9, \"zero_stage\": 1}, \"runtime\": {\"find_unused_parameters\": true}",
+       "x.json: /optimizer/zero_stage: 1 does not go with runtime.find_unused_parameters"},
       {"\"epochs\": 2", "\"epochs\": 0", "x.json: /train/epochs: must be >= 1"},
       {"\"seed\": 1}", "\"seed\": 1}, \"metrics\": {\"every_steps\": -1}",
        "x.json: /metrics/every_steps: must be >= 0 (0: per epoch only)"},

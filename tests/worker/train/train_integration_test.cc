@@ -357,9 +357,11 @@ TEST_F(TrainTest, ResumeContinuesFromTheSavedStepAndEndsLikeAnUninterruptedRun) 
   EXPECT_EQ(resumed["step"], 30);
   EXPECT_EQ(max_abs_diff(straight, resumed), 0.0);
 
-  // Another world size must not silently resume (the data order would change).
+  // Another global batch must not silently resume (the data order would change).
   EXPECT_NE(train(1, "--checkpoint-dir '" + ckpt + "'", "wrong_world.log"), 0);
-  EXPECT_NE(log().find("was written by a job of 2 ranks; this one has 1"), std::string::npos)
+  EXPECT_NE(log().find("was written by a job of 2 ranks x 8 samples (a global batch of 16); "
+                       "this one has 1 x 8 (8)"),
+            std::string::npos)
       << log();
 }
 
@@ -411,6 +413,39 @@ TEST_F(TrainTest, ZeroStageOneTrainsAsTheWholeOptimizerAndItsCheckpointsResumeEi
               << second << ": max abs difference from the uninterrupted run " << diff << "\n";
     EXPECT_LT(diff, 1e-6);
   }
+  // A ZeRO-1 checkpoint of 2 ranks x 8 rows resumes on 1 rank x 16 and on 4 x 4 (the same
+  // global batch: the same samples in every step) and ends as the 2-rank run did.
+  const std::string ckpt = path("ckpt-worlds");
+  ASSERT_EQ(train(2, "--max-steps 17 --checkpoint-dir '" + ckpt + "'", "first.log", configs[1]), 0)
+      << log();
+  for (const auto& [world, batch] : {std::pair{1, 16}, std::pair{4, 4}}) {
+    const std::string copy = path("ckpt-" + std::to_string(world));
+    fs::copy(ckpt, copy, fs::copy_options::recursive);
+    ASSERT_EQ(train(world,
+                    "--batch-size " + std::to_string(batch) + " --checkpoint-dir '" + copy +
+                        "' --final-params '" + path("resumed.json") + "'",
+                    "other_world.log", configs[1]),
+              0)
+        << log();
+    const double diff = max_abs_diff(straight[1], read_json(path("resumed.json")));
+    std::cout << "ZeRO-1 on 2 ranks x 8 interrupted at step 17, resumed on " << world << " x "
+              << batch << ": max abs difference from the uninterrupted run " << diff << "\n";
+    EXPECT_LT(diff, 1e-5);
+  }
+  // With bf16 gradients (the reduce-scatter sends bf16): near the plain ZeRO-1 run, every
+  // rank alike.
+  json config = read_json(configs[1]);
+  config["runtime"]["comm_hook"] = "bf16";
+  std::ofstream(path("zero-bf16.json")) << config.dump();
+  ASSERT_EQ(train(2, "--check-replicas --final-params '" + path("bf16.json") + "'", "bf16.log",
+                  path("zero-bf16.json")),
+            0)
+      << log();
+  const double bf16 = max_abs_diff(straight[1], read_json(path("bf16.json")));
+  std::cout << "ZeRO-1 with bf16 gradients: max abs difference from ZeRO-1 in float " << bf16
+            << "\n";
+  EXPECT_GT(bf16, 0);
+  EXPECT_LT(bf16, 0.05);
 }
 
 TEST_F(TrainTest, ErrorsGoToStderrAndTheTorchelasticErrorFile) {

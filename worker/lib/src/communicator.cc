@@ -734,15 +734,20 @@ void check_shares(const at::Tensor& flat, int world) {
 
 }  // namespace
 
-PendingWork Plane::reduce_scatter_async(at::Tensor& flat) {
+PendingWork Plane::reduce_scatter_async(at::Tensor& flat, at::ScalarType wire) {
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
   impl_->check_device_rules("reduce-scatter", flat);
-  if (owner.size == 1) return PendingWork();
-  if (impl_->across_nodes || impl_->shm) return allreduce_async(flat, ReduceOp::kSum);
+  if (flat.scalar_type() != at::kFloat) wire = at::kFloat;  // only float is compressed
+  const bool compressed = wire != at::kFloat;
+  if (owner.size == 1 || impl_->across_nodes || impl_->shm) {
+    return compressed ? allreduce_compressed_async(flat, wire)
+                      : allreduce_async(flat, ReduceOp::kSum);
+  }
   const std::int64_t n = owner.size, share = flat.numel() / n;
-  auto received = at::empty_like(flat);
-  auto input = flat.view(-1);
+  // Compressed, the wire buffers travel as fp16 bits (see start_compressed_exchange).
+  auto input = compressed ? flat.view(-1).to(wire).view(at::kHalf) : flat.view(-1);
+  auto received = at::empty_like(input);
   PendingWork pending;
   pending.impl_ = std::make_unique<PendingWork::Impl>();
   pending.impl_->owner = &owner;
@@ -752,8 +757,9 @@ PendingWork Plane::reduce_scatter_async(at::Tensor& flat) {
         impl_->backend->alltoall_base(received, input, even, even, c10d::AllToAllOptions());
   });
   const std::int64_t rank = owner.rank;
-  pending.impl_->then = [flat, received, n, share, rank] {
-    flat.view(-1).narrow(0, rank * share, share).copy_(received.view({n, share}).sum(0));
+  pending.impl_->then = [flat, received, n, share, rank, wire, compressed] {
+    const auto shares = compressed ? received.view(wire).to(at::kFloat) : received;
+    flat.view(-1).narrow(0, rank * share, share).copy_(shares.view({n, share}).sum(0));
   };
   return pending;
 }

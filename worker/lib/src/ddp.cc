@@ -98,13 +98,14 @@ void check_ranks_agree(Plane& control,
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  Communicator& comm, DdpOptions options)
     : module_(std::move(module)), comm_(comm), options_(options) {
-  if (options_.shard_gradients && (options_.find_unused_parameters || options_.comm_hook.start)) {
+  const bool own_hook = options_.comm_hook.start && options_.comm_hook.wire == at::kFloat;
+  if (options_.shard_gradients && (options_.find_unused_parameters || own_hook)) {
     throw ddprun::UsageError(
         "DDP: sharded gradients (ZeRO-1) with " +
             std::string(options_.find_unused_parameters ? "find_unused_parameters"
-                                                        : "a comm hook") +
+                                                        : "a comm hook of one's own") +
             " is not supported",
-        "use one of the two");
+        "use one of the two (the built-in bf16 and fp16 hooks do go with it)");
   }
   std::vector<std::pair<std::string, at::Tensor>> state;
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -179,11 +180,13 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 namespace {
 
 CommHook compress_hook(const char* name, at::ScalarType wire) {
-  return {name, [wire](Plane& plane, at::Tensor& bucket) {
+  return {name,
+          [wire](Plane& plane, at::Tensor& bucket) {
             return bucket.scalar_type() == at::kFloat
                        ? plane.allreduce_compressed_async(bucket, wire)
                        : plane.allreduce_async(bucket, ReduceOp::kSum);
-          }};
+          },
+          wire};
 }
 
 }  // namespace
@@ -315,7 +318,8 @@ void DistributedDataParallel::launch_ready_buckets_locked() {
   // collectives by sequence, so a different order would sum unrelated buffers.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     auto& bucket = buckets_[next_bucket_];
-    bucket.work = options_.shard_gradients ? comm_.data().reduce_scatter_async(bucket.flat)
+    bucket.work = options_.shard_gradients
+                      ? comm_.data().reduce_scatter_async(bucket.flat, options_.comm_hook.wire)
                   : options_.comm_hook.start
                       ? options_.comm_hook.start(comm_.data(), bucket.flat)
                       : comm_.data().allreduce_async(bucket.flat, ReduceOp::kSum);

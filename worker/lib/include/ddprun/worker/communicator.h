@@ -103,8 +103,10 @@ class Plane {
   // and after wait() this rank's share holds the sum of every rank's share (the rest of
   // `flat` is left undefined). Over gloo or NCCL an all-to-all, then this rank sums its
   // share in rank order: half the bytes of an all-reduce. Through shared memory (one node,
-  // or across nodes) an all-reduce.
-  PendingWork reduce_scatter_async(at::Tensor& flat);
+  // or across nodes) an all-reduce. `wire` bf16 or fp16 (a float `flat` only): each rank's
+  // values rounded to it go out, half the bytes again, and are summed in float (through
+  // shared memory as allreduce_compressed_async).
+  PendingWork reduce_scatter_async(at::Tensor& flat, at::ScalarType wire = at::kFloat);
   // Every rank's share of `flat` (cut as above) to every rank, and waits.
   void allgather_shares(at::Tensor& flat);
   // All-reduce in place and wait.

@@ -23,6 +23,9 @@ namespace ddprun::worker {
 struct CommHook {
   std::string name = "none";
   std::function<PendingWork(Plane& plane, at::Tensor& bucket)> start;
+  // The built-in compression hooks' wire type (float otherwise): with sharded gradients
+  // (ZeRO-1) the reduce-scatter sends it instead of calling `start`.
+  at::ScalarType wire = at::kFloat;
 };
 // Built in: half the bytes on the wire, each rank's gradients rounded to bf16 (fp16), summed
 // in float, the sum rounded and cast back (Plane::allreduce_compressed_async). Buckets of
@@ -49,7 +52,8 @@ struct DdpOptions {
   // ZeRO-1 (ShardedOptimizer, zero.h): each bucket is reduce-scattered instead of
   // all-reduced, and finish_gradient_sync() leaves this rank's share of every bucket holding
   // its average (bucket_share()) instead of writing the parameters' gradients (it sets them
-  // to none). Not with find_unused_parameters or a comm hook.
+  // to none). With the built-in compression hooks the reduce-scatter sends bf16 or fp16;
+  // not with find_unused_parameters or a hook of one's own.
   bool shard_gradients = false;
 };
 
