@@ -485,6 +485,21 @@ TEST_P(DdpTest, ShardedOptimizerStepsAsTheWholeOptimizerWithAShareOfItsState) {
   }
 }
 
+// A rank that shards its gradients (ZeRO-1) beside one that does not would pair an
+// all-to-all with an all-reduce: refused when DDP is made.
+TEST_P(DdpTest, RanksThatDisagreeOnShardingGradientsAreRefused) {
+  run(2, [](Communicator& comm) {
+    auto options = one_layer_buckets();
+    options.shard_gradients = comm.rank() == 0;
+    try {
+      DistributedDataParallel ddp(std::make_shared<Net>(false), comm, options);
+      ADD_FAILURE() << "ranks that disagree on sharding were not refused";
+    } catch (const ConsistencyError& e) {
+      EXPECT_NE(e.hint().find("shard_gradients"), std::string::npos) << e.hint();
+    }
+  });
+}
+
 // A consolidated state loads into any sharding: three ranks take their shares of a state
 // (made up, the same on every rank) and consolidate it back unchanged.
 TEST_P(DdpTest, AConsolidatedStateLoadsIntoThreeShardsAndConsolidatesBackUnchanged) {

@@ -220,16 +220,18 @@ void DistributedDataParallel::check_bucket_layout_agrees() {
     h = (h ^ static_cast<std::uint64_t>(bucket.flat.numel())) * 1099511628211ull;
   for (const char c : options_.comm_hook.name)
     h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  // A rank that reduce-scatters would pair its all-to-alls with another's all-reduces.
+  h = (h ^ (options_.shard_gradients ? 2u : 1u)) * 1099511628211ull;
   const auto mine = static_cast<std::int64_t>(h >> 1);
   auto both = torch::tensor({mine, -mine}, torch::kLong);
   comm_.control().allreduce(both, ReduceOp::kMax);
   if (both[0].item<std::int64_t>() != -both[1].item<std::int64_t>()) {
-    throw ConsistencyError("the ranks' gradient buckets differ (rank " +
-                               std::to_string(comm_.rank()) + " has " +
-                               std::to_string(buckets_.size()) + " bucket(s))",
-                           "give every rank the same bucket_cap_mb (DdpOptions::bucket_cap_bytes) "
-                           "and the same comm hook (here '" +
-                               options_.comm_hook.name + "')");
+    throw ConsistencyError(
+        "the ranks' gradient buckets differ (rank " + std::to_string(comm_.rank()) + " has " +
+            std::to_string(buckets_.size()) + " bucket(s))",
+        "give every rank the same bucket_cap_mb (DdpOptions::bucket_cap_bytes), "
+        "the same comm hook (here '" +
+            options_.comm_hook.name + "') and the same shard_gradients (ZeRO-1)");
   }
 }
 
