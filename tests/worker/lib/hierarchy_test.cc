@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <latch>
 #include <random>
 #include <string>
 #include <thread>
@@ -391,7 +392,11 @@ TEST(CompressedAllreduce, EveryPathSumsTheRoundedValuesInFloatAndEndsBitIdentica
 TEST(HierarchyFailure, ALeaderWhoseAllReduceBetweenNodesFailsMakesItsNodeFailNamingIt) {
   Placement placement{{2, 2}};
   placement.unresponsive_wait = std::chrono::milliseconds(100);
-  const auto errors = run_on_nodes(placement, [](Communicator& comm) {
+  // Node 1 leaves once every rank has joined: leaving earlier could close a connection the
+  // leaders' group was still making, and rank 0 would fail in connect, not in the all-reduce.
+  std::latch joined(4);
+  const auto errors = run_on_nodes(placement, [&joined](Communicator& comm) {
+    joined.arrive_and_wait();
     if (comm.rank() >= 2) return;  // node 1 leaves: its connections close
     auto t = torch::ones({64});
     comm.control().allreduce(t);
