@@ -5,7 +5,7 @@
 # that compiles can still differ at run time (the TCPStore's libuv back end, Work and
 # ProcessGroup semantics, gloo itself). Root only (debootstrap, chroot, mounts); needs a
 # Debian mirror (exit 100 when it cannot be reached). CI runs it after the test command
-# (.ci/run); about 7 minutes on a fresh 2-core machine (docs/worker-library.md).
+# (.ci/run); about 5.5 minutes on a fresh 2-core machine (docs/worker-library.md).
 #
 # Usage: sudo scripts/check-libtorch2-runtime.sh
 # Environment: TRIXIE_ROOT (default build/trixie-root; reused between runs), DEBIAN_MIRROR
