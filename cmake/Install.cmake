@@ -28,6 +28,8 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # Depends from the binaries' libraries (dpkg-shlibdeps)
 set(CPACK_DEBIAN_LAUNCHER_PACKAGE_NAME ddprun)
+# eu-stack: the stacks of ranks that outlive the grace (without it, a one-line note instead).
+set(CPACK_DEBIAN_LAUNCHER_PACKAGE_RECOMMENDS "elfutils")
 set(CPACK_COMPONENT_LAUNCHER_DESCRIPTION
   "launcher for distributed (DDP) training jobs\n ddprun plans ranks from Slurm, Grid Engine, PBS, LSF, MPI or a hostfile, starts one worker\n per device on every node with torchrun's environment, and supervises them.")
 set(CPACK_COMPONENTS_ALL launcher)
@@ -38,6 +40,7 @@ set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
 set(CPACK_RPM_PACKAGE_GROUP "Applications/System")
 set(CPACK_RPM_LAUNCHER_PACKAGE_NAME ddprun)
 set(CPACK_RPM_PACKAGE_AUTOREQ ON)
+set(CPACK_RPM_LAUNCHER_PACKAGE_SUGGESTS "elfutils")
 set(CPACK_RPM_SPEC_MORE_DEFINE "%define _build_id_links none")
 set(CPACK_PACKAGE_VENDOR "ddprun developers")
 # The folders every system already owns stay out of the packages' file lists.

@@ -7,7 +7,7 @@ _ddprun() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${COMP_WORDS[i]} in
       --) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-      --nproc-per-node|--nproc_per_node|--scheduler|--hostfile|--nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout|--log-dir|--tee|--format|--launcher|--env|--ssh-config|--rdzv-backend|--rdzv_backend|--rdzv-endpoint|--rdzv_endpoint|--rdzv-id|--rdzv_id|--rdzv-conf|--rdzv_conf|--monitor-interval|--start-method|--role|-r|--redirects|-t|--local-ranks-filter|--local_ranks_filter|--local-addr|--signals-to-handle|--exit-timeout|--restart-on|--drain-before|--drain-signal|--deadline|--time-limit|--node_rank|--master_addr|--master_port|--max_restarts|--log_dir|--gpus-per-proc|--gpus_per_proc|--numa-binding|--numa_binding|--cpu-bind|--cpu_bind) ((i++)) ;;
+      --nproc-per-node|--nproc_per_node|--scheduler|--hostfile|--nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout|--log-dir|--tee|--format|--launcher|--env|--ssh-config|--rdzv-backend|--rdzv_backend|--rdzv-endpoint|--rdzv_endpoint|--rdzv-id|--rdzv_id|--rdzv-conf|--rdzv_conf|--monitor-interval|--start-method|--role|-r|--redirects|-t|--local-ranks-filter|--local_ranks_filter|--local-addr|--signals-to-handle|--exit-timeout|--stall-timeout|--stall_timeout|--restart-on|--drain-before|--drain-signal|--deadline|--time-limit|--node_rank|--master_addr|--master_port|--max_restarts|--log_dir|--gpus-per-proc|--gpus_per_proc|--numa-binding|--numa_binding|--cpu-bind|--cpu_bind) ((i++)) ;;
       -*) ;;
       *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
@@ -28,7 +28,7 @@ _ddprun() {
     --nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout) return ;;
   esac
   if [[ $cur == -* ]]; then
-    COMPREPLY=($(compgen -W "--nproc-per-node --gpus-per-proc --virtual-local-rank --numa-binding --cpu-bind --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --rdzv-backend --rdzv-endpoint --rdzv-id --rdzv-conf --role --module --no-python --run-path --redirects --local-ranks-filter --local-addr --signals-to-handle --monitor-interval --start-method --exit-timeout --restart-on --restart-repeated --drain-before --drain-signal --deadline --time-limit --print-job-end --dry-run --format --launcher --env --ssh-config --ssh-fanout --check --check-path --bandwidth --doctor --quiet --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "--nproc-per-node --gpus-per-proc --virtual-local-rank --numa-binding --cpu-bind --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --rdzv-backend --rdzv-endpoint --rdzv-id --rdzv-conf --role --module --no-python --run-path --redirects --local-ranks-filter --local-addr --signals-to-handle --monitor-interval --start-method --exit-timeout --stall-timeout --no-stacks --restart-on --restart-repeated --drain-before --drain-signal --deadline --time-limit --print-job-end --dry-run --format --launcher --env --ssh-config --ssh-fanout --check --check-path --bandwidth --doctor --quiet --help --version" -- "$cur"))
   else
     COMPREPLY=($(compgen -c -- "$cur"))
   fi

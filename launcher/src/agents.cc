@@ -203,6 +203,9 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
     // The agents' workers learn the end too; the head alone sends the notice.
     args.insert(args.end(), {"--deadline", std::to_string(*plan.job_end_unix)});
   }
+  if (options.stall_timeout_s) {
+    args.insert(args.end(), {"--stall-timeout", seconds_text(*options.stall_timeout_s)});
+  }
   if (options.exit_timeout_s) {
     args.insert(args.end(), {"--exit-timeout", seconds_text(*options.exit_timeout_s)});
   }
@@ -218,6 +221,7 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
     args.insert(args.end(), {flag.substr(0, space), flag.substr(space + 1)});
   }
   if (options.tag_output) args.emplace_back("--tag-output");
+  if (!options.stacks) args.emplace_back("--no-stacks");
   if (options.check) {
     args.emplace_back("--check");  // answer the preflight, run nothing
     for (const auto& path : options.check_paths) args.insert(args.end(), {"--check-path", path});

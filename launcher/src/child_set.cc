@@ -156,7 +156,8 @@ void ChildSet::pump(std::size_t child, bool is_stderr, const ChildEvents& events
 }
 
 std::vector<CapturedRun> run_all_captured(SignalChannel& signals, std::vector<SpawnSpec> specs,
-                                          const std::vector<std::string>& inputs, int timeout_ms) {
+                                          const std::vector<std::string>& inputs, int timeout_ms,
+                                          const std::function<bool(int)>& on_signal) {
   std::vector<CapturedRun> results(specs.size());
   ChildSet children(signals);
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -169,10 +170,12 @@ std::vector<CapturedRun> run_all_captured(SignalChannel& signals, std::vector<Sp
   events.exited = [&](std::size_t child, const ChildExit& exit) {
     results[child].wait_status = exit.wait_status;
   };
+  bool give_up = false;
+  if (on_signal) events.signal = [&](int sig) { give_up = on_signal(sig) || give_up; };
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   bool killed = false;
   while (children.running_count() > 0 || children.output_open()) {
-    if (!killed && SteadyClock::now() >= deadline) {
+    if (!killed && (give_up || SteadyClock::now() >= deadline)) {
       for (std::size_t i = 0; i < results.size(); ++i) {
         if (!children.running(i)) continue;
         results[i].timed_out = true;

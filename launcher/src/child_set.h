@@ -74,6 +74,10 @@ class ChildSet {
   void wait_once(std::optional<SteadyClock::time_point> deadline, int extra_fd,
                  const ChildEvents& events);
 
+  // Reaps the children that have ended, as a SIGCHLD would: for when another loop read
+  // the signalfd meanwhile (run_all_captured).
+  void reap_now(const ChildEvents& events) { reap(events); }
+
  private:
   struct Child {
     pid_t pid = -1;
@@ -102,8 +106,12 @@ struct CapturedRun {
 
 // Runs every spec at once (stdin from a pipe holding `inputs[i]` when given, else
 // /dev/null), collects their output, and returns when all have ended; a command still
-// running after `timeout_ms` is killed with its group and marked timed_out.
+// running after `timeout_ms` is killed with its group and marked timed_out. Signals
+// that arrive meanwhile go to `on_signal`, when given; when it returns true, the commands
+// still running are killed at once (marked timed_out). SIGCHLD is read here too: a caller
+// with children of its own reaps them afterwards (ChildSet::reap_now).
 std::vector<CapturedRun> run_all_captured(SignalChannel& signals, std::vector<SpawnSpec> specs,
-                                          const std::vector<std::string>& inputs, int timeout_ms);
+                                          const std::vector<std::string>& inputs, int timeout_ms,
+                                          const std::function<bool(int)>& on_signal = {});
 
 }  // namespace ddprun

@@ -228,6 +228,12 @@ Parser::Parser() {
                  "Once any rank has exited (even with 0), stop the others after this many "
                  "seconds and fail (exit 124); off by default")
       ->check(seconds_validator(0, 31536000));
+  app.add_option("--stall-timeout,--stall_timeout", options.stall_timeout_s,
+                 "When no rank's DDPRUN_PROGRESS_FILE advances for this many seconds, name "
+                 "the ranks behind, show every rank's stack, and fail the round (exit 124; "
+                 "--restart-on stall restarts it); programs that write no progress are never "
+                 "stalled. Off by default")
+      ->check(seconds_validator(0.01, 31536000));
   app.add_option("--deadline", torchrun.deadline,
                  "When the scheduler will end the job: unix seconds or local "
                  "YYYY-MM-DDTHH:MM[:SS] (default: what Slurm, Grid Engine, PBS or LSF say)");
@@ -250,6 +256,10 @@ Parser::Parser() {
                  "Show only these local ranks on the console, e.g. 0 or 0,3 (files keep all)");
   app.add_flag("--tag-output,--tag_output", options.tag_output,
                "Prefix every output line with [host:rank]");
+  app.add_flag("!--no-stacks,!--no_stacks", options.stacks,
+               "Do not take the stacks of workers that outlive the grace before they are "
+               "killed (eu-stack; Python frames through faulthandler, armed by a "
+               "sitecustomize on PYTHONPATH)");
   app.add_option("--local-addr,--local_addr", options.local_addr,
                  "This node's address; the master address when this node runs rank 0");
   app.add_option("--logs-specs,--logs_specs", torchrun.logs_specs,

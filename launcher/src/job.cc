@@ -4,18 +4,32 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "ddprun/common/files.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "error_digest.h"
 #include "report.h"
+#include "stacks.h"
 
 namespace ddprun {
 namespace {
 
 bool exited_with(int status, int code) {
   return WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+// "15 s", "0.5 s".
+std::string format_seconds(std::chrono::milliseconds span) {
+  const long long ms = span.count();
+  std::string text = std::to_string(ms / 1000);
+  if (ms % 1000 != 0) {
+    std::string fraction = std::to_string(1000 + ms % 1000).substr(1);
+    while (fraction.back() == '0') fraction.pop_back();
+    text += "." + fraction;
+  }
+  return text + " s";
 }
 
 bool is_notice_signal(int sig) {
@@ -30,15 +44,16 @@ bool is_notice_signal(int sig) {
 //
 //   kRunning  --worker fails-------------> kFailing   (SIGTERM to the rest; restartable)
 //   kRunning  --exit timeout-------------> kTimedOut  (SIGTERM to the rest; restartable)
+//   kRunning  --no progress (stall)------> kStalled   (stacks, SIGTERM to all; restartable)
 //   any       --stop signal, head lost---> kStopping  (the signal to the rest; never
 //                                                      restarted: 128+N, or 75 if drained)
-//   kFailing/kTimedOut/kStopping --grace-> SIGKILL to the rest
+//   kFailing/kTimedOut/kStalled/kStopping --grace-> stacks, SIGKILL to the rest
 //   kStopping --a second SIGINT----------> SIGKILL at once
 //   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
 //                                          or killed by the notice, is drained, not failed)
 class Round {
  public:
-  enum class Phase { kRunning, kFailing, kTimedOut, kStopping };
+  enum class Phase { kRunning, kFailing, kTimedOut, kStalled, kStopping };
 
   Round(Runner& runner, const RoundPolicy& policy) : runner_(runner), policy_(policy) {}
 
@@ -87,6 +102,21 @@ class Round {
     killed_ = true;
   }
 
+  // Takes the stacks of the live workers (agents take their own node's), once a round.
+  void capture_live_stacks(const std::string& when) {
+    if (!policy_.capture_stacks || !stacks_when_.empty()) return;
+    std::vector<std::size_t> workers;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].exited && !ranks_[i].agent) workers.push_back(i);
+    }
+    if (workers.empty()) return;
+    std::vector<StackCapture> captures = runner_.capture_stacks(workers);
+    for (std::size_t k = 0; k < workers.size() && k < captures.size(); ++k) {
+      ranks_[workers[k]].stacks = std::move(captures[k]);
+    }
+    stacks_when_ = when;
+  }
+
   // Sends `sig` to every live child; SIGKILL follows when the grace from the first stop ends.
   void stop_live(int sig) {
     if (killed_) return;  // nothing left to ask: SIGKILL went out
@@ -117,6 +147,8 @@ class Round {
       if (none_live && !runner_.output_open()) return;
       const auto now = runner_.now();
       if (kill_deadline_ && now >= *kill_deadline_) {
+        capture_live_stacks("before SIGKILL, after the " + format_seconds(policy_.shutdown_grace) +
+                            " grace");
         kill_live();
         continue;
       }
@@ -140,13 +172,56 @@ class Round {
         runner_.close_output();
         continue;
       }
+      const bool watch_stalls = policy_.stall_timeout && phase_ == Phase::kRunning && !none_live;
+      if (watch_stalls && !next_stall_check_) {
+        last_advance_ = now;
+        next_stall_check_ = now + policy_.stall_check_every;
+      }
+      if (watch_stalls && now >= *next_stall_check_) {
+        check_stall(now);
+        next_stall_check_ = now + policy_.stall_check_every;
+        continue;
+      }
       std::optional<RunnerClock::time_point> deadline = kill_deadline_;
+      if (watch_stalls)
+        deadline = std::min(deadline.value_or(*next_stall_check_), *next_stall_check_);
       const auto drain_at = drain_sent_ ? std::nullopt : policy_.drain_at;
       for (const auto& other : {drain_deadline_, exit_deadline_, drain_at}) {
         if (other && (!deadline || *other < *deadline)) deadline = other;
       }
       handle(runner_.wait(deadline));
     }
+  }
+
+  // Reads every live worker's progress; when none advanced for the stall timeout (and one
+  // wrote some), takes everyone's stacks and stops the round.
+  void check_stall(RunnerClock::time_point now) {
+    steps_.resize(ranks_.size());
+    bool written = false;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].agent || !ranks_[i].started || ranks_[i].exited) continue;
+      const auto step = runner_.progress(i);
+      if (step && (!steps_[i] || *step > *steps_[i])) last_advance_ = now;
+      if (step) steps_[i] = step;
+      written = written || steps_[i].has_value();
+    }
+    if (!written || now - last_advance_ < *policy_.stall_timeout) return;
+    phase_ = Phase::kStalled;
+    long long lowest = LLONG_MAX;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].agent || !ranks_[i].started || ranks_[i].exited) continue;
+      const long long step = steps_[i].value_or(-1);
+      if (step < lowest) {
+        lowest = step;
+        behind_.clear();
+      }
+      if (step == lowest) behind_.push_back(i);
+      ahead_step_ = std::max(ahead_step_, step);
+    }
+    behind_step_ = lowest;
+    capture_live_stacks("when the stall was found: no progress for " +
+                        format_seconds(*policy_.stall_timeout));
+    stop_live(SIGTERM);
   }
 
   // Forwards a notice. Only one that went out while the round ran drains it: after a stop
@@ -244,9 +319,15 @@ class Round {
       result.outcome = Outcome::kTimedOut;
       result.first_exit = first_exit_;
       result.still_running = still_running_;
+    } else if (phase_ == Phase::kStalled) {
+      result.outcome = Outcome::kStalled;
+      result.behind = behind_;
+      result.behind_step = behind_step_;
+      result.ahead_step = ahead_step_;
     }
     result.lost_head = lost_head_;
     result.drained = drain_sent_;
+    result.stacks_when = stacks_when_;
     return result;
   }
 
@@ -263,6 +344,14 @@ class Round {
   std::optional<std::size_t> first_failure_;
   std::optional<std::size_t> first_exit_;
   std::vector<std::size_t> still_running_;
+  std::string stacks_when_;  // set when the stacks were taken
+  // --stall-timeout: each worker's last progress, when any advanced last, the next check.
+  std::vector<std::optional<long long>> steps_;
+  RunnerClock::time_point last_advance_{};
+  std::optional<RunnerClock::time_point> next_stall_check_;
+  std::vector<std::size_t> behind_;
+  long long behind_step_ = -1;
+  long long ahead_step_ = -1;
   std::optional<RunnerClock::time_point> exit_deadline_;
   std::optional<RunnerClock::time_point> kill_deadline_;
   std::optional<RunnerClock::time_point> drain_deadline_;
@@ -289,6 +378,7 @@ int exit_code_for(const RoundResult& result) {
     case Outcome::kPreempted:
       return kExitPreempted;
     case Outcome::kTimedOut:
+    case Outcome::kStalled:
       return kExitTimedOut;
     case Outcome::kWorkerFailed: {
       const int status = result.ranks.at(*result.first_failure).wait_status;
@@ -338,13 +428,19 @@ int run_job(Runner& runner, const JobSettings& settings,
     if (settings.summaries) messages << setup.summary;
     const RoundResult& result = previous.emplace(run_round(runner, setup.children, settings.round));
     if (settings.tables) messages << format_rank_table(result);
-    if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut) {
+    messages << format_stack_digest(
+        result, result.stacks_when,
+        setup.log_dir.empty() ? "" : setup.log_dir + "/rank_<N>.stacks");
+    if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut ||
+        result.outcome == Outcome::kStalled) {
       const RankResult* failed =
           result.first_failure ? &result.ranks.at(*result.first_failure) : nullptr;
       const std::string first_error =
           failed && !failed->error_file.empty() ? read_file_head(failed->error_file) : "";
       if (result.outcome == Outcome::kWorkerFailed) {
         messages << failure_lines(result, settings.colour);
+      } else if (result.outcome == Outcome::kStalled) {
+        messages << format_stall_report(result, *settings.round.stall_timeout, settings.colour);
       } else {
         messages << format_exit_timeout_report(result, *settings.round.exit_timeout,
                                                settings.colour);

@@ -33,6 +33,14 @@ struct RoundPolicy {
   // those it ends (exit 75, or killed by it) count as preempted, not failed.
   std::optional<RunnerClock::time_point> drain_at;
   int drain_signal = SIGUSR1;
+  // Before SIGKILL goes to workers that outlived the grace, ddprun takes their stacks
+  // (Runner::capture_stacks) and the round's result keeps them.
+  bool capture_stacks = false;
+  // --stall-timeout: when no worker's progress (Runner::progress) has advanced for this
+  // long, and some worker has written one, the round stops (Outcome::kStalled) after the
+  // stacks of all are taken. Checked every `stall_check_every`.
+  std::optional<std::chrono::milliseconds> stall_timeout;
+  std::chrono::milliseconds stall_check_every{1000};
 };
 
 // Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`

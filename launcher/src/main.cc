@@ -143,6 +143,13 @@ int run(Options options, Environment env) {
   runner_config.relay.console_is_tty = inputs.stdout_is_tty;
   runner_config.tag_output = options.tag_output;
   runner_config.head_fd = options.agent_stdin ? STDIN_FILENO : -1;
+  if (options.stacks) {
+    try {
+      runner_config.eu_stack = resolve_program("eu-stack", env);
+    } catch (const ProgramError&) {
+      // Each capture says so in one line.
+    }
+  }
   JobSettings settings;
   settings.round.shutdown_grace =
       std::chrono::milliseconds(static_cast<long long>(options.shutdown_timeout_s * 1000.0));
@@ -151,6 +158,15 @@ int run(Options options, Environment env) {
         std::chrono::milliseconds(static_cast<long long>(*options.exit_timeout_s * 1000.0));
   }
   settings.round.extra_stop_signals = options.signals_to_handle;
+  if (options.stall_timeout_s) {
+    settings.round.stall_timeout =
+        std::chrono::milliseconds(static_cast<long long>(*options.stall_timeout_s * 1000.0));
+    // Found within the timeout and a tenth of it (at most 1 s more).
+    settings.round.stall_check_every =
+        std::clamp(*settings.round.stall_timeout / 10, std::chrono::milliseconds(10),
+                   std::chrono::milliseconds(1000));
+  }
+  settings.round.capture_stacks = options.stacks;
   if (job_end && options.drain_before_s > 0 && !options.agent) {
     // The head alone keeps the clock; its agents pass the notice on.
     settings.round.drain_signal = options.drain_signal;

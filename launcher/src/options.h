@@ -47,6 +47,8 @@ struct Options {
   StreamChoice tee;
   std::optional<std::set<int>> local_ranks_filter;  // console only; files keep every rank
   bool tag_output = false;
+  // Take the stacks of workers before SIGKILL (stacks.h); --no-stacks turns it off.
+  bool stacks = true;
   bool quiet = false;  // no start summary and no end table; errors are still printed
   bool dry_run = false;
   bool check = false;                    // preflight every node, print a table, start nothing
@@ -66,8 +68,9 @@ struct Options {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
-  std::vector<int> signals_to_handle;    // beyond ddprun's own; they stop the job
-  std::optional<double> exit_timeout_s;  // after the first exit, the others get this long
+  std::vector<int> signals_to_handle;     // beyond ddprun's own; they stop the job
+  std::optional<double> exit_timeout_s;   // after the first exit, the others get this long
+  std::optional<double> stall_timeout_s;  // no worker's progress advanced for this long: stop
   // The job's clock (deadline.h): its end by hand, and the notice before it.
   std::optional<std::int64_t> deadline_unix;  // --deadline, as unix seconds
   std::optional<std::int64_t> time_limit_s;   // --time-limit: seconds from ddprun's start

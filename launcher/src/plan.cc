@@ -82,7 +82,8 @@ Placement place_this_node(const Options& options, const PlanInputs& inputs,
 }  // namespace
 
 void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFile file) {
-  const bool log = file == RankFile::kStdoutLog || file == RankFile::kStderrLog;
+  const bool log =
+      file == RankFile::kStdoutLog || file == RankFile::kStderrLog || file == RankFile::kStacksLog;
   if (log && !plan.logs_to_dir) return;
   char digits[16];
   const auto end = std::to_chars(std::begin(digits), std::end(digits), rank).ptr;
@@ -101,6 +102,12 @@ void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFi
       break;
     case RankFile::kStderrLog:
       out += ".stderr.log";
+      break;
+    case RankFile::kPythonStacks:
+      out += ".pystack";
+      break;
+    case RankFile::kStacksLog:
+      out += ".stacks";
       break;
   }
 }

@@ -110,6 +110,8 @@ enum class RankFile {
   kProgressFile,  // DDPRUN_PROGRESS_FILE: "<attempt_dir>/rank_<N>.progress"
   kStdoutLog,     // "<attempt_dir>/rank_<N>.stdout.log" with --log-dir (plan.logs_to_dir)
   kStderrLog,     // "<attempt_dir>/rank_<N>.stderr.log" with --log-dir
+  kPythonStacks,  // DDPRUN_PYTHON_STACK_FILE: "<attempt_dir>/rank_<N>.pystack"
+  kStacksLog,     // "<attempt_dir>/rank_<N>.stacks" with --log-dir: stacks ddprun took
 };
 
 // The path of `rank`'s `file`; empty for a log file without --log-dir (no log file).

@@ -128,6 +128,8 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // ddprun died before prctl
+    // ddprun's helpers (eu-stack) may read its stack where Yama allows only ancestors.
+    ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
     // Workers start with default dispositions, except a SIGHUP that ddprun itself was
     // started with ignored (nohup): they inherit that, as nohup's children do.
     for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {

@@ -10,6 +10,9 @@
 #include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"
 #include "report.h"
+#include "restart_policy.h"
+#include "stack_capture.h"
+#include "stacks.h"
 
 namespace ddprun {
 
@@ -109,6 +112,9 @@ void ProcessRunner::start_fresh() {
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
   relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
   is_agent_.clear();
+  python_stack_files_.clear();
+  progress_files_.clear();
+  stacks_logs_.clear();
 }
 
 pid_t ProcessRunner::start(const ChildSpec& spec) {
@@ -132,6 +138,8 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   // A stale file from an earlier run is no report.
   if (!spec.error_file.empty()) ::unlink(spec.error_file.c_str());
   if (!spec.progress_file.empty()) ::unlink(spec.progress_file.c_str());
+  if (!spec.python_stack_file.empty()) ::unlink(spec.python_stack_file.c_str());
+  if (!spec.stacks_log.empty()) ::unlink(spec.stacks_log.c_str());
   SpawnSpec process{spec.path, spec.argv, spec.env};
   process.fd3 = spec.fd3;
   process.cpus = spec.cpus;
@@ -139,7 +147,42 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
       children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
   relay_->add(std::move(target));
   is_agent_.push_back(spec.agent);
+  python_stack_files_.push_back(spec.python_stack_file);
+  stacks_logs_.push_back(spec.stacks_log);
+  progress_files_.push_back(spec.progress_file);
   return children_->pid(child);
+}
+
+std::optional<long long> ProcessRunner::progress(std::size_t child) {
+  const std::string& path = progress_files_.at(child);
+  if (path.empty()) return std::nullopt;
+  return parse_progress(read_file_head(path, 64));
+}
+
+std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::size_t>& children) {
+  std::vector<StackTarget> targets;
+  for (const std::size_t child : children) {
+    targets.push_back({children_->pid(child), python_stack_files_.at(child)});
+  }
+  // A stop signal meanwhile (a second Ctrl-C) ends the capture: the user wants out.
+  const auto on_signal = [this](int sig) {
+    events_.signal(sig);
+    return sig != SIGUSR1 && sig != SIGUSR2;
+  };
+  std::vector<StackCapture> captures =
+      ddprun::capture_stacks(signals_, targets, config_.eu_stack, {}, on_signal);
+  children_->reap_now(events_);  // the capture's loop read the SIGCHLD of any that ended
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    const std::string& log = stacks_logs_.at(children[i]);
+    if (log.empty()) continue;
+    try {
+      ::unlink(log.c_str());  // an earlier capture of this round (a stall's)
+      write_new_file(log, format_stack_file(captures[i]));
+    } catch (const std::exception& e) {
+      captures[i].problem += (captures[i].problem.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  return captures;
 }
 
 void ProcessRunner::signal(std::size_t child, int sig) {

@@ -29,6 +29,7 @@ struct ProcessRunnerConfig {
   // At the job's end the last lines matter most (a traceback): the drain waits this long
   // for a console that takes nothing before it spills the rest to a file.
   std::chrono::milliseconds console_final_stall{5000};
+  std::string eu_stack;  // eu-stack's path for stack captures; empty: not installed
 };
 
 class ProcessRunner : public Runner {
@@ -46,6 +47,8 @@ class ProcessRunner : public Runner {
   RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override;
   bool output_open() const override { return children_->output_open(); }
   void close_output() override { children_->close_output(events_); }
+  std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) override;
+  std::optional<long long> progress(std::size_t child) override;
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return relay_->stderr_tail(child);
   }
@@ -82,6 +85,9 @@ class ProcessRunner : public Runner {
   std::unique_ptr<ChildSet> children_;
   std::unique_ptr<OutputRelay> relay_;
   std::vector<bool> is_agent_;
+  std::vector<std::string> python_stack_files_;  // each child's, as is_agent_
+  std::vector<std::string> stacks_logs_;
+  std::vector<std::string> progress_files_;
   std::deque<RunnerEvent> pending_;
   ChildEvents events_;
   LineSplitter head_lines_;

@@ -143,6 +143,32 @@ std::string format_exit_timeout_report(const RoundResult& result, std::chrono::m
          (result.still_running.size() == 1 ? "it" : "them") + "\n";
 }
 
+std::string format_stall_report(const RoundResult& result, std::chrono::milliseconds timeout,
+                                bool colour) {
+  std::vector<int> ranks;
+  std::string hosts;
+  for (const std::size_t child : result.behind) {
+    const RankResult& rank = result.ranks.at(child);
+    ranks.push_back(rank.rank);
+    if (hosts.find(rank.host) == std::string::npos)
+      hosts += (hosts.empty() ? "" : ", ") + rank.host;
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(timeout.count()) / 1000.0);
+  const std::string head = error_label(colour) + "no rank advanced for " + seconds +
+                           " s (--stall-timeout, DDPRUN_PROGRESS_FILE): ";
+  if (result.ahead_step == result.behind_step) {
+    return head + "every rank was at step " + std::to_string(result.behind_step) +
+           "; stopped the round\n";
+  }
+  const std::string where = result.behind_step < 0
+                                ? "with no step written"
+                                : "at step " + std::to_string(result.behind_step);
+  return head + format_number_set("rank", ranks) + " on " + hosts +
+         (ranks.size() == 1 ? " was" : " were") + " behind, " + where + " (the furthest: step " +
+         std::to_string(result.ahead_step) + "); stopped the round\n";
+}
+
 std::string format_failure_report(const RankResult& failed, const std::string& error_file_text,
                                   bool colour) {
   char seconds[32];

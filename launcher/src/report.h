@@ -30,6 +30,11 @@ std::string child_label(const RankResult& child);
 // file's content, or empty) holds one, and the last lines of its stderr. With `colour`,
 // "error:" is bold red.
 // --exit-timeout ran out: who exited first, and who was still running `timeout` later.
+// "ddprun: error: no rank advanced for 30 s (--stall-timeout): ranks 2-3 were behind, at step
+// 11 (the furthest: step 12); stopped the round".
+std::string format_stall_report(const RoundResult& result, std::chrono::milliseconds timeout,
+                                bool colour);
+
 std::string format_exit_timeout_report(const RoundResult& result, std::chrono::milliseconds timeout,
                                        bool colour);
 

@@ -45,11 +45,15 @@ RestartRule parse_restart_on(const std::string& text) {
       rule.signals = true;
       continue;
     }
+    if (item == "stall") {
+      rule.stalls = true;
+      continue;
+    }
     const auto code = parse_int(item);
     if (!code || *code < 1 || *code > 255) {
-      throw UsageError(
-          "--restart-on " + text + ": '" + item + "' is neither 'signals' nor an exit code 1-255",
-          "e.g. --restart-on any, --restart-on signals, --restart-on signals,3");
+      throw UsageError("--restart-on " + text + ": '" + item +
+                           "' is neither 'signals', 'stall' nor an exit code 1-255",
+                       "e.g. --restart-on any, --restart-on signals, --restart-on signals,stall,3");
     }
     rule.exit_codes.insert(*code);
   }
@@ -63,6 +67,11 @@ std::string failure_signature(const RoundResult& result, const std::string& erro
     for (const std::size_t child : result.still_running) running += std::to_string(child) + ",";
     return "exit timeout; still running: " + running;
   }
+  if (result.outcome == Outcome::kStalled) {
+    std::string behind;
+    for (const std::size_t child : result.behind) behind += std::to_string(child) + ",";
+    return "stall; behind: " + behind;
+  }
   if (result.outcome != Outcome::kWorkerFailed || !result.first_failure) return {};
   const RankResult& failed = result.ranks.at(*result.first_failure);
   return child_label(failed) + ": " + describe_wait_status(failed.wait_status) + ": " +
@@ -71,6 +80,11 @@ std::string failure_signature(const RoundResult& result, const std::string& erro
 
 bool restart_covers(const RestartRule& rule, const RoundResult& result, std::string& why) {
   if (rule.any) return true;
+  if (result.outcome == Outcome::kStalled) {
+    if (rule.stalls) return true;
+    why = "the round stalled (--stall-timeout), and --restart-on does not say 'stall'";
+    return false;
+  }
   if (result.outcome == Outcome::kTimedOut) {
     why = "the round timed out (--exit-timeout), and --restart-on does not say 'any'";
     return false;

@@ -10,11 +10,12 @@ namespace ddprun {
 struct RestartRule {
   bool any = true;             // every failure ("any", the default)
   bool signals = false;        // a worker killed by a signal, or a node lost
+  bool stalls = false;         // a round stopped by --stall-timeout
   std::set<int> exit_codes;    // workers exiting with one of these
   bool allow_repeats = false;  // --restart-repeated: restart even the same failure again
 };
 
-// "any", or a comma list of "signals" and exit codes 1-255. Throws UsageError.
+// "any", or a comma list of "signals", "stall" and exit codes 1-255. Throws UsageError.
 RestartRule parse_restart_on(const std::string& text);
 
 }  // namespace ddprun

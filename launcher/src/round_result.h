@@ -11,6 +11,13 @@
 
 namespace ddprun {
 
+// Where a worker was when ddprun gave up waiting for it (stacks.h reads these).
+struct StackCapture {
+  std::string native;   // eu-stack's output: every thread's native frames
+  std::string python;   // faulthandler's dump of every Python thread, when the rank armed it
+  std::string problem;  // one line saying why a part is missing; empty when none is
+};
+
 struct RankResult {
   bool agent = false;  // a remote agent (or the srun/mpirun starting them), not a worker
   int node_rank = 0;   // for an agent: its node, or -1 when it stands for all of them
@@ -26,6 +33,7 @@ struct RankResult {
   std::deque<std::string> stderr_tail;
   std::string error_file;
   std::string progress_file;
+  std::optional<StackCapture> stacks;  // captured before ddprun killed it
 };
 
 enum class Outcome {
@@ -34,6 +42,7 @@ enum class Outcome {
   kStopped,       // ddprun was told to stop (a signal); not a candidate for restart
   kPreempted,     // workers exited kExitPreempted (checkpoint saved), none failed
   kTimedOut,      // --exit-timeout: a child exited and others were still running after it
+  kStalled,       // --stall-timeout: no worker's progress file advanced for that long
 };
 
 struct RoundResult {
@@ -45,7 +54,13 @@ struct RoundResult {
   // With kTimedOut: the child that exited first, and those still running at the timeout.
   std::optional<std::size_t> first_exit;
   std::vector<std::size_t> still_running;
+  // With kStalled: the workers at the lowest step (one that never wrote counts as lowest),
+  // that step (-1: none written), and the highest step of any worker.
+  std::vector<std::size_t> behind;
+  long long behind_step = -1;
+  long long ahead_step = -1;
   std::vector<RankResult> ranks;  // workers in local rank order, then agents
+  std::string stacks_when;        // when the ranks' stacks were taken; empty: never
 };
 
 }  // namespace ddprun

@@ -1,11 +1,14 @@
 #include "round_setup.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "agents.h"
 #include "ddprun/common/files.h"
+#include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
 #include "ports.h"
+#include "python_stack_hook.h"
 #include "rank_environment.h"
 #include "report.h"
 #include "restart_policy.h"
@@ -13,7 +16,7 @@
 namespace ddprun {
 
 std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
-                                       const Environment& env) {
+                                       const Environment& env, const std::string& python_hook_dir) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
   std::vector<ChildSpec> children;
   children.reserve(static_cast<std::size_t>(node.nproc));
@@ -26,7 +29,17 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
     child.host = rank.host;
     child.path = program_path;
     child.argv = plan.program;
-    child.env = merge_environment(env, rank_environment(plan, rank));
+    auto vars = rank_environment(plan, rank);
+    if (!python_hook_dir.empty()) {
+      child.python_stack_file = rank_file(plan, rank.rank, RankFile::kPythonStacks);
+      vars.emplace_back(env::kDdprunPythonStackFile, child.python_stack_file);
+      const auto python_path = lookup(env, "PYTHONPATH");
+      vars.emplace_back("PYTHONPATH",
+                        python_hook_dir + (python_path && !python_path->empty() ? ":" + *python_path
+                                                                                : std::string()));
+    }
+    child.env = merge_environment(env, vars);
+    child.stacks_log = rank_file(plan, rank.rank, RankFile::kStacksLog);
     child.stdout_log = rank_file(plan, rank.rank, RankFile::kStdoutLog);
     child.stderr_log = rank_file(plan, rank.rank, RankFile::kStderrLog);
     child.error_file = rank_file(plan, rank.rank, RankFile::kErrorFile);
@@ -81,7 +94,14 @@ RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Envir
   RoundSetup setup;
   setup.notice = std::move(notice);
   if (agents.local_workers || options.log_dir) make_directories(plan.attempt_dir);
-  if (agents.local_workers) setup.children = worker_children(plan, program_path, env);
+  if (agents.local_workers) {
+    // Absolute: a worker that changes its folder still finds it.
+    const std::string hook_dir =
+        options.stacks
+            ? write_python_stack_hook(std::filesystem::absolute(plan.attempt_dir + "/python"))
+            : std::string();
+    setup.children = worker_children(plan, program_path, env, hook_dir);
+  }
   setup.summary = format_launch_summary(plan, options.log_dir.has_value());
   if (inputs.launcher != LauncherKind::kLocal) {
     const std::size_t reached = plan.nodes.size() - (agents.local_workers ? 1 : 0);

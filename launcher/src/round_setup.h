@@ -11,9 +11,12 @@
 namespace ddprun {
 
 // The children that run `plan`'s ranks on this node, each with `program_path` as its
-// executable and `env` with its rank's contract variables laid over it.
+// executable and `env` with its rank's contract variables laid over it. With a
+// `python_hook_dir` (python_stack_hook.h), Python workers can show their frames: it goes
+// first on PYTHONPATH, with DDPRUN_PYTHON_STACK_FILE.
 std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
-                                       const Environment& env);
+                                       const Environment& env,
+                                       const std::string& python_hook_dir = {});
 
 // Prepares round `round`: its restart count (the head's, on an agent), a fresh master
 // port when the port was picked here, the plan, its attempt folder, the children, and the

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "round_result.h"
+
 namespace ddprun {
 
 using RunnerClock = std::chrono::steady_clock;
@@ -34,8 +36,11 @@ struct ChildSpec {
   std::string stderr_log;
   std::string error_file;     // TORCHELASTIC_ERROR_FILE; removed before the start
   std::string progress_file;  // DDPRUN_PROGRESS_FILE; removed before the start
-  int fd3 = -1;           // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
-  std::vector<int> cpus;  // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
+  // DDPRUN_PYTHON_STACK_FILE (python_stack_hook.h); removed before the start; empty: none.
+  std::string python_stack_file;
+  std::string stacks_log;  // where its stacks are written when captured; empty: nowhere
+  int fd3 = -1;            // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
+  std::vector<int> cpus;   // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
   bool stdout_to_console = true;  // workers only: agents filter their own workers
   bool stderr_to_console = true;
 };
@@ -74,6 +79,11 @@ class Runner {
   // Stops reading output that has not ended (a grandchild that escaped its process
   // group may hold a pipe open forever).
   virtual void close_output() = 0;
+  // Where each of `children` (live workers) is, taken at once within a bounded time
+  // (stack_capture.h); one capture per child, in order.
+  virtual std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) = 0;
+  // The step `child` (a worker) last wrote to its DDPRUN_PROGRESS_FILE; nullopt when none.
+  virtual std::optional<long long> progress(std::size_t child) = 0;
   // The last stderr lines of `child`.
   virtual std::deque<std::string> stderr_tail(std::size_t child) const = 0;
   // Ends the round: forgets its children, so the next round numbers from 0 again.

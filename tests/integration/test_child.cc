@@ -11,6 +11,7 @@
 //   wait-signal    block until SIGTERM, SIGINT, SIGUSR1 or SIGUSR2 arrives, print its
 //                  name to stdout ("got SIGUSR1") and continue
 //   sleep          sleep forever (until killed)
+//   stuck          sleep forever inside stuck_in_named_function (a native frame to find)
 //   exit:N         exit with status N
 //   raise:SIG      kill itself with signal number SIG
 //   fail-round:K:N exit with N when TORCHELASTIC_RESTART_COUNT is K
@@ -29,6 +30,14 @@
 namespace {
 
 int g_grandchild = 0;
+
+// Not inlined, and named: the frame ddprun's stack capture must show.
+[[gnu::noinline]] void stuck_in_named_function() {
+  for (;;) {
+    ::pause();
+    asm volatile("");
+  }
+}
 
 const sigset_t& waited_signals() {
   static const sigset_t set = [] {
@@ -98,6 +107,8 @@ void do_action(std::string_view action, int rank) {
     std::fflush(stdout);
   } else if (verb == "sleep") {
     for (;;) ::pause();
+  } else if (verb == "stuck") {
+    stuck_in_named_function();
   } else if (verb == "exit") {
     std::exit(std::atoi(arg.c_str()));
   } else if (verb == "raise") {

@@ -172,6 +172,39 @@ class FakeRunner : public Runner {
     return event;
   }
 
+  // The step child `child` of round `round` has written by `at` (since the round's start);
+  // by default none. Every read is counted in `progress_reads`.
+  std::function<std::optional<long long>(int round, std::size_t child, Ms at)> progress_at =
+      [](int, std::size_t, Ms) { return std::nullopt; };
+  long progress_reads = 0;
+  std::optional<long long> progress(std::size_t child) override {
+    if (!children_.at(child).alive) throw std::logic_error("progress of an exited child");
+    ++progress_reads;
+    return progress_at(round_, child, std::chrono::duration_cast<Ms>(now_ - round_start_));
+  }
+
+  // Every capture the policy asked for: (round, children, when).
+  struct Capture {
+    int round;
+    std::vector<std::size_t> children;
+    Ms at;
+  };
+  std::vector<Capture> captures;
+  std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) override {
+    for (const std::size_t child : children) {
+      if (!children_.at(child).alive) throw std::logic_error("a capture of an exited child");
+    }
+    captures.push_back({round_, children, elapsed()});
+    std::vector<StackCapture> out;
+    for (const std::size_t child : children) {
+      StackCapture capture;
+      capture.python = "Current thread 0x1 (most recent call first):\n  File \"t.py\", line " +
+                       std::to_string(child) + " in step\n";
+      out.push_back(capture);
+    }
+    return out;
+  }
+
   bool output_open() const override { return false; }
   void close_output() override {}
   std::deque<std::string> stderr_tail(std::size_t child) const override {

@@ -634,3 +634,182 @@ TEST(JobPolicy, ExitCodesFollowTheFirstFailure) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+JobSettings with_stacks() {
+  JobSettings settings;
+  settings.round.capture_stacks = true;
+  return settings;
+}
+
+TEST(JobPolicyStacks, TheWorkersThatOutliveTheGraceHaveTheirStacksTakenJustBeforeSigkill) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    if (child == 1) return exits_after(Ms(10), exited(1));
+    return runs_until_stopped(child == 0 || child == 3);  // 0 and 3 ignore SIGTERM
+  };
+  const JobRun job = run(runner, with_stacks());
+  ASSERT_EQ(runner.captures.size(), 1u);
+  EXPECT_EQ(runner.captures[0].children, (std::vector<std::size_t>{0, 3}));
+  EXPECT_EQ(runner.captures[0].at, Ms(10) + kGrace);
+  EXPECT_EQ(runner.sent_to(0).back().signal_number, SIGKILL);
+  EXPECT_EQ(runner.sent_to(0).back().at, Ms(10) + kGrace);
+  EXPECT_NE(job.messages.find("ddprun: where the 2 ranks still running were (before SIGKILL, "
+                              "after the 15 s grace):\n"
+                              "ddprun:   rank 0: in step (t.py:0)\n"
+                              "ddprun:   rank 3: in step (t.py:3)\n"),
+            std::string::npos)
+      << job.messages;
+  EXPECT_EQ(job.exit_code, 1);
+}
+
+TEST(JobPolicyStacks, NoStacksWhenEveryWorkerStopsWithinTheGraceOrTheUserAsksForNone) {
+  FakeRunner stops;
+  stops.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(10), exited(1)) : runs_until_stopped();
+  };
+  run(stops, with_stacks());
+  EXPECT_TRUE(stops.captures.empty());
+
+  FakeRunner off;
+  off.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(10), exited(1)) : runs_until_stopped(true);
+  };
+  const JobRun job = run(off, {});
+  EXPECT_TRUE(off.captures.empty());
+  EXPECT_EQ(job.messages.find("still running"), std::string::npos) << job.messages;
+}
+
+TEST(JobPolicyStacks, ASecondCtrlCKillsAtOnceWithoutTakingStacks) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(true); };
+  runner.signal_at(0, Ms(10), SIGINT);
+  runner.signal_at(0, Ms(20), SIGINT);
+  run(runner, with_stacks());
+  EXPECT_TRUE(runner.captures.empty());
+}
+
+TEST(JobPolicyStacks, EachRoundTakesItsOwn) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(10), exited(1)) : runs_until_stopped(child == 2);
+  };
+  JobSettings settings = with_stacks();
+  settings.max_restarts = 1;
+  settings.restart.allow_repeats = true;
+  run(runner, settings);
+  ASSERT_EQ(runner.captures.size(), 2u);
+  EXPECT_EQ(runner.captures[1].round, 1);
+  EXPECT_EQ(runner.captures[1].children, (std::vector<std::size_t>{2}));
+}
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+constexpr Ms kStall{30000};
+
+JobSettings with_stall_timeout() {
+  JobSettings settings;
+  settings.round.capture_stacks = true;
+  settings.round.stall_timeout = kStall;
+  settings.round.stall_check_every = Ms(1000);
+  return settings;
+}
+
+// Ranks write a step every 100 ms until `stop` (per rank), then nothing.
+std::function<std::optional<long long>(int, std::size_t, Ms)> steps_until(std::vector<Ms> stop) {
+  return [stop](int, std::size_t child, Ms at) -> std::optional<long long> {
+    return std::min(at, stop.at(child)).count() / 100;
+  };
+}
+
+TEST(JobPolicyStall, NoProgressForTheTimeoutNamesTheRanksBehindTakesStacksAndStopsTheRound) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  // Ranks 1 and 2 stop at step 50; the others wait for them one step later.
+  runner.progress_at = steps_until({Ms(5100), Ms(5000), Ms(5000), Ms(5100)});
+  const JobRun job = run(runner, with_stall_timeout());
+  EXPECT_EQ(job.exit_code, kExitTimedOut);
+  ASSERT_EQ(runner.captures.size(), 1u);
+  EXPECT_EQ(runner.captures[0].children, (std::vector<std::size_t>{0, 1, 2, 3}));
+  // Found at the first check at least the timeout after the last advance (5.1 s).
+  EXPECT_GE(runner.captures[0].at, Ms(5100) + kStall);
+  EXPECT_LE(runner.captures[0].at, Ms(5100) + kStall + Ms(1000));
+  EXPECT_EQ(runner.sent_to(0).at(0).signal_number, SIGTERM);
+  EXPECT_EQ(runner.sent_to(0).at(0).at, runner.captures[0].at);
+  EXPECT_NE(job.messages.find("ddprun: error: no rank advanced for 30 s (--stall-timeout, "
+                              "DDPRUN_PROGRESS_FILE): ranks 1-2 on node0 were behind, at step "
+                              "50 (the furthest: step 51); stopped the round\n"),
+            std::string::npos)
+      << job.messages;
+  EXPECT_NE(job.messages.find("where the 4 ranks still running were (when the stall was found: "
+                              "no progress for 30 s)"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicyStall, AProgramThatWritesNoProgressIsNeverStalled) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return exits_after(Ms(600000), exited(0)); };
+  const JobRun job = run(runner, with_stall_timeout());
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_TRUE(runner.captures.empty());
+  EXPECT_GT(runner.progress_reads, 0);
+}
+
+TEST(JobPolicyStall, ProgressOnAnyRankKeepsTheRoundAliveAndARankThatNeverWroteIsBehind) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  runner.progress_at = [](int, std::size_t child, Ms at) -> std::optional<long long> {
+    if (child == 3) return std::nullopt;                             // never writes
+    if (child == 0) return std::min(at, Ms(100000)).count() / 1000;  // advances until 100 s
+    return 7;
+  };
+  const JobRun job = run(runner, with_stall_timeout());
+  ASSERT_EQ(runner.captures.size(), 1u);
+  EXPECT_GE(runner.captures[0].at, Ms(130000));
+  EXPECT_NE(job.messages.find("rank 3 on node0 was behind, with no step written (the furthest: "
+                              "step 100)"),
+            std::string::npos)
+      << job.messages;
+}
+
+TEST(JobPolicyStall, AStallIsRestartedOnlyWhenTheRuleSaysSo) {
+  for (const char* rule : {"any", "stall", "signals"}) {
+    FakeRunner runner;
+    runner.behaviour = [](int round, std::size_t) {
+      return round == 0 ? runs_until_stopped() : exits_after(Ms(1), exited(0));
+    };
+    runner.progress_at = [](int, std::size_t, Ms) { return 5; };
+    JobSettings settings = with_stall_timeout();
+    settings.max_restarts = 1;
+    settings.restart = parse_restart_on(rule);
+    const JobRun job = run(runner, settings);
+    const bool restarts = std::string(rule) != "signals";
+    EXPECT_EQ(runner.started.size(), restarts ? 2u : 1u) << rule;
+    EXPECT_EQ(job.exit_code, restarts ? 0 : kExitTimedOut) << rule;
+    EXPECT_NE(job.messages.find("every rank was at step 5"), std::string::npos) << job.messages;
+  }
+}
+
+TEST(JobPolicyStall, AFailureBeforeTheStallIsTheRootCauseAndNoStallIsCalled) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 2 ? exits_after(Ms(40000), exited(4)) : runs_until_stopped();
+  };
+  runner.progress_at = [](int, std::size_t, Ms at) {
+    return std::min(at, Ms(20000)).count() / 100;
+  };
+  const JobRun job = run(runner, with_stall_timeout());
+  EXPECT_EQ(job.exit_code, 4);
+  EXPECT_TRUE(runner.captures.empty());
+  EXPECT_EQ(job.messages.find("--stall-timeout"), std::string::npos) << job.messages;
+}
+
+}  // namespace
+}  // namespace ddprun

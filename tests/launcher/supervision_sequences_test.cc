@@ -143,6 +143,7 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
   settings.agent = config.mode == Mode::kAgent;
   settings.summaries = false;
   settings.tables = false;
+  settings.round.capture_stacks = true;
 
   std::vector<std::optional<std::pair<Ms, int>>> exits(child_count(config.mode));
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -311,6 +312,23 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   if (ending && runner.round_ends[0] > *ending + kGrace + Ms(1000)) {
     return "round 0 ended " + std::to_string(runner.round_ends[0].count()) +
            " ms in, later than the grace after the event that ended it";
+  }
+
+  // Stacks are taken at most once a round, of live workers only (the fake runner throws
+  // for an exited one), and only just before each of them gets SIGKILL.
+  std::size_t captures_in_round0 = 0;
+  for (const auto& capture : runner.captures) {
+    if (capture.round != 0) continue;
+    if (++captures_in_round0 > 1) return "stacks were taken twice in one round";
+    for (const std::size_t child : capture.children) {
+      if (is_agent_child(config.mode, child)) return "an agent's stacks were taken";
+      const bool killed_then =
+          std::any_of(runner.sent.begin(), runner.sent.end(), [&](const auto& s) {
+            return s.round == 0 && s.child == child && s.signal_number == SIGKILL &&
+                   s.at == capture.at;
+          });
+      if (!killed_then) return "stacks were taken of a child that was not killed then";
+    }
   }
 
   // Every stop signal reaches every child that has not exited (or SIGKILL does).

@@ -223,6 +223,9 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.preemption.check_every_steps >= 0, src, "/preemption/check_every_steps",
         "must be >= 0 (0: auto)");
   check(c.diagnostics.hold_after_step >= 0, src, "/diagnostics/hold_after_step", "must be >= 0");
+  check(c.diagnostics.delay_rank >= -1, src, "/diagnostics/delay_rank", "must be >= -1");
+  check(c.diagnostics.delay_after_step >= 0, src, "/diagnostics/delay_after_step", "must be >= 0");
+  check(c.diagnostics.delay_ms >= 0, src, "/diagnostics/delay_ms", "must be >= 0");
   check(c.diagnostics.hold_checkpoint_write_at_step >= 0, src,
         "/diagnostics/hold_checkpoint_write_at_step", "must be >= 0");
 }
@@ -324,16 +327,20 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("quiet", c.progress.quiet);
     r.read("log_every", c.progress.log_every);
   });
-  section("diagnostics", false,
-          {"check_replicas", "final_params_file", "hold_after_step",
-           "hold_checkpoint_write_at_step", "no_gradient_sync"},
-          [&](ObjectReader& r) {
-            r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
-            r.read("check_replicas", c.diagnostics.check_replicas);
-            r.read("final_params_file", c.diagnostics.final_params_file);
-            r.read("hold_after_step", c.diagnostics.hold_after_step);
-            r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
-          });
+  section(
+      "diagnostics", false,
+      {"check_replicas", "final_params_file", "hold_after_step", "hold_checkpoint_write_at_step",
+       "no_gradient_sync", "delay_rank", "delay_after_step", "delay_ms"},
+      [&](ObjectReader& r) {
+        r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
+        r.read("check_replicas", c.diagnostics.check_replicas);
+        r.read("final_params_file", c.diagnostics.final_params_file);
+        r.read("hold_after_step", c.diagnostics.hold_after_step);
+        r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
+        r.read("delay_rank", c.diagnostics.delay_rank);
+        r.read("delay_after_step", c.diagnostics.delay_after_step);
+        r.read("delay_ms", c.diagnostics.delay_ms);
+      });
   section("preemption", false, {"signals", "check_every_steps"}, [&](ObjectReader& r) {
     r.read("signals", c.preemption.signals);
     r.read("check_every_steps", c.preemption.check_every_steps);

@@ -119,6 +119,11 @@ struct DiagnosticsConfig {
   // temporary name, and waits there for SIGKILL (never renames it).
   std::int64_t hold_checkpoint_write_at_step = 0;
   bool no_gradient_sync = false;  // benchmarks only: never average gradients (ranks diverge)
+  // Test hook for stalls and stragglers: from step `delay_after_step` on, rank `delay_rank`
+  // sleeps `delay_ms` before each step's backward (-1: off).
+  int delay_rank = -1;
+  std::int64_t delay_after_step = 0;
+  std::int64_t delay_ms = 0;
 };
 
 struct Config {

@@ -2,7 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
@@ -76,18 +81,23 @@ std::string metrics_line(const EpochSummary& summary) {
   return j.dump();
 }
 
+ProgressFile::~ProgressFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 void ProgressFile::reached(std::int64_t step) {
-  if (path_.empty()) return;
-  const auto slash = path_.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash);
-  const std::string name = slash == std::string::npos ? path_ : path_.substr(slash + 1);
-  try {
-    write_file_atomically(dir, name, std::to_string(step) + "\n", 0644);
-  } catch (const std::exception& e) {
-    if (!warned_)
-      err_ << "ddp-train: warning: cannot write the progress file: " << e.what() << "\n";
-    warned_ = true;
-  }
+  if (path_.empty() || failed_) return;
+  if (fd_ < 0) fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  // Fixed width, rewritten in place: a reader sees one whole number (with trailing
+  // spaces) whatever it catches, and a step costs one pwrite.
+  char text[kWidth + 1];
+  std::memset(text, ' ', kWidth);
+  text[kWidth] = '\n';
+  std::to_chars(text, text + kWidth, step);
+  if (fd_ >= 0 && ::pwrite(fd_, text, sizeof text, 0) == static_cast<ssize_t>(sizeof text)) return;
+  err_ << "ddp-train: warning: cannot write the progress file " << path_ << ": "
+       << std::strerror(errno) << "\n";
+  failed_ = true;
 }
 
 std::string step_metrics_line(const StepWindow& window) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -62,17 +63,24 @@ std::string epoch_line(const EpochSummary& summary);
 std::string metrics_line(const EpochSummary& summary);
 
 // Tells the launcher how far training got (DDPRUN_PROGRESS_FILE; empty `path`: nothing to
-// do): the step, replacing the file atomically. A failure to write is reported once on
-// `err` and otherwise ignored: it costs a restart decision, not the training.
+// do): the step, as a fixed-width number rewritten in place (one pwrite, cheap enough for
+// every step; ddprun's --stall-timeout and restart decisions read it). A failure to write
+// is reported once on `err` and then nothing more is tried: it costs a restart decision or
+// stall detection, not the training.
 class ProgressFile {
  public:
   ProgressFile(std::string path, std::ostream& err) : path_(std::move(path)), err_(err) {}
+  ~ProgressFile();
+  ProgressFile(const ProgressFile&) = delete;
+  ProgressFile& operator=(const ProgressFile&) = delete;
   void reached(std::int64_t step);
 
  private:
+  static constexpr std::size_t kWidth = 20;  // any int64
   std::string path_;
   std::ostream& err_;
-  bool warned_ = false;
+  int fd_ = -1;
+  bool failed_ = false;
 };
 
 // Rank 0's training over the last metrics.every_steps steps (its own: no collective).

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 #include <ostream>
+#include <thread>
 
 #include "checkpointing.h"
 #include "data.h"
@@ -219,7 +220,14 @@ TrainingResult Trainer::run() {
       for (std::int64_t m = 0; m < micro; ++m) {
         const auto batch_indices =
             indices.narrow(0, (b + m) * batch, std::min(batch, per_rank - (b + m) * batch));
+        if (m == 0 && rank == config_.diagnostics.delay_rank &&
+            position_.step >= config_.diagnostics.delay_after_step) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(config_.diagnostics.delay_ms));
+        }
         const auto samples = gather(data_.train, batch_indices);
+        // The step this rank works on, its data in hand: a rank stuck before this (data,
+        // the delay hook) is behind the ranks that wait for it in the step's all-reduce.
+        if (m == 0) progress_file.reached(position_.step + 1);
         const auto x = samples.inputs.to(device_);
         const auto& y = samples.targets;
         std::optional<NoSyncGuard> local;

@@ -14,8 +14,8 @@ run under 1.13 with underscores and without the 2.x-only options; ddprun gets th
 Not compared, as per-run values: MASTER_PORT unless the line fixes it (static backend with
 --master_port or an endpoint port), TORCHELASTIC_RUN_ID unless --rdzv_id is given (and no
 --standalone), TORCHELASTIC_ERROR_FILE and other paths under the temp folder, ddprun's own
-DDPRUN_* variables, and the NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME ddprun adds on a
-multi-homed host. TORCHELASTIC_USE_AGENT_STORE is torchrun's alone: ddprun must not set it.
+DDPRUN_* variables, the folder of ddprun's stack hook first on PYTHONPATH, and the
+NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME ddprun adds on a multi-homed host. TORCHELASTIC_USE_AGENT_STORE is torchrun's alone: ddprun must not set it.
 MASTER_ADDR passes when equal or when both name this machine (torchrun's c10d gives the FQDN).
 NCCL_ASYNC_ERROR_HANDLING (1.13) and TORCH_NCCL_ASYNC_ERROR_HANDLING (2.x) count as one.
 
@@ -32,6 +32,7 @@ Standard library only; run with /usr/bin/python3.
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -343,6 +344,13 @@ def compare(row, ref, got, parent, ref_name, got_name, local):
         va, vb = a.get(key), b.get(key)
         if key.startswith("DDPRUN_") or key in ("TORCHELASTIC_ERROR_FILE", "PARITY_DUMP_DIR", "_"):
             continue
+        # ddprun's stack hook (docs/hangs.md): its folder first, the rest as the parent had it.
+        if key == "PYTHONPATH" and got_name == "ddprun" and vb is not None:
+            first, _, rest = vb.partition(":")
+            if re.search(r"/attempt_[0-9]+/python$", first):
+                vb = rest or None
+            if va == vb:
+                continue
         # ddprun's addition on a multi-homed host (docs/environment.md, "Network interface").
         if key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") and got_name == "ddprun" and va is None:
             continue

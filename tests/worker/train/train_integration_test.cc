@@ -506,6 +506,53 @@ TEST_F(TrainTest, SigtermToDdprunStopsWith75AndTheRerunEndsBitIdentical) {
   EXPECT_EQ(max_abs_diff(read_json(path("straight.json")), read_json(path("resumed.json"))), 0.0);
 }
 
+// The check for --stall-timeout: on 4 ranks, rank 2 sleeps in its data loading
+// (the delay hook) and rank 1, waiting for it in the all-reduce, is then SIGSTOPped. The
+// stall is found within the timeout + 5 s, rank 2 is named behind, and every rank's stack
+// is shown before the round fails with 124.
+TEST_F(TrainTest, AStallOnFourRanksIsFoundInTimeAndTheRankBehindIsNamed) {
+  json stalled = read_json(kToyConfig);
+  stalled["diagnostics"]["delay_rank"] = 2;
+  stalled["diagnostics"]["delay_after_step"] = 20;  // 5 steps an epoch at 4 ranks
+  stalled["diagnostics"]["delay_ms"] = 600000;
+  std::ofstream(path("stalled.json")) << stalled.dump();
+  const std::string logs = path("logs");
+  const std::string log = path("stall.log");
+  // Rank 1 has its data for step 21 (it waits for rank 2 there): stop it, and time ddprun's
+  // exit from then.
+  const std::string script =
+      std::string("'") + DDPRUN_BIN +
+      "' --nproc-per-node 4 -q --stall-timeout 3 --shutdown-timeout 1 --log-dir '" + logs +
+      "' -- '" + DDP_TRAIN_BIN + "' --config '" + path("stalled.json") + "' --epochs 1000 >'" +
+      log + "' 2>&1 & pid=$!; until grep -qs '^21 ' '" + logs +
+      "/attempt_0/rank_1.progress'; do kill -0 $pid || exit 99; sleep 0.02; done; "
+      "for c in $(pgrep -P $pid); do tr '\\0' '\\n' </proc/$c/environ | grep -qx RANK=1 && "
+      "kill -STOP $c; done; start=$(date +%s%N); wait $pid; code=$?; "
+      "echo \"elapsed_ms $(( ($(date +%s%N) - start) / 1000000 ))\" >>'" +
+      log + "'; exit $code";
+  std::ofstream(path("stall.sh")) << script << "\n";
+  const int status = std::system(("bash '" + path("stall.sh") + "'").c_str());
+  log_ = log;
+  ASSERT_TRUE(WIFEXITED(status)) << this->log();
+  ASSERT_EQ(WEXITSTATUS(status), 124) << this->log();
+  const std::string text = this->log();
+  EXPECT_NE(text.find("no rank advanced for 3 s (--stall-timeout, DDPRUN_PROGRESS_FILE): rank 2 "
+                      "on "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" was behind, at step 20 (the furthest: step 21)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("where the 4 ranks still running were (when the stall was found: no "
+                      "progress for 3 s):"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rank 2: in "), std::string::npos) << text;
+  const auto at = text.find("elapsed_ms ");
+  ASSERT_NE(at, std::string::npos) << text;
+  // Found within 3 + 5 s of the last progress (before the SIGSTOP); then the 1 s grace.
+  EXPECT_LT(std::stol(text.substr(at + 11)), (3 + 5 + 1) * 1000) << text;
+}
+
 }  // namespace
 
 namespace {

@@ -68,6 +68,9 @@ inline constexpr const char* kDdprunCpuSharers = "DDPRUN_CPU_SHARERS";
 // atomically); ddprun reads it after a failed round: a round that reached a newer step made
 // progress, and its failure is worth a restart even when it repeats.
 inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
+// Where a Python worker's faulthandler writes every thread's stack when ddprun asks
+// (the sitecustomize ddprun puts first on PYTHONPATH arms it and removes the variable).
+inline constexpr const char* kDdprunPythonStackFile = "DDPRUN_PYTHON_STACK_FILE";
 // When the scheduler will end the job (unix seconds), when ddprun knows it (--deadline,
 // --time-limit, or the scheduler): workers may plan their last checkpoint by it.
 inline constexpr const char* kDdprunJobEndTime = "DDPRUN_JOB_END_TIME";
