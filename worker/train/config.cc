@@ -323,8 +323,9 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("file", c.metrics.file);
     r.read("every_steps", c.metrics.every_steps);
   });
-  section("progress", false, {"quiet", "log_every"}, [&](ObjectReader& r) {
+  section("progress", false, {"quiet", "log_every", "stragglers"}, [&](ObjectReader& r) {
     r.read("quiet", c.progress.quiet);
+    r.read("stragglers", c.progress.stragglers);
     r.read("log_every", c.progress.log_every);
   });
   section(

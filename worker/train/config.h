@@ -106,6 +106,7 @@ struct MetricsConfig {
 struct ProgressConfig {
   bool quiet = false;            // no progress reports; the per-epoch line stays
   std::int64_t log_every = 100;  // steps between plain progress lines when not on a terminal
+  bool stragglers = true;        // gather each rank's compute and wait time; name slow ranks
 };
 
 struct DiagnosticsConfig {

@@ -78,7 +78,12 @@ std::string metrics_line(const EpochSummary& summary) {
       {"train_loss", train_loss(summary)}, {"test_accuracy", summary.test_accuracy},
       {"test_loss", summary.test_loss},    {"samples_per_s", samples_per_second(summary)},
       {"epoch_seconds", summary.seconds},  {"world_size", summary.world_size}};
-  return j.dump();
+  nlohmann::json out = j;
+  if (!summary.compute_per_step.empty()) {
+    out["compute_s_per_step"] = summary.compute_per_step;
+    out["wait_s_per_step"] = summary.wait_per_step;
+  }
+  return out.dump();
 }
 
 ProgressFile::~ProgressFile() {

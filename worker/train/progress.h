@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ddprun::worker {
 
@@ -52,6 +53,10 @@ struct EpochSummary {
   double test_accuracy = 0;
   double test_loss = 0;
   int world_size = 0;
+  // Each rank's compute and wait seconds per step in the epoch (straggler.h); empty on one
+  // rank.
+  std::vector<double> compute_per_step;
+  std::vector<double> wait_per_step;
 };
 
 // "epoch E/N  step S  train_loss L  test_accuracy A  samples/s R": loss and accuracy with 4

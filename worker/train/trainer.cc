@@ -26,6 +26,7 @@
 #include "progress.h"
 #include "schedule.h"
 #include "stop_check.h"
+#include "straggler.h"
 #include "threads.h"
 
 namespace ddprun::worker {
@@ -60,6 +61,106 @@ DdpOptions to_ddp_options(const RuntimeConfig& runtime) {
   return options;
 }
 
+// Every rank's compute and wait time per step, gathered over windows of steps (one small
+// all-reduce each, at the same steps on every rank: the window's length comes from the
+// gathered times), to name the rank that holds the others back (straggler.h).
+class StragglerWatch {
+ public:
+  // Off (`enabled` false): gathers nothing, as on one rank.
+  StragglerWatch(Plane& control, int rank, int world, const std::string& host, std::ostream& out,
+                 bool enabled)
+      : control_(control), rank_(enabled ? rank : 0), world_(enabled ? world : 1), out_(out) {
+    epoch_.resize(static_cast<std::size_t>(world));
+    run_.resize(static_cast<std::size_t>(world));
+    hosts_ = gather_hosts(host);
+  }
+
+  // After every step, on every rank.
+  void stepped(double step_seconds, double wait_seconds, std::int64_t step) {
+    window_.compute_s += std::max(0.0, step_seconds - wait_seconds);
+    window_.wait_s += wait_seconds;
+    ++window_.steps;
+    if (window_.steps >= window_length_) flush(step);
+  }
+
+  // At the same step on every rank (an epoch's end): gathers what the window holds.
+  void flush(std::int64_t step) {
+    if (window_.steps == 0 || world_ < 2) return;
+    const std::vector<RankTimes> gathered = gather(window_);
+    window_ = {};
+    for (std::size_t r = 0; r < gathered.size(); ++r) {
+      for (auto* total : {&epoch_[r], &run_[r]}) {
+        total->compute_s += gathered[r].compute_s;
+        total->wait_s += gathered[r].wait_s;
+        total->steps += gathered[r].steps;
+      }
+    }
+    window_length_ = next_window(gathered);
+    std::vector<int> now;
+    for (const Straggler& s : find_stragglers(gathered)) {
+      now.push_back(s.rank);
+      const bool known = std::find(named_.begin(), named_.end(), s.rank) != named_.end();
+      if (rank_ == 0 && !known) {
+        out_ << straggler_line(s, hosts_.at(static_cast<std::size_t>(s.rank)), step) << std::endl;
+      }
+    }
+    named_ = now;  // named again only after it recovered in between
+  }
+
+  // The epoch's times by rank (then starts the next epoch's).
+  std::vector<RankTimes> take_epoch() {
+    std::vector<RankTimes> out(static_cast<std::size_t>(world_));
+    out.swap(epoch_);
+    return out;
+  }
+  std::string table() const { return timing_table(run_, hosts_); }
+
+ private:
+  std::vector<RankTimes> gather(const RankTimes& mine) {
+    auto t = torch::zeros({world_, 3}, torch::kDouble);
+    t[rank_][0] = mine.compute_s;
+    t[rank_][1] = mine.wait_s;
+    t[rank_][2] = static_cast<double>(mine.steps);
+    control_.allreduce(t, ReduceOp::kSum);
+    std::vector<RankTimes> out(static_cast<std::size_t>(world_));
+    const auto* v = t.data_ptr<double>();
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      out[r] = {v[3 * r], v[3 * r + 1], static_cast<std::int64_t>(v[3 * r + 2])};
+    }
+    return out;
+  }
+
+  std::vector<std::string> gather_hosts(const std::string& host) {
+    constexpr std::int64_t kChars = 64;
+    auto t = torch::zeros({world_, kChars}, torch::kInt);
+    for (std::size_t i = 0; i < host.size() && i < static_cast<std::size_t>(kChars - 1); ++i) {
+      t[rank_][static_cast<std::int64_t>(i)] = static_cast<unsigned char>(host[i]);
+    }
+    if (world_ > 1) control_.allreduce(t, ReduceOp::kSum);
+    std::vector<std::string> hosts;
+    const auto* v = t.data_ptr<std::int32_t>();
+    for (int r = 0; r < world_; ++r) {
+      std::string name;
+      for (std::int64_t i = 0; i < kChars && v[r * kChars + i] != 0; ++i) {
+        name += static_cast<char>(v[r * kChars + i]);
+      }
+      hosts.push_back(name.empty() ? "?" : name);
+    }
+    return hosts;
+  }
+
+  Plane& control_;
+  int rank_;
+  int world_;
+  std::ostream& out_;
+  std::vector<std::string> hosts_;
+  RankTimes window_;
+  std::int64_t window_length_ = 10;
+  std::vector<RankTimes> epoch_;
+  std::vector<RankTimes> run_;
+  std::vector<int> named_;  // the stragglers of the last window
+};
+
 // This rank's training loss and samples in the epoch so far.
 struct EpochStats {
   double loss_sum = 0;
@@ -74,7 +175,8 @@ class Trainer {
   TrainingResult run();
 
  private:
-  void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds);
+  void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
+                    const std::vector<RankTimes>& times);
 
   const Config& config_;
   const WorkerEnv& env_;
@@ -186,6 +288,8 @@ TrainingResult Trainer::run() {
   ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
                             config_.progress.log_every);
   ProgressFile progress_file(env_.progress_file, std::cerr);
+  StragglerWatch stragglers(comm_->control(), rank, world, env_.host.empty() ? "?" : env_.host,
+                            out_, config_.progress.stragglers);
   StopCheck stop_check(comm_->control(), config_.preemption.check_every_steps,
                        !config_.preemption.signals.empty());
   bool done = false;
@@ -268,6 +372,8 @@ TrainingResult Trainer::run() {
       stats.loss_sum += step_loss;
       stats.samples += step_rows;
       position_ = {position_.step + 1, b == batches ? epoch + 1 : epoch, b == batches ? 0 : b};
+      stragglers.stepped(std::chrono::duration<double>(Clock::now() - step_start).count(),
+                         ddp.last_sync_stats().wait_seconds, position_.step);
       if (step_metrics) {
         window.loss_sum += step_loss;
         window.samples += step_rows;
@@ -303,8 +409,13 @@ TrainingResult Trainer::run() {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     progress.end_epoch();
     // A preempted epoch is reported when it is finished, after the resume.
-    if (!preempted && (stats.samples > 0 || !done)) report_epoch(epoch, stats, seconds);
+    stragglers.flush(position_.step);
+    const std::vector<RankTimes> times = stragglers.take_epoch();
+    if (!preempted && (stats.samples > 0 || !done)) report_epoch(epoch, stats, seconds, times);
     progress_file.reached(position_.step);
+  }
+  if (rank == 0 && world > 1 && config_.progress.stragglers && !config_.progress.quiet) {
+    out_ << stragglers.table() << std::flush;
   }
 
   // The last step is always checkpointed (with checkpoint.dir), unless it already was.
@@ -344,7 +455,8 @@ TrainingResult Trainer::run() {
 }
 
 // Collective: the sums and the evaluation are all-reduced; rank 0 reports.
-void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double seconds) {
+void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
+                           const std::vector<RankTimes>& times) {
   auto sums = torch::tensor({local.loss_sum, local.samples}, torch::kDouble);
   comm_->control().allreduce(sums, ReduceOp::kSum);
   const EvalResult eval =
@@ -361,6 +473,11 @@ void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double s
   summary.test_accuracy = eval.accuracy;
   summary.test_loss = eval.loss;
   summary.world_size = comm_->world_size();
+  for (const RankTimes& t : times) {
+    if (t.steps == 0) continue;  // one rank, or not gathered
+    summary.compute_per_step.push_back(t.compute_per_step());
+    summary.wait_per_step.push_back(t.wait_per_step());
+  }
   out_ << epoch_line(summary) << std::endl;
   if (!config_.metrics.file.empty()) append_metrics_line(config_.metrics.file, summary);
 }

@@ -553,6 +553,36 @@ TEST_F(TrainTest, AStallOnFourRanksIsFoundInTimeAndTheRankBehindIsNamed) {
   EXPECT_LT(std::stol(text.substr(at + 11)), (3 + 5 + 1) * 1000) << text;
 }
 
+// The check for stragglers: one rank slowed on purpose (the delay hook, 15 ms a
+// step on a toy model whose steps take well under a millisecond) is named with its host
+// within 30 steps, and the table and the metrics file show every rank's times.
+TEST_F(TrainTest, ASlowRankIsNamedWithItsHostWithin30Steps) {
+  json slow = read_json(kToyConfig);
+  slow["diagnostics"]["delay_rank"] = 1;
+  slow["diagnostics"]["delay_ms"] = 15;
+  std::ofstream(path("slow.json")) << slow.dump();
+  ASSERT_EQ(train(3, "--metrics-file '" + path("metrics.json") + "' --epochs 6", "slow.log",
+                  path("slow.json")),
+            0)
+      << log();
+  const std::string text = log();
+  const auto line = text.find("ddp-train: straggler: rank 1 on ");
+  ASSERT_NE(line, std::string::npos) << text;
+  const auto step_at = text.find("(window ending at step ", line);
+  ASSERT_NE(step_at, std::string::npos) << text;
+  EXPECT_LE(std::stoi(text.substr(step_at + 23)), 30) << text;
+  EXPECT_EQ(text.find("straggler: rank 0"), std::string::npos) << text;
+  EXPECT_EQ(text.find("straggler: rank 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("  <- straggler\n"), std::string::npos) << text;
+  std::ifstream metrics(path("metrics.json"));
+  std::string first;
+  std::getline(metrics, first);
+  const json epoch = json::parse(first);
+  ASSERT_EQ(epoch["compute_s_per_step"].size(), 3u) << first;
+  EXPECT_GT(epoch["compute_s_per_step"][1].get<double>(), 0.015) << first;
+  EXPECT_GT(epoch["wait_s_per_step"][0].get<double>(), 0.010) << first;
+}
+
 }  // namespace
 
 namespace {

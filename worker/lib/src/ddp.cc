@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
 
 #include "ddprun/contract/errors.h"
@@ -320,11 +321,14 @@ void DistributedDataParallel::launch_ready_buckets_locked() {
   // collectives by sequence, so a different order would sum unrelated buffers.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     auto& bucket = buckets_[next_bucket_];
+    const auto started = std::chrono::steady_clock::now();
     bucket.work = options_.shard_gradients
                       ? comm_.data().reduce_scatter_async(bucket.flat, options_.comm_hook.wire)
                   : options_.comm_hook.start
                       ? options_.comm_hook.start(comm_.data(), bucket.flat)
                       : comm_.data().allreduce_async(bucket.flat, ReduceOp::kSum);
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     stats_.launch_order.push_back(next_bucket_);
     if (!backward_ended_) {
       ++stats_.launched_during_backward;
@@ -363,6 +367,13 @@ void DistributedDataParallel::on_backward_end() {
   }
 }
 
+void DistributedDataParallel::wait_counted(PendingWork& work) {
+  const auto started = std::chrono::steady_clock::now();
+  work.wait();
+  stats_.wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
 void DistributedDataParallel::finish_gradient_sync() {
   if (!sync_enabled_) return;
   std::unique_lock lock(mutex_);
@@ -392,7 +403,7 @@ void DistributedDataParallel::finish_gradient_sync() {
     TORCH_CHECK(world == 1 || next_bucket_ == buckets_.size(), "DDP: a bucket was never launched");
     torch::NoGradGuard no_grad;
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      buckets_[b].work.wait();
+      wait_counted(buckets_[b].work);
       bucket_share(b).div_(world);
     }
     for (auto& p : params_) p.tensor.mutable_grad().reset();  // in the buckets now
@@ -411,8 +422,8 @@ void DistributedDataParallel::finish_gradient_sync() {
       for (std::size_t i = 0; i < params_.size(); ++i) counts[i] = params_[i].used ? 1 : 0;
       counting = comm_.control().allreduce_async(used_counts_, ReduceOp::kSum);
     }
-    for (auto& bucket : buckets_) bucket.work.wait();
-    counting.wait();
+    for (auto& bucket : buckets_) wait_counted(bucket.work);
+    wait_counted(counting);
     if (options_.find_unused_parameters) {
       for (std::size_t i = 0; i < params_.size(); ++i) {
         if (used_counts_.data_ptr<std::int32_t>()[i] == 0) {

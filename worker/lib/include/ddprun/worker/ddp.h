@@ -67,6 +67,10 @@ struct SyncStats {
   std::size_t overlapped_with_backward = 0;
   std::vector<std::string> unused_parameters;     // treated as ready with find_unused_parameters
   std::vector<std::string> unused_on_every_rank;  // of those, the ones no rank used: untouched
+  // Seconds this rank spent in gradient communication on its own thread: launching buckets
+  // (a shared-memory all-reduce is done there) and waiting for them. A rank that computes
+  // slower than its peers waits least: the others wait for it.
+  double wait_seconds = 0;
 };
 
 // Wraps a module replicated on every rank. Construction checks on the control plane that
@@ -146,6 +150,7 @@ class DistributedDataParallel {
   void check_bucket_layout_agrees();
   void on_gradient_ready(std::size_t param);  // autograd hook
   void on_backward_end();                     // end-of-backward callback
+  void wait_counted(PendingWork& work);       // work.wait(), its time in wait_seconds
   void mark_ready_locked(Param& p);
   void launch_ready_buckets_locked();
   void reset_step_locked();
