@@ -114,7 +114,20 @@ class Round {
     for (std::size_t k = 0; k < workers.size() && k < captures.size(); ++k) {
       ranks_[workers[k]].stacks = std::move(captures[k]);
     }
+    // Every worker's trace, the exited ones' too: they say which collective they left in.
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].agent) ranks_[i].trace = runner_.trace(i);
+    }
     stacks_when_ = when;
+  }
+
+  // After a failed round whose stacks were not taken: every worker's trace as it was left
+  // (a rank that timed out in a collective names the one that never entered it).
+  void read_traces() {
+    if (!stacks_when_.empty()) return;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].agent) ranks_[i].trace = runner_.trace(i);
+    }
   }
 
   // Sends `sig` to every live child; SIGKILL follows when the grace from the first stop ends.
@@ -298,6 +311,7 @@ class Round {
   }
 
   RoundResult finish() {
+    if (first_failure_ || phase_ == Phase::kTimedOut) read_traces();
     RoundResult result;
     const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
       return r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r));
@@ -437,6 +451,7 @@ int run_job(Runner& runner, const JobSettings& settings,
           result.first_failure ? &result.ranks.at(*result.first_failure) : nullptr;
       const std::string first_error =
           failed && !failed->error_file.empty() ? read_file_head(failed->error_file) : "";
+      if (result.stacks_when.empty()) messages << format_collectives(result);
       if (result.outcome == Outcome::kWorkerFailed) {
         messages << failure_lines(result, settings.colour);
       } else if (result.outcome == Outcome::kStalled) {

@@ -109,6 +109,9 @@ void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFi
     case RankFile::kStacksLog:
       out += ".stacks";
       break;
+    case RankFile::kTraceFile:
+      out += ".trace";
+      break;
   }
 }
 

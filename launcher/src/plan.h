@@ -112,6 +112,7 @@ enum class RankFile {
   kStderrLog,     // "<attempt_dir>/rank_<N>.stderr.log" with --log-dir
   kPythonStacks,  // DDPRUN_PYTHON_STACK_FILE: "<attempt_dir>/rank_<N>.pystack"
   kStacksLog,     // "<attempt_dir>/rank_<N>.stacks" with --log-dir: stacks ddprun took
+  kTraceFile,     // DDPRUN_TRACE_FILE: "<attempt_dir>/rank_<N>.trace"
 };
 
 // The path of `rank`'s `file`; empty for a log file without --log-dir (no log file).

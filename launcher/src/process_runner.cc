@@ -114,6 +114,7 @@ void ProcessRunner::start_fresh() {
   is_agent_.clear();
   python_stack_files_.clear();
   progress_files_.clear();
+  trace_files_.clear();
   stacks_logs_.clear();
 }
 
@@ -140,6 +141,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   if (!spec.progress_file.empty()) ::unlink(spec.progress_file.c_str());
   if (!spec.python_stack_file.empty()) ::unlink(spec.python_stack_file.c_str());
   if (!spec.stacks_log.empty()) ::unlink(spec.stacks_log.c_str());
+  if (!spec.trace_file.empty()) ::unlink(spec.trace_file.c_str());
   SpawnSpec process{spec.path, spec.argv, spec.env};
   process.fd3 = spec.fd3;
   process.cpus = spec.cpus;
@@ -150,6 +152,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   python_stack_files_.push_back(spec.python_stack_file);
   stacks_logs_.push_back(spec.stacks_log);
   progress_files_.push_back(spec.progress_file);
+  trace_files_.push_back(spec.trace_file);
   return children_->pid(child);
 }
 
@@ -157,6 +160,14 @@ std::optional<long long> ProcessRunner::progress(std::size_t child) {
   const std::string& path = progress_files_.at(child);
   if (path.empty()) return std::nullopt;
   return parse_progress(read_file_head(path, 64));
+}
+
+std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {
+  auto file = read_trace(trace_files_.at(child));
+  if (!file) return std::nullopt;
+  return TraceSnapshot{*file, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count()};
 }
 
 std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::size_t>& children) {

@@ -49,6 +49,7 @@ class ProcessRunner : public Runner {
   void close_output() override { children_->close_output(events_); }
   std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) override;
   std::optional<long long> progress(std::size_t child) override;
+  std::optional<TraceSnapshot> trace(std::size_t child) override;
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return relay_->stderr_tail(child);
   }
@@ -88,6 +89,7 @@ class ProcessRunner : public Runner {
   std::vector<std::string> python_stack_files_;  // each child's, as is_agent_
   std::vector<std::string> stacks_logs_;
   std::vector<std::string> progress_files_;
+  std::vector<std::string> trace_files_;
   std::deque<RunnerEvent> pending_;
   ChildEvents events_;
   LineSplitter head_lines_;

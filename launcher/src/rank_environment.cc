@@ -45,6 +45,7 @@ void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
   put_int(env::kMaxRestarts, plan.max_restarts);
   append_rank_file(next(env::kErrorFile), plan, rank.rank, RankFile::kErrorFile);
   append_rank_file(next(env::kDdprunProgressFile), plan, rank.rank, RankFile::kProgressFile);
+  append_rank_file(next(env::kDdprunTraceFile), plan, rank.rank, RankFile::kTraceFile);
   put(env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling);
   put(env::kDdprunHost, rank.host);
   put(env::kDdprunVersion, kVersion);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/contract/collective_trace.h"
+
 namespace ddprun {
 
 // Where a worker was when ddprun gave up waiting for it (stacks.h reads these).
@@ -16,6 +18,12 @@ struct StackCapture {
   std::string native;   // eu-stack's output: every thread's native frames
   std::string python;   // faulthandler's dump of every Python thread, when the rank armed it
   std::string problem;  // one line saying why a part is missing; empty when none is
+};
+
+// A rank's collective trace as ddprun read it (collective_trace.h).
+struct TraceSnapshot {
+  trace::TraceFile file;
+  std::int64_t read_ns = 0;  // when (CLOCK_REALTIME, as the trace's times)
 };
 
 struct RankResult {
@@ -34,6 +42,8 @@ struct RankResult {
   std::string error_file;
   std::string progress_file;
   std::optional<StackCapture> stacks;  // captured before ddprun killed it
+  // Its last collectives, read with its stacks or after a failed round; nullopt: none kept.
+  std::optional<TraceSnapshot> trace;
 };
 
 enum class Outcome {

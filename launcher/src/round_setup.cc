@@ -40,6 +40,7 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
     }
     child.env = merge_environment(env, vars);
     child.stacks_log = rank_file(plan, rank.rank, RankFile::kStacksLog);
+    child.trace_file = rank_file(plan, rank.rank, RankFile::kTraceFile);
     child.stdout_log = rank_file(plan, rank.rank, RankFile::kStdoutLog);
     child.stderr_log = rank_file(plan, rank.rank, RankFile::kStderrLog);
     child.error_file = rank_file(plan, rank.rank, RankFile::kErrorFile);

@@ -39,6 +39,7 @@ struct ChildSpec {
   // DDPRUN_PYTHON_STACK_FILE (python_stack_hook.h); removed before the start; empty: none.
   std::string python_stack_file;
   std::string stacks_log;  // where its stacks are written when captured; empty: nowhere
+  std::string trace_file;  // DDPRUN_TRACE_FILE; removed before the start
   int fd3 = -1;            // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
   std::vector<int> cpus;   // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
   bool stdout_to_console = true;  // workers only: agents filter their own workers
@@ -82,6 +83,8 @@ class Runner {
   // Where each of `children` (live workers) is, taken at once within a bounded time
   // (stack_capture.h); one capture per child, in order.
   virtual std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) = 0;
+  // The collective trace `child` (a worker, running or not) keeps; nullopt when none.
+  virtual std::optional<TraceSnapshot> trace(std::size_t child) = 0;
   // The step `child` (a worker) last wrote to its DDPRUN_PROGRESS_FILE; nullopt when none.
   virtual std::optional<long long> progress(std::size_t child) = 0;
   // The last stderr lines of `child`.

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include "child_set.h"
@@ -115,6 +116,16 @@ std::string first_line(const std::string& text) {
 }
 
 }  // namespace
+
+std::optional<trace::TraceFile> read_trace(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  const std::string bytes = read_file_head(path, sizeof(trace::TraceFile));
+  if (bytes.size() != sizeof(trace::TraceFile)) return std::nullopt;
+  trace::TraceFile file;
+  std::memcpy(&file, bytes.data(), sizeof file);
+  if (file.magic != trace::kMagic) return std::nullopt;
+  return file;
+}
 
 std::vector<StackCapture> capture_stacks(SignalChannel& signals,
                                          const std::vector<StackTarget>& targets,

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct CaptureLimits {
 // installed). Signals that arrive while eu-stack runs go to `on_signal`; when it returns
 // true, the capture stops at once and keeps what it has. Never throws for a target's
 // sake: what failed is each capture's `problem`.
+// The collective trace at `path` (DDPRUN_TRACE_FILE), as the worker left it; nullopt when
+// there is none or it is not one.
+std::optional<trace::TraceFile> read_trace(const std::string& path);
+
 std::vector<StackCapture> capture_stacks(SignalChannel& signals,
                                          const std::vector<StackTarget>& targets,
                                          const std::string& eu_stack, const CaptureLimits& limits,

@@ -1,6 +1,7 @@
 #include "stacks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "error_digest.h"
@@ -183,7 +184,70 @@ std::string format_stack_digest(const RoundResult& result, std::string_view when
   if (groups.size() > kMaxGroups) {
     text += "ddprun:   and " + std::to_string(groups.size() - kMaxGroups) + " more places\n";
   }
+  text += format_collectives(result);
   if (!files.empty()) text += "ddprun:   every thread's stack: " + std::string(files) + "\n";
+  return text;
+}
+
+std::string format_collectives(const RoundResult& result) {
+  std::string text;
+  for (int plane = 0; plane < trace::kPlanes; ++plane) {
+    std::uint64_t latest = 0;
+    for (const RankResult& rank : result.ranks) {
+      if (rank.trace) latest = std::max(latest, rank.trace->file.planes[plane].started);
+    }
+    if (latest == 0) continue;
+    std::vector<int> inside, outside;
+    std::vector<std::uint64_t> their_last;
+    const trace::Entry* entry = nullptr;
+    std::int64_t longest_ns = 0;
+    for (const RankResult& rank : result.ranks) {
+      if (!rank.trace) continue;
+      const trace::PlaneTrace& p = rank.trace->file.planes[plane];
+      if (p.started < latest) {
+        outside.push_back(rank.rank);
+        if (std::find(their_last.begin(), their_last.end(), p.started) == their_last.end()) {
+          their_last.push_back(p.started);
+        }
+        continue;
+      }
+      const trace::Entry& e = p.entries[(latest - 1) % trace::kEntries];
+      if (e.seq != latest || e.end_ns != 0) continue;  // finished it
+      inside.push_back(rank.rank);
+      entry = &e;
+      if (rank.trace->read_ns > e.start_ns) {
+        longest_ns = std::max(longest_ns, rank.trace->read_ns - e.start_ns);
+      }
+    }
+    if (inside.empty() && outside.empty()) continue;
+    text += "ddprun:   " + std::string(plane == 0 ? "control" : "data") + " plane, collective #" +
+            std::to_string(latest);
+    if (entry != nullptr) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%.1f kB", static_cast<double>(entry->bytes) / 1000.0);
+      text += " (" + std::string(trace::op_name(entry->op)) + ", " + size + ")";
+    }
+    text += ":";
+    if (!inside.empty()) {
+      text += " " + format_number_set("rank", inside) + (inside.size() == 1 ? " is" : " are") +
+              " in it";
+      if (longest_ns > 0) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(longest_ns) / 1e9);
+        text += " (for " + std::string(seconds) + " s)";
+      }
+      if (!outside.empty()) text += ";";
+    }
+    if (!outside.empty()) {
+      std::sort(their_last.begin(), their_last.end());
+      std::string last;
+      for (const std::uint64_t k : their_last)
+        last += (last.empty() ? "#" : ", #") + std::to_string(k);
+      text += " " + format_number_set("rank", outside) + (outside.size() == 1 ? " has" : " have") +
+              " not entered it (last: " + last + ")";
+    }
+    text += "\n";
+  }
   return text;
 }
 

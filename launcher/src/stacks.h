@@ -35,6 +35,13 @@ std::string stack_summary(const StackCapture& stacks);
 std::string format_stack_digest(const RoundResult& result, std::string_view when,
                                 std::string_view files);
 
+// Where the ranks with a collective trace are, per plane, in the latest collective any of
+// them started (#K): who is in it and for how long, and who has not entered it, e.g.
+//   ddprun:   data plane, collective #57 (all-reduce, 4.0 kB): ranks 0-1, 3 are in it (for
+//   3.2 s); rank 2 has not entered it (its last: #56)
+// Nothing for a plane where every rank has finished #K. Lines start "ddprun:   ".
+std::string format_collectives(const RoundResult& result);
+
 // The whole capture as a rank's stacks file holds it.
 std::string format_stack_file(const StackCapture& stacks);
 

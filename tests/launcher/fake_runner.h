@@ -177,6 +177,7 @@ class FakeRunner : public Runner {
   std::function<std::optional<long long>(int round, std::size_t child, Ms at)> progress_at =
       [](int, std::size_t, Ms) { return std::nullopt; };
   long progress_reads = 0;
+  std::optional<TraceSnapshot> trace(std::size_t) override { return std::nullopt; }
   std::optional<long long> progress(std::size_t child) override {
     if (!children_.at(child).alive) throw std::logic_error("progress of an exited child");
     ++progress_reads;

@@ -72,8 +72,9 @@ TEST(StackSummary, PythonWinsThenNativeThenTheProblem) {
             "in c10d::ProcessGroupGloo::AsyncWork::wait <- (anonymous namespace)::Trainer::step");
   capture.python = kFaulthandlerDump;
   EXPECT_EQ(stack_summary(capture), "in all_reduce (dist.py:30) <- train_step (train.py:88)");
-  EXPECT_EQ(stack_summary(StackCapture{"", "", "eu-stack: ptrace: Operation not permitted"}),
-            "no stack: eu-stack: ptrace: Operation not permitted");
+  StackCapture nothing;
+  nothing.problem = "eu-stack: ptrace: Operation not permitted";
+  EXPECT_EQ(stack_summary(nothing), "no stack: eu-stack: ptrace: Operation not permitted");
 }
 
 RoundResult round_with(const std::vector<std::string>& python_frames) {
@@ -82,11 +83,11 @@ RoundResult round_with(const std::vector<std::string>& python_frames) {
     RankResult& rank = result.ranks.emplace_back();
     rank.rank = static_cast<int>(i);
     if (python_frames[i].empty()) continue;
-    rank.stacks = StackCapture{"",
-                               "Current thread 0x1 (most recent call first):\n  File \"train.py\", "
-                               "line 88 in " +
-                                   python_frames[i] + "\n",
-                               ""};
+    rank.stacks.emplace();
+    rank.stacks->python =
+        "Current thread 0x1 (most recent call first):\n  File \"train.py\", "
+        "line 88 in " +
+        python_frames[i] + "\n";
   }
   RankResult& agent = result.ranks.emplace_back();
   agent.agent = true;
@@ -114,6 +115,59 @@ TEST(StackDigest, ManyPlacesAreCutAfterTen) {
   const std::string digest = format_stack_digest(round_with(places), "x", "");
   EXPECT_NE(digest.find("and 3 more places"), std::string::npos) << digest;
   EXPECT_EQ(digest.find("f12"), std::string::npos) << digest;
+}
+
+// A rank's trace: `started` collectives on `plane`, the last one still open when `open`.
+std::optional<TraceSnapshot> traced(int plane, std::uint64_t started, bool open,
+                                    std::int64_t start_ns = 1000) {
+  TraceSnapshot capture;
+  capture.read_ns = 3'200'001'000;
+  trace::PlaneTrace& p = capture.file.planes[plane];
+  p.started = started;
+  for (std::uint64_t k = started > 3 ? started - 3 : 1; k <= started; ++k) {
+    trace::Entry& e = p.entries[(k - 1) % trace::kEntries];
+    e.seq = k;
+    e.op = static_cast<std::uint8_t>(trace::Op::kAllreduce);
+    e.bytes = 4000;
+    e.start_ns = start_ns;
+    e.end_ns = k == started && open ? 0 : start_ns + 10;
+  }
+  return capture;
+}
+
+// Ranks with their stacks taken and these traces.
+RoundResult ranks_with(std::vector<std::optional<TraceSnapshot>> traces) {
+  RoundResult result;
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    RankResult& rank = result.ranks.emplace_back();
+    rank.rank = static_cast<int>(i);
+    rank.stacks.emplace();
+    rank.trace = std::move(traces[i]);
+  }
+  return result;
+}
+
+TEST(Collectives, TheRankThatDidNotEnterTheLatestCollectiveIsNamedWithThoseWaitingInIt) {
+  const auto result = ranks_with(
+      {traced(1, 57, true), traced(1, 57, true), traced(1, 56, false), traced(1, 57, true)});
+  EXPECT_EQ(format_collectives(result),
+            "ddprun:   data plane, collective #57 (all-reduce, 4.0 kB): ranks 0-1, 3 are in it "
+            "(for 3.2 s); rank 2 has not entered it (last: #56)\n");
+}
+
+TEST(Collectives, EveryRankPastTheLatestSaysNothingAndRanksStuckApartAreListed) {
+  EXPECT_EQ(format_collectives(ranks_with({traced(0, 9, false), traced(0, 9, false)})), "");
+  EXPECT_EQ(format_collectives(
+                ranks_with({traced(0, 9, false), traced(0, 7, false), traced(0, 8, false)})),
+            "ddprun:   control plane, collective #9: ranks 1-2 have not entered it (last: #7, "
+            "#8)\n");
+  EXPECT_EQ(format_collectives(ranks_with({std::nullopt, std::nullopt})), "");
+}
+
+TEST(Collectives, TheDigestEndsWithThem) {
+  const std::string digest = format_stack_digest(
+      ranks_with({traced(1, 5, true), traced(1, 4, false)}), "before SIGKILL", "");
+  EXPECT_NE(digest.find("data plane, collective #5"), std::string::npos) << digest;
 }
 
 }  // namespace

@@ -18,11 +18,13 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ddprun/contract/collective_trace.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
 
@@ -697,6 +699,16 @@ TEST_P(DdpTest, RanksWithDifferentBucketCapsFailAtConstruction) {
   });
 }
 
+// Rank `r` of 2 on one machine's view of the job (the test gives the store).
+WorkerEnv two_ranks_env(int r, const std::string& run_id) {
+  WorkerEnv env;
+  env.rank = r;
+  env.world_size = 2;
+  env.master_port = 1;
+  env.run_id = run_id;
+  return env;
+}
+
 // After a failed collective every later one throws at once, on either plane: nothing can
 // run on a group whose peers are out of step.
 TEST(Communicator, IsUnusableAfterAFailedCollective) {
@@ -707,11 +719,7 @@ TEST(Communicator, IsUnusableAfterAFailedCollective) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      WorkerEnv env;
-      env.rank = r;
-      env.world_size = 2;
-      env.master_port = 1;
-      env.run_id = "unusable-test";
+      const WorkerEnv env = two_ranks_env(r, "unusable-test");
       CommOptions options;
       options.timeout = std::chrono::seconds(30);
       options.unresponsive_wait = std::chrono::milliseconds(200);
@@ -738,6 +746,55 @@ TEST(Communicator, IsUnusableAfterAFailedCollective) {
   EXPECT_EQ(second,
             "all-reduce on rank 0: the communicator is unusable after an earlier failed "
             "collective");
+}
+
+// The collective trace (DDPRUN_TRACE_FILE): every collective of a plane once, in order, with
+// its start and end, though some are made of others (a reduce-scatter through shared memory
+// is an all-reduce); the file is what ddprun reads.
+TEST(Communicator, KeepsATraceOfEveryCollectiveOnceInOrder) {
+  char pattern[] = "/tmp/ddprun-trace-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      WorkerEnv env = two_ranks_env(r, "trace-test");
+      env.local_rank = r;
+      env.local_world_size = 2;
+      env.trace_file = dir + "/rank_" + std::to_string(r) + ".trace";
+      CommOptions options;
+      options.timeout = std::chrono::seconds(30);
+      options.init_method = "file://" + dir + "/store";
+      auto comm = Communicator::connect(env, options);
+      auto t = torch::ones({8});
+      comm->control().allreduce(t);
+      comm->control().reduce_scatter_async(t, at::kFloat).wait();
+      comm->control().allgather_shares(t);
+      comm->control().barrier();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    trace::TraceFile file;
+    std::ifstream in(dir + "/rank_" + std::to_string(r) + ".trace", std::ios::binary);
+    ASSERT_TRUE(in.read(reinterpret_cast<char*>(&file), sizeof file)) << "rank " << r;
+    EXPECT_EQ(file.magic, trace::kMagic);
+    EXPECT_EQ(file.rank, r);
+    const trace::PlaneTrace& control = file.planes[0];
+    ASSERT_EQ(control.started, 4u) << "rank " << r;
+    const trace::Op expected[] = {trace::Op::kAllreduce, trace::Op::kReduceScatter,
+                                  trace::Op::kAllgather, trace::Op::kBarrier};
+    for (std::uint64_t k = 1; k <= 4; ++k) {
+      const trace::Entry& e = control.entries[k - 1];
+      EXPECT_EQ(e.seq, k);
+      EXPECT_EQ(e.op, static_cast<std::uint8_t>(expected[k - 1])) << "#" << k;
+      EXPECT_GT(e.start_ns, 0);
+      EXPECT_GE(e.end_ns, e.start_ns) << "#" << k << " never ended";
+    }
+    EXPECT_EQ(control.entries[0].bytes, 32u);
+    EXPECT_EQ(file.planes[1].started, 0u);  // gloo: one plane
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

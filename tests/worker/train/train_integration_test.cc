@@ -547,10 +547,38 @@ TEST_F(TrainTest, AStallOnFourRanksIsFoundInTimeAndTheRankBehindIsNamed) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("rank 2: in "), std::string::npos) << text;
+  // The collective trace: the three wait in the step's all-reduce, rank 2 never entered it.
+  EXPECT_NE(text.find(": ranks 0-1, 3 are in it (for "), std::string::npos) << text;
+  EXPECT_NE(text.find("s); rank 2 has not entered it (last: #"), std::string::npos) << text;
   const auto at = text.find("elapsed_ms ");
   ASSERT_NE(at, std::string::npos) << text;
   // Found within 3 + 5 s of the last progress (before the SIGSTOP); then the 1 s grace.
   EXPECT_LT(std::stol(text.substr(at + 11)), (3 + 5 + 1) * 1000) << text;
+}
+
+// A collective timeout names the rank that never entered the collective: rank 1 sleeps in
+// its data for step 6; ranks 0 and 2 time out in the step's all-reduce (runtime.timeout_s
+// 2) and fail; ddprun reads every rank's collective trace after the round (--no-stacks: no
+// stacks are taken, the traces alone speak).
+TEST_F(TrainTest, ACollectiveTimeoutNamesTheRankThatNeverEnteredIt) {
+  json late = read_json(kToyConfig);
+  late["diagnostics"]["delay_rank"] = 1;
+  late["diagnostics"]["delay_after_step"] = 5;
+  late["diagnostics"]["delay_ms"] = 600000;
+  late["runtime"]["timeout_s"] = 2;
+  std::ofstream(path("late.json")) << late.dump();
+  log_ = path("late.log");
+  const std::string cmd = std::string("'") + DDPRUN_BIN +
+                          "' --nproc-per-node 3 -q --no-stacks --shutdown-timeout 1 -- '" +
+                          DDP_TRAIN_BIN + "' --config '" + path("late.json") + "' >'" + log_ +
+                          "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << log();
+  EXPECT_NE(WEXITSTATUS(status), 0) << log();
+  const std::string text = log();
+  EXPECT_NE(text.find("control plane, collective #"), std::string::npos) << text;
+  EXPECT_NE(text.find(": ranks 0, 2 are in it"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 has not entered it (last: #"), std::string::npos) << text;
 }
 
 // The issue's check for stragglers: one rank slowed on purpose (the delay hook, 15 ms a

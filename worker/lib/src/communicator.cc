@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -17,6 +18,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "collective_trace.h"
 #include "cpus.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/init_method.h"
@@ -34,6 +36,8 @@ constexpr std::size_t kSpinFromBytes = 64 << 10;
 struct CommunicatorImpl {
   int rank = 0;
   int size = 1;
+  // Declared before the planes: it outlives them (their works end its entries).
+  std::unique_ptr<TraceWriter> trace;
   std::chrono::milliseconds unresponsive_wait{5'000};
   std::chrono::milliseconds timeout{300'000};
   // Whether PendingWork::wait() may yield in a loop: not when this node's ranks outnumber
@@ -100,7 +104,15 @@ struct Plane::Impl {
   bool device_rules = false;
   std::unordered_map<const void*, c10::weak_intrusive_ptr<c10::StorageImpl>> device_storages;
 
+  // The collective trace (collective_trace.h): which of the rank's planes this is, and how
+  // deep in the plane's own calls (a collective made of others is recorded once).
+  int trace_plane = 0;
+  int trace_depth = 0;
+
   void check_device_rules(const char* op, const at::Tensor& tensor) const;
+  // `pending` completes the traced collective `entry`: its wait() ends it; one with nothing
+  // left to wait for (done when started) ends it now.
+  static PendingWork traced(PendingWork pending, trace::Entry* entry);
   PendingWork allreduce_across_nodes(at::Tensor& tensor, ShmType type, ReduceOp op,
                                      at::ScalarType wire = at::kFloat);
   void finish_through(const NodeStep* step);
@@ -114,6 +126,7 @@ struct PendingWork::Impl {
   // A hierarchical all-reduce: its step, and the plane that owes it (outlives the work).
   std::shared_ptr<NodeStep> step;
   Plane::Impl* plane = nullptr;
+  trace::Entry* traced = nullptr;  // ended when the work completes
 };
 
 PendingWork::PendingWork() = default;
@@ -137,6 +150,14 @@ void yield_while_running(c10d::Work& work) {
 
 void PendingWork::wait() {
   if (!impl_) return;
+  // Ended on a normal return only: a collective that failed or timed out stays open.
+  trace::Entry* const traced = std::exchange(impl_->traced, nullptr);
+  struct EndOnReturn {
+    trace::Entry* entry;
+    ~EndOnReturn() {
+      if (std::uncaught_exceptions() == 0) TraceWriter::end(entry);
+    }
+  } end_on_return{traced};
   if (auto step = std::move(impl_->step)) {
     if (!step->done) impl_->plane->finish_through(step.get());
     return;
@@ -161,6 +182,47 @@ void PendingWork::wait() {
   impl_->owner->guard("all-reduce", [&] { work->wait(); });
   if (then) impl_->owner->guard("all-reduce", then);
 }
+
+PendingWork Plane::Impl::traced(PendingWork pending, trace::Entry* entry) {
+  if (pending.impl_) {
+    pending.impl_->traced = entry;
+  } else {
+    TraceWriter::end(entry);
+  }
+  return pending;
+}
+
+namespace {
+
+std::uint64_t bytes_of(const at::Tensor& tensor) {
+  return static_cast<std::uint64_t>(tensor.numel()) *
+         static_cast<std::uint64_t>(tensor.element_size());
+}
+
+// One collective in the rank's trace, begun by the outermost call on its plane. A
+// synchronous one ends with the scope; an asynchronous one is handed to its PendingWork
+// (take() then Plane::Impl::traced).
+class TraceScope {
+ public:
+  TraceScope(Plane::Impl& plane, trace::Op op, std::uint64_t bytes) : plane_(plane) {
+    if (plane_.trace_depth++ == 0 && plane_.owner->trace) {
+      entry_ = plane_.owner->trace->begin(plane_.trace_plane, op, bytes);
+    }
+  }
+  ~TraceScope() {
+    --plane_.trace_depth;
+    if (std::uncaught_exceptions() == 0) TraceWriter::end(entry_);
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+  trace::Entry* take() { return std::exchange(entry_, nullptr); }
+
+ private:
+  Plane::Impl& plane_;
+  trace::Entry* entry_ = nullptr;
+};
+
+}  // namespace
 
 void Plane::Impl::finish_through(const NodeStep* step) {
   owner->guard("all-reduce", [&] {
@@ -458,6 +520,7 @@ std::unique_ptr<Plane::Impl> make_plane(CommunicatorImpl& owner, const std::stri
   plane->backend = std::move(backend);
   plane->device = device;
   plane->device_rules = name == kGlooAsNccl;
+  plane->trace_plane = name == "gloo" ? 0 : 1;  // the control plane is gloo; a data plane not
   return plane;
 }
 
@@ -501,6 +564,7 @@ void join_across_machines(Plane::Impl& plane, const c10::intrusive_ptr<c10d::Sto
 std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
                                                     const CommOptions& options, at::Device device) {
   auto impl = std::make_unique<CommunicatorImpl>();
+  impl->trace = std::make_unique<TraceWriter>(env.trace_file, env.rank);
   impl->rank = env.rank;
   impl->size = env.world_size;
   impl->unresponsive_wait = options.unresponsive_wait;
@@ -735,6 +799,11 @@ void check_shares(const at::Tensor& flat, int world) {
 }  // namespace
 
 PendingWork Plane::reduce_scatter_async(at::Tensor& flat, at::ScalarType wire) {
+  TraceScope scope(*impl_, trace::Op::kReduceScatter, bytes_of(flat));
+  return Impl::traced(reduce_scatter_untraced(flat, wire), scope.take());
+}
+
+PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire) {
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
   impl_->check_device_rules("reduce-scatter", flat);
@@ -765,6 +834,7 @@ PendingWork Plane::reduce_scatter_async(at::Tensor& flat, at::ScalarType wire) {
 }
 
 void Plane::allgather_shares(at::Tensor& flat) {
+  TraceScope scope(*impl_, trace::Op::kAllgather, bytes_of(flat));
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
   impl_->check_device_rules("all-gather", flat);
@@ -787,6 +857,11 @@ void Plane::allgather_shares(at::Tensor& flat) {
 }
 
 PendingWork Plane::allreduce_compressed_async(at::Tensor& tensor, at::ScalarType wire) {
+  TraceScope scope(*impl_, trace::Op::kCompressedAllreduce, bytes_of(tensor));
+  return Impl::traced(allreduce_compressed_untraced(tensor, wire), scope.take());
+}
+
+PendingWork Plane::allreduce_compressed_untraced(at::Tensor& tensor, at::ScalarType wire) {
   check_compressible(tensor, wire);
   impl_->check_device_rules("all-reduce", tensor);
   auto& owner = *impl_->owner;
@@ -818,6 +893,11 @@ PendingWork Plane::allreduce_compressed_async(at::Tensor& tensor, at::ScalarType
 }
 
 PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
+  TraceScope scope(*impl_, trace::Op::kAllreduce, bytes_of(tensor));
+  return Impl::traced(allreduce_untraced(tensor, op), scope.take());
+}
+
+PendingWork Plane::allreduce_untraced(at::Tensor& tensor, ReduceOp op) {
   impl_->check_device_rules("all-reduce", tensor);
   auto& owner = *impl_->owner;
   if (impl_->across_nodes) {
@@ -890,6 +970,9 @@ void Plane::allreduce(at::Tensor& tensor, ReduceOp op) {
 }
 
 void Plane::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  std::uint64_t bytes = 0;
+  for (const auto& t : tensors) bytes += bytes_of(t);
+  TraceScope scope(*impl_, trace::Op::kBroadcast, bytes);
   for (const auto& t : tensors) impl_->check_device_rules("broadcast", t);
   // Gloo broadcasts several tensors in one call only if they have one shape: one call each.
   impl_->owner->guard("broadcast", [&] {
@@ -910,6 +993,7 @@ void Plane::barrier() {
                                  "): only all-reduce and broadcast travel there",
                              "use Communicator::control().barrier()");
   }
+  TraceScope scope(*impl_, trace::Op::kBarrier, 0);
   impl_->owner->guard("barrier", [&] { impl_->backend->barrier(c10d::BarrierOptions())->wait(); });
 }
 

@@ -71,6 +71,8 @@ inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
 // Where a Python worker's faulthandler writes every thread's stack when ddprun asks
 // (the sitecustomize ddprun puts first on PYTHONPATH arms it and removes the variable).
 inline constexpr const char* kDdprunPythonStackFile = "DDPRUN_PYTHON_STACK_FILE";
+// Where the worker library keeps the rank's last collectives (collective_trace.h).
+inline constexpr const char* kDdprunTraceFile = "DDPRUN_TRACE_FILE";
 // When the scheduler will end the job (unix seconds), when ddprun knows it (--deadline,
 // --time-limit, or the scheduler): workers may plan their last checkpoint by it.
 inline constexpr const char* kDdprunJobEndTime = "DDPRUN_JOB_END_TIME";

@@ -122,6 +122,10 @@ class Plane {
   friend class Communicator;
   friend class PendingWork;
   explicit Plane(std::unique_ptr<Impl> impl);
+  // The collectives themselves; the public calls record them in the rank's trace first.
+  PendingWork allreduce_untraced(at::Tensor& tensor, ReduceOp op);
+  PendingWork allreduce_compressed_untraced(at::Tensor& tensor, at::ScalarType wire);
+  PendingWork reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire);
   std::unique_ptr<Impl> impl_;
 };
 
