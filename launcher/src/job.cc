@@ -47,7 +47,8 @@ bool is_notice_signal(int sig) {
 //   kRunning  --no progress (stall)------> kStalled   (stacks, SIGTERM to all; restartable)
 //   any       --stop signal, head lost---> kStopping  (the signal to the rest; never
 //                                                      restarted: 128+N, or 75 if drained)
-//   kFailing/kTimedOut/kStalled/kStopping --grace-> stacks, SIGKILL to the rest
+//   kFailing/kTimedOut/kStalled/kStopping --grace-> stacks, SIGKILL to the rest (to agents
+//                                                    only after agent_stack_allowance)
 //   kStopping --a second SIGINT----------> SIGKILL at once
 //   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
 //                                          or killed by the notice, is drained, not failed)
@@ -99,7 +100,19 @@ class Round {
   void kill_live() {
     signal_live(SIGKILL);
     kill_deadline_.reset();
+    agent_kill_deadline_.reset();
     killed_ = true;
+  }
+
+  std::size_t live_agents() const {
+    return static_cast<std::size_t>(std::count_if(
+        ranks_.begin(), ranks_.end(), [](auto& r) { return r.agent && r.started && !r.exited; }));
+  }
+
+  void kill_live_workers() {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].exited && !ranks_[i].agent) runner_.signal(i, SIGKILL);
+    }
   }
 
   // Takes the stacks of the live workers (agents take their own node's), once a round.
@@ -162,6 +175,16 @@ class Round {
       if (kill_deadline_ && now >= *kill_deadline_) {
         capture_live_stacks("before SIGKILL, after the " + format_seconds(policy_.shutdown_grace) +
                             " grace");
+        if (policy_.capture_stacks && live_agents() > 0) {
+          kill_live_workers();
+          kill_deadline_.reset();
+          agent_kill_deadline_ = now + policy_.agent_stack_allowance;
+        } else {
+          kill_live();
+        }
+        continue;
+      }
+      if (agent_kill_deadline_ && now >= *agent_kill_deadline_) {
         kill_live();
         continue;
       }
@@ -196,6 +219,9 @@ class Round {
         continue;
       }
       std::optional<RunnerClock::time_point> deadline = kill_deadline_;
+      if (agent_kill_deadline_ && (!deadline || *agent_kill_deadline_ < *deadline)) {
+        deadline = agent_kill_deadline_;
+      }
       if (watch_stalls)
         deadline = std::min(deadline.value_or(*next_stall_check_), *next_stall_check_);
       const auto drain_at = drain_sent_ ? std::nullopt : policy_.drain_at;
@@ -368,6 +394,8 @@ class Round {
   long long ahead_step_ = -1;
   std::optional<RunnerClock::time_point> exit_deadline_;
   std::optional<RunnerClock::time_point> kill_deadline_;
+  // After the grace with stacks: when the agents, left to send theirs, get SIGKILL.
+  std::optional<RunnerClock::time_point> agent_kill_deadline_;
   std::optional<RunnerClock::time_point> drain_deadline_;
 };
 

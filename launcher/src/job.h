@@ -36,6 +36,10 @@ struct RoundPolicy {
   // Before SIGKILL goes to workers that outlived the grace, ddprun takes their stacks
   // (Runner::capture_stacks) and the round's result keeps them.
   bool capture_stacks = false;
+  // With capture_stacks, agents (other nodes' ddprun) get this long after the grace before
+  // their SIGKILL: their own grace ends at about the same time, and their stacks (taken
+  // within CaptureLimits, stack_capture.h) must reach this console first.
+  std::chrono::milliseconds agent_stack_allowance{7000};
   // --stall-timeout: when no worker's progress (Runner::progress) has advanced for this
   // long, and some worker has written one, the round stops (Outcome::kStalled) after the
   // stacks of all are taken. Checked every `stall_check_every`.

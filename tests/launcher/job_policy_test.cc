@@ -813,3 +813,45 @@ TEST(JobPolicyStall, AFailureBeforeTheStallIsTheRootCauseAndNoStallIsCalled) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+// A head: worker 0 here, an agent (another node's ddprun) as child 1; both outlive the grace.
+std::vector<ChildSpec> worker_and_agent() {
+  std::vector<ChildSpec> children = workers(1);
+  ChildSpec& agent = children.emplace_back();
+  agent.agent = true;
+  agent.node_rank = 1;
+  return children;
+}
+
+TEST(JobPolicyStacks, AgentsGetTheAllowanceAfterTheGraceToSendTheirOwnStacks) {
+  for (const bool second_ctrl_c : {false, true}) {
+    FakeRunner runner;
+    runner.behaviour = [](int, std::size_t) { return runs_until_stopped(true); };
+    runner.signal_at(0, Ms(10), SIGINT);
+    if (second_ctrl_c) runner.signal_at(0, Ms(10) + kGrace + Ms(100), SIGINT);
+    JobSettings settings = with_stacks();
+    settings.round.shutdown_grace = kGrace;
+    settings.tables = false;
+    std::ostringstream messages;
+    run_job(
+        runner, settings,
+        [](int, const RoundResult*) {
+          return RoundSetup{worker_and_agent(), "", "", ""};
+        },
+        messages);
+    ASSERT_EQ(runner.captures.size(), 1u);
+    EXPECT_EQ(runner.captures[0].children, (std::vector<std::size_t>{0}));  // the worker only
+    EXPECT_EQ(runner.sent_to(0).back().signal_number, SIGKILL);
+    EXPECT_EQ(runner.sent_to(0).back().at, Ms(10) + kGrace);
+    EXPECT_EQ(runner.sent_to(1).back().signal_number, SIGKILL);
+    EXPECT_EQ(runner.sent_to(1).back().at,
+              Ms(10) + kGrace + (second_ctrl_c ? Ms(100) : settings.round.agent_stack_allowance))
+        << second_ctrl_c;
+  }
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -309,7 +309,10 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
     return {};
   }
   if (runner.round_ends.empty()) return "round 0 never ended";
-  if (ending && runner.round_ends[0] > *ending + kGrace + Ms(1000)) {
+  // Agents get the stack allowance after the grace (theirs, to send their stacks).
+  const Ms allowance =
+      config.mode == Mode::kHead ? JobSettings().round.agent_stack_allowance : Ms(0);
+  if (ending && runner.round_ends[0] > *ending + kGrace + allowance + Ms(1000)) {
     return "round 0 ended " + std::to_string(runner.round_ends[0].count()) +
            " ms in, later than the grace after the event that ended it";
   }
