@@ -126,7 +126,13 @@ class FakeRunner : public Runner {
     }
   }
 
+  // A policy that only wakes for its own periodic checks (--stall-timeout) with nothing
+  // else left to happen would go on for ever: past this much fake time, wait() throws
+  // WaitsForever as well.
+  Ms waits_forever_after{3600 * 1000};
+
   RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override {
+    if (now_ - kStart > waits_forever_after) throw WaitsForever();
     // The earliest of: a child's exit, an external signal of this round.
     std::optional<RunnerClock::time_point> next;
     std::optional<std::size_t> exiting;

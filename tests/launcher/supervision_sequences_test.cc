@@ -1,6 +1,7 @@
 // The supervision policy (job.h) against every sequence of up to kDepth events, in each
 // mode (a node of its own, a head with an agent child, an agent under a head), with the
-// workers' answers to notices and with or without --exit-timeout. After each sequence the
+// workers' answers to notices, with or without --exit-timeout, with --stall-timeout (the
+// workers' progress may stop) and stacks taken. After each sequence the
 // invariants of docs/fault-tolerance.md ("The policy's invariants") are checked. The fake
 // runner makes each sequence a few microseconds; the whole file runs in seconds.
 #include <gtest/gtest.h>
@@ -33,6 +34,8 @@ using testing::WaitsForever;
 constexpr Ms kGrace{350};
 constexpr Ms kStep{100};  // event i happens at (i + 1) steps
 constexpr Ms kExitTimeout{250};
+// --stall-timeout: workers write a step every 10 ms until a stall event freezes them.
+constexpr Ms kStallTimeout{220};
 
 enum class Mode { kLocal, kHead, kAgent };
 
@@ -49,7 +52,7 @@ const char* mode_name(Mode mode) {
 }
 
 struct Event {
-  enum class Kind { kExit, kSignal, kDrainTime, kHeadLost };
+  enum class Kind { kExit, kSignal, kDrainTime, kHeadLost, kStall };
   Kind kind = Kind::kSignal;
   std::size_t child = 0;
   int value = 0;  // the wait status of kExit, the signal of kSignal
@@ -78,7 +81,9 @@ bool is_agent_child(Mode mode, std::size_t child) {
   return mode == Mode::kHead && child == 1;
 }
 
-std::vector<Event> alphabet(Mode mode) {
+// `stall`: progress may stop (--stall-timeout). Left out with the exit timeout, a policy
+// stop of the same kind, to keep the run short.
+std::vector<Event> alphabet(Mode mode, bool stall) {
   std::vector<Event> events;
   for (std::size_t child = 0; child < child_count(mode); ++child) {
     std::vector<int> statuses = {exited(0), exited(1), killed(SIGKILL)};
@@ -97,6 +102,7 @@ std::vector<Event> alphabet(Mode mode) {
   } else {
     events.push_back({Event::Kind::kDrainTime, 0, 0});
   }
+  if (stall) events.push_back({Event::Kind::kStall, 0, 0});
   return events;
 }
 
@@ -113,6 +119,8 @@ std::string describe(const Event& e) {
       return "drain time";
     case Event::Kind::kHeadLost:
       return "head lost";
+    case Event::Kind::kStall:
+      return "progress stops";
   }
   return "?";
 }
@@ -144,6 +152,9 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
   settings.summaries = false;
   settings.tables = false;
   settings.round.capture_stacks = true;
+  settings.round.stall_timeout = kStallTimeout;
+  settings.round.stall_check_every = Ms(50);
+  std::optional<Ms> stall_at;
 
   std::vector<std::optional<std::pair<Ms, int>>> exits(child_count(config.mode));
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -162,8 +173,16 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
       case Event::Kind::kDrainTime:
         settings.round.drain_at = runner.now() + at;
         break;
+      case Event::Kind::kStall:
+        stall_at = at;
+        break;
     }
   }
+  runner.waits_forever_after = Ms(20000);  // the events end by 0.7 s, the grace 0.35 s after
+  runner.progress_at = [&](int round, std::size_t, Ms at) -> std::optional<long long> {
+    const Ms until = round == 0 && stall_at ? std::min(at, *stall_at) : at;
+    return until.count() / 10;
+  };
   runner.behaviour = [&](int round, std::size_t child) {
     FakeBehaviour b;
     if (round > 0) {
@@ -318,19 +337,20 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   }
 
   // Stacks are taken at most once a round, of live workers only (the fake runner throws
-  // for an exited one), and only just before each of them gets SIGKILL.
+  // for an exited one), and only just before each of them gets SIGKILL, or, on a stall,
+  // just before the round's stop (SIGTERM) goes out.
   std::size_t captures_in_round0 = 0;
   for (const auto& capture : runner.captures) {
     if (capture.round != 0) continue;
     if (++captures_in_round0 > 1) return "stacks were taken twice in one round";
     for (const std::size_t child : capture.children) {
       if (is_agent_child(config.mode, child)) return "an agent's stacks were taken";
-      const bool killed_then =
+      const bool stopped_then =
           std::any_of(runner.sent.begin(), runner.sent.end(), [&](const auto& s) {
-            return s.round == 0 && s.child == child && s.signal_number == SIGKILL &&
-                   s.at == capture.at;
+            return s.round == 0 && s.child == child && s.at == capture.at &&
+                   (s.signal_number == SIGKILL || s.signal_number == SIGTERM);
           });
-      if (!killed_then) return "stacks were taken of a child that was not killed then";
+      if (!stopped_then) return "stacks were taken of a child that was not stopped then";
     }
   }
 
@@ -465,7 +485,7 @@ TEST_P(SupervisionSequences, EverySequenceKeepsTheInvariants) {
         Exploration result;
         // The exit timeout and --restart-on add less: one event fewer for them.
         const std::size_t d = depth() - ((exit_timeout || signals) && depth() > 4 ? 1 : 0);
-        explore(config, {}, d, alphabet(mode), result);
+        explore(config, {}, d, alphabet(mode, !exit_timeout), result);
         total += result.sequences;
         for (const std::string& v : result.violations) ADD_FAILURE() << v;
       }
