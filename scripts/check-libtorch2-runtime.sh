@@ -20,7 +20,7 @@ say() { echo "check-libtorch2-runtime: $*"; }
 start=$(date +%s)
 
 packages="g++ cmake make libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  zlib1g-dev libhwloc-dev python3 procps"
+  zlib1g-dev libhwloc-dev python3 procps elfutils"
 if [ ! -f "$root/.complete" ]; then
   command -v debootstrap >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null

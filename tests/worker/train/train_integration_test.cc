@@ -2,12 +2,14 @@
 // resume, error reporting. Each test runs a few tiny trainings (toy model, seconds).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -546,7 +548,16 @@ TEST_F(TrainTest, AStallOnFourRanksIsFoundInTimeAndTheRankBehindIsNamed) {
                       "progress for 3 s):"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("rank 2: in "), std::string::npos) << text;
+  if (::access("/usr/bin/eu-stack", X_OK) == 0) {
+    EXPECT_NE(text.find("rank 2: in "), std::string::npos) << text;
+  } else {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") {
+      ADD_FAILURE() << "eu-stack is not installed, and CI=true";
+    } else {
+      std::cout << "[  SKIPPED ] rank 2's stack: eu-stack is not installed\n";
+    }
+  }
   // The collective trace: the three wait in the step's all-reduce, rank 2 never entered it.
   EXPECT_NE(text.find(": ranks 0-1, 3 are in it (for "), std::string::npos) << text;
   EXPECT_NE(text.find("s); rank 2 has not entered it (last: #"), std::string::npos) << text;
