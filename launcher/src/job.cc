@@ -127,17 +127,13 @@ class Round {
     for (std::size_t k = 0; k < workers.size() && k < captures.size(); ++k) {
       ranks_[workers[k]].stacks = std::move(captures[k]);
     }
-    // Every worker's trace, the exited ones' too: they say which collective they left in.
-    for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].started && !ranks_[i].agent) ranks_[i].trace = runner_.trace(i);
-    }
+    read_traces();
     stacks_when_ = when;
   }
 
-  // After a failed round whose stacks were not taken: every worker's trace as it was left
-  // (a rank that timed out in a collective names the one that never entered it).
+  // Every worker's collective trace as it stands, the exited ones' too: they say which
+  // collective they left in (a rank that timed out names the one that never entered it).
   void read_traces() {
-    if (!stacks_when_.empty()) return;
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].started && !ranks_[i].agent) ranks_[i].trace = runner_.trace(i);
     }
@@ -337,7 +333,8 @@ class Round {
   }
 
   RoundResult finish() {
-    if (first_failure_ || phase_ == Phase::kTimedOut) read_traces();
+    // A failed round whose stacks (and traces with them) were not taken.
+    if ((first_failure_ || phase_ == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
     RoundResult result;
     const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
       return r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r));

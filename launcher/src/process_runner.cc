@@ -111,11 +111,7 @@ void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
 void ProcessRunner::start_fresh() {
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
   relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
-  is_agent_.clear();
-  python_stack_files_.clear();
-  progress_files_.clear();
-  trace_files_.clear();
-  stacks_logs_.clear();
+  specs_.clear();
 }
 
 pid_t ProcessRunner::start(const ChildSpec& spec) {
@@ -148,22 +144,19 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   const std::size_t child =
       children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
   relay_->add(std::move(target));
-  is_agent_.push_back(spec.agent);
-  python_stack_files_.push_back(spec.python_stack_file);
-  stacks_logs_.push_back(spec.stacks_log);
-  progress_files_.push_back(spec.progress_file);
-  trace_files_.push_back(spec.trace_file);
+  specs_.push_back(
+      {spec.agent, spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file});
   return children_->pid(child);
 }
 
 std::optional<long long> ProcessRunner::progress(std::size_t child) {
-  const std::string& path = progress_files_.at(child);
+  const std::string& path = specs_.at(child).progress_file;
   if (path.empty()) return std::nullopt;
   return parse_progress(read_file_head(path, 64));
 }
 
 std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {
-  auto file = read_trace(trace_files_.at(child));
+  auto file = read_trace(specs_.at(child).trace_file);
   if (!file) return std::nullopt;
   return TraceSnapshot{*file, std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
@@ -173,7 +166,7 @@ std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {
 std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::size_t>& children) {
   std::vector<StackTarget> targets;
   for (const std::size_t child : children) {
-    targets.push_back({children_->pid(child), python_stack_files_.at(child)});
+    targets.push_back({children_->pid(child), specs_.at(child).python_stack_file});
   }
   // A stop signal meanwhile (a second Ctrl-C) ends the capture: the user wants out.
   const auto on_signal = [this](int sig) {
@@ -184,7 +177,7 @@ std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::s
       ddprun::capture_stacks(signals_, targets, config_.eu_stack, {}, on_signal);
   children_->reap_now(events_);  // the capture's loop read the SIGCHLD of any that ended
   for (std::size_t i = 0; i < children.size(); ++i) {
-    const std::string& log = stacks_logs_.at(children[i]);
+    const std::string& log = specs_.at(children[i]).stacks_log;
     if (log.empty()) continue;
     try {
       ::unlink(log.c_str());  // an earlier capture of this round (a stall's)
@@ -198,7 +191,7 @@ std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::s
 
 void ProcessRunner::signal(std::size_t child, int sig) {
   const pid_t pid = children_->pid(child);
-  if (!is_agent_.at(child) || sig == SIGKILL) {
+  if (!specs_.at(child).agent || sig == SIGKILL) {
     signal_group(pid, sig);
   } else if (const int messages = children_->stdin_fd(child); messages >= 0) {
     // ssh delivers no signals: the agent gets them as messages. Never waiting for them:

@@ -85,11 +85,15 @@ class ProcessRunner : public Runner {
   std::ostream messages_;
   std::unique_ptr<ChildSet> children_;
   std::unique_ptr<OutputRelay> relay_;
-  std::vector<bool> is_agent_;
-  std::vector<std::string> python_stack_files_;  // each child's, as is_agent_
-  std::vector<std::string> stacks_logs_;
-  std::vector<std::string> progress_files_;
-  std::vector<std::string> trace_files_;
+  // What the runner keeps of each child's spec, numbered as the child set numbers them.
+  struct Child {
+    bool agent = false;
+    std::string python_stack_file;
+    std::string stacks_log;
+    std::string progress_file;
+    std::string trace_file;
+  };
+  std::vector<Child> specs_;
   std::deque<RunnerEvent> pending_;
   ChildEvents events_;
   LineSplitter head_lines_;
