@@ -28,7 +28,7 @@ _ddprun() {
     --nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout) return ;;
   esac
   if [[ $cur == -* ]]; then
-    COMPREPLY=($(compgen -W "--nproc-per-node --gpus-per-proc --virtual-local-rank --numa-binding --cpu-bind --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --rdzv-backend --rdzv-endpoint --rdzv-id --rdzv-conf --role --module --no-python --run-path --redirects --local-ranks-filter --local-addr --signals-to-handle --monitor-interval --start-method --exit-timeout --stall-timeout --no-stacks --restart-on --restart-repeated --drain-before --drain-signal --deadline --time-limit --print-job-end --dry-run --format --launcher --env --ssh-config --ssh-fanout --check --check-path --bandwidth --doctor --quiet --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "--nproc-per-node --gpus-per-proc --virtual-local-rank --numa-binding --cpu-bind --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --rdzv-backend --rdzv-endpoint --rdzv-id --rdzv-conf --role --module --no-python --run-path --redirects --local-ranks-filter --local-addr --signals-to-handle --monitor-interval --start-method --exit-timeout --stall-timeout --no-stacks --restart-on --restart-repeated --drain-before --drain-signal --deadline --time-limit --print-job-end --status --stacks --stop --attach --dry-run --format --launcher --env --ssh-config --ssh-fanout --check --check-path --bandwidth --doctor --quiet --help --version" -- "$cur"))
   else
     COMPREPLY=($(compgen -c -- "$cur"))
   fi

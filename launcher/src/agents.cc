@@ -144,6 +144,15 @@ AgentMessage parse_agent_message(std::string_view line) {
     message.signal_number = value.get<int>();
     return message;
   }
+  if (doc.contains("control")) {
+    const auto& verb = doc["control"];
+    const auto& id = doc.contains("id") ? doc["id"] : nlohmann::json();
+    if (!verb.is_string() || !id.is_number_integer()) throw bad();
+    message.control = parse_control_verb(verb.get<std::string>());
+    if (!message.control) throw bad();
+    message.control_id = id.get<int>();
+    return message;
+  }
   if (!doc.contains("env") || !doc["env"].is_object()) throw bad();
   for (const auto& [name, value] : doc["env"].items()) {
     if (!valid_variable_name(name) || !value.is_string()) throw bad();
@@ -337,6 +346,7 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
       agent.argv = ssh_command(node.host, options, cwd, agent_argv(&node, subtree_last));
       agent.env = own_env;
       agent.hello = agent_hello(forwarded);
+      agent.control_nodes = subtree_last - first + 1;
       launches.agents.push_back(std::move(agent));
     }
     return launches;
@@ -353,6 +363,7 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
     argv.insert(argv.begin() + 1, "--agent-stdin");
     agent.argv = srun_command(plan, argv);
     agent.hello = agent_hello({});  // srun exports the environment itself
+    agent.control_nodes = static_cast<int>(plan.nodes.size());  // --input=all: every agent
   } else {
     agent.argv = mpirun_command(plan, forwarded, agent_argv(nullptr, -1));
   }

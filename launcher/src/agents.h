@@ -5,12 +5,14 @@
 // on an ssh agent's stdin (a hello with the environment, then signals); and what a round
 // starts to reach every node. Everything but agent_launches and read_agent_hello is pure.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "cluster.h"
+#include "control.h"
 #include "options.h"
 #include "plan.h"
 #include "runner.h"
@@ -42,10 +44,13 @@ Environment forwarded_environment(const Environment& env, const std::vector<std:
 std::string agent_hello(const Environment& forwarded);
 std::string agent_signal_message(int signal_number);
 
-// One message from the head: an environment (hello) or a signal to forward.
+// One message from the head: an environment (hello), a signal to forward, or a control
+// request to answer (control.h: agent_control_message).
 struct AgentMessage {
   Environment env;
   int signal_number = 0;
+  std::optional<ControlVerb> control;
+  int control_id = 0;
 };
 // Parses one line from the head. Throws UsageError for anything else.
 AgentMessage parse_agent_message(std::string_view line);

@@ -89,6 +89,10 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   std::vector<int> outputs;
   if (events.write_interest) events.write_interest(outputs);
   for (const int fd : outputs) fds.push_back({fd, POLLOUT, 0});
+  const std::size_t first_input = fds.size();  // then the more descriptors to read
+  std::vector<int> inputs;
+  if (events.read_interest) events.read_interest(inputs);
+  for (const int fd : inputs) fds.push_back({fd, POLLIN, 0});
   int timeout_ms = -1;
   if (deadline) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - SteadyClock::now());
@@ -103,7 +107,7 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   for (std::size_t k = 2; k < first_output; ++k) {
     if (fds[k].revents != 0) pump(owners[k - 2].first, owners[k - 2].second, events);
   }
-  for (std::size_t k = first_output; k < fds.size(); ++k) {
+  for (std::size_t k = first_output; k < first_input; ++k) {
     if (fds[k].revents != 0 && events.writable) events.writable(fds[k].fd);
   }
   if (fds[0].revents != 0) {
@@ -116,6 +120,9 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
     }
   }
   if (fds[1].revents != 0 && events.extra_ready) events.extra_ready();
+  for (std::size_t k = first_input; k < fds.size(); ++k) {
+    if (fds[k].revents != 0 && events.readable) events.readable(fds[k].fd);
+  }
 }
 
 void ChildSet::reap(const ChildEvents& events) {

@@ -41,6 +41,10 @@ struct ChildEvents {
   // when one has room for more (or has failed).
   std::function<void(std::vector<int>& fds)> write_interest;
   std::function<void(int fd)> writable;
+  // Appends more descriptors to watch for input (the control socket and its peers), asked
+  // before each poll; `readable` is told when one is readable (or closed).
+  std::function<void(std::vector<int>& fds)> read_interest;
+  std::function<void(int fd)> readable;
 };
 
 class ChildSet {

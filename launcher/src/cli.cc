@@ -74,6 +74,8 @@ struct Parser {
   TorchrunStrings torchrun;
   double monitor_interval_s = 0.1;
   std::string start_method = "spawn";
+  // --status, --stacks, --stop, --attach: each with an optional run id.
+  std::vector<std::string> control_runs[4];
 
   Parser();
 };
@@ -302,6 +304,24 @@ Parser::Parser() {
   app.add_flag("--doctor", options.doctor,
                "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
                "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");
+  static constexpr const char* kControl[4][2] = {
+      {"--status",
+       "Show a running job of yours on this host (the latest when no RUN_ID): each "
+       "rank's host, state, step, last output line, and the restarts"},
+      {"--stacks",
+       "Show where every rank of a running job is now (Python and native frames), "
+       "stopping nothing; the latest job when no RUN_ID"},
+      {"--stop",
+       "Stop a running job as SIGTERM to its ddprun would (the latest when no "
+       "RUN_ID)"},
+      {"--attach",
+       "Follow the console of a job that SIGHUP detached from its terminal, "
+       "until it ends; exits with the job's code (the latest when no RUN_ID)"}};
+  for (int verb = 0; verb < 4; ++verb) {
+    app.add_option(kControl[verb][0], control_runs[verb], kControl[verb][1])
+        ->expected(0, 1)
+        ->type_name("[RUN_ID]");
+  }
   app.add_flag("--print-job-end", options.print_job_end,
                "Print when the scheduler will end this job (unix seconds, then where ddprun "
                "learnt it) and exit; 1 when it cannot tell. PROGRAM is optional");
@@ -357,6 +377,18 @@ void finish_options(Parser& parser) {
   Options& options = parser.options;
   TorchrunStrings& torchrun = parser.torchrun;
   const CLI::App& app = parser.app;
+  for (const ControlVerb verb :
+       {ControlVerb::kStatus, ControlVerb::kStacks, ControlVerb::kStop, ControlVerb::kAttach}) {
+    const int index = static_cast<int>(verb);
+    if (app.count("--" + std::string(control_verb_name(verb))) == 0) continue;
+    if (options.control) {
+      throw UsageError("--" + std::string(control_verb_name(*options.control)) + " and --" +
+                       std::string(control_verb_name(verb)) + " exclude each other");
+    }
+    options.control = verb;
+    const auto& run = parser.control_runs[index];
+    options.control_run = run.empty() ? std::string() : run.front();
+  }
   if (torchrun.nnodes) options.nnodes = parse_nnodes(*torchrun.nnodes);
   const bool repeats = options.restart_on.allow_repeats;
   options.restart_on = parse_restart_on(torchrun.restart_on);
@@ -529,7 +561,15 @@ CommandLine parse_command_line(int argc, const char* const* argv, const Environm
     rest.insert(rest.end(), after_separator.begin(), after_separator.end());
   }
   Options& options = parser->options;
-  if (rest.empty() && !options.doctor && !options.print_job_end) {
+  const bool control = parser->app.count("--status") + parser->app.count("--stacks") +
+                           parser->app.count("--stop") + parser->app.count("--attach") >
+                       0;
+  if (control && !rest.empty()) {
+    return usage_error(
+        "--status, --stacks, --stop and --attach take a run id, not a program "
+        "(see ddprun --help)");
+  }
+  if (rest.empty() && !options.doctor && !options.print_job_end && !control) {
     return usage_error(
         "no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] (see ddprun "
         "--help)");

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <ctime>
 
 #include <iostream>
@@ -11,6 +12,7 @@
 
 #include "agents.h"
 #include "child_set.h"
+#include "control_socket.h"
 #include "ddprun/contract/errors.h"
 #include "deadline.h"
 #include "doctor.h"
@@ -60,6 +62,9 @@ RunCommand tool_runner(const Environment& env) {
 }
 
 int run(Options options, Environment env) {
+  if (options.control) {
+    return run_control_client(*options.control, options.control_run, env, std::cout, std::cerr);
+  }
   if (options.agent_stdin) read_agent_hello(STDIN_FILENO, env);
   options.program = worker_command(options, env, probe_file);
   forwarded_environment(env, options.env_vars);  // a bad --env fails here, on any node count
@@ -150,6 +155,37 @@ int run(Options options, Environment env) {
       // Each capture says so in one line.
     }
   }
+  // The handle on the running job (control_socket.h): every ddprun that is not an agent
+  // serves one on its node; node 0's is the folder's "latest".
+  std::optional<ControlServer> control;
+  const std::string control_dir = control_folder(env, ::geteuid());
+  const std::string control_name =
+      control_socket_name(inputs.run_id, inputs.cluster.this_node.value_or(0));
+  if (!options.agent) {
+    try {
+      control.emplace(control_dir, control_name, inputs.cluster.this_node.value_or(0) == 0);
+      if (!control->problem().empty()) {
+        std::cerr << "ddprun: warning: " << control->problem()
+                  << "; --status, --stacks and --stop cannot reach this run\n";
+      } else {
+        runner_config.control = &*control;
+      }
+    } catch (const Error& e) {
+      std::cerr << "ddprun: warning: no control socket: " << e.what()
+                << (e.hint().empty() ? "" : " (" + e.hint() + ")") << "\n";
+    }
+  }
+  runner_config.run_id = inputs.run_id;
+  runner_config.max_restarts = options.max_restarts;
+  // A closed terminal does not end the job (docs/launching.md), unless SIGHUP is named in
+  // --signals-to-handle.
+  runner_config.detach_on_hangup =
+      !options.agent &&
+      std::find(options.signals_to_handle.begin(), options.signals_to_handle.end(), SIGHUP) ==
+          options.signals_to_handle.end();
+  runner_config.console_file = (runner_config.control != nullptr ? control_dir : tmpdir(env)) +
+                               "/" + control_name.substr(0, control_name.size() - 5) + "-" +
+                               std::to_string(::getpid()) + ".console";
   JobSettings settings;
   settings.round.shutdown_grace =
       std::chrono::milliseconds(static_cast<long long>(options.shutdown_timeout_s * 1000.0));
@@ -188,7 +224,9 @@ int run(Options options, Environment env) {
   settings.colour = colour_wanted(STDERR_FILENO, env);
 
   SignalChannel signals(options.signals_to_handle);
-  Guardian guardian(inputs.scratch_dir);
+  Guardian guardian(inputs.scratch_dir, [&control] {
+    if (control) control->remove_files();
+  });
   const std::string spill_name = inputs.run_id + "-" + std::to_string(::getpid()) + ".txt";
   const std::string spill_path = options.log_dir
                                      ? *options.log_dir + "/console_not_shown-" + spill_name
@@ -217,6 +255,7 @@ int run(Options options, Environment env) {
   const int code = run_job(
       runner, settings,
       [&](int round, const RoundResult* previous) {
+        runner.set_round(round);
         RoundSetup setup = prepare_round(options, inputs, env, round, previous, program_path, self);
         if (rendezvous) {
           peers = gather_peers(*rendezvous, round, RendezvousClock::now() + join_timeout, signals,
@@ -229,6 +268,7 @@ int run(Options options, Environment env) {
   // A console that stalls across the job's end: what it did not take goes to a file.
   // (The pid keeps two runs of one job id apart.)
   runner.finish_console(spill_path);
+  runner.release_attached(code);
   signals.discard_pending();  // the outcome is decided; a late signal must not change it
   return code;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "control.h"
 #include "ddprun/contract/environment.h"
 #include "placement.h"
 #include "restart_rule.h"
@@ -56,6 +57,10 @@ struct Options {
   bool check_bandwidth = false;          // --check --bandwidth: time each link in a ring
   bool doctor = false;                   // print what ddprun sees on this node; PROGRAM is optional
   bool print_job_end = false;            // print the job's end time ("UNIX SOURCE") and exit
+  // --status, --stacks, --stop, --attach: ask a running job (control.h) and exit; the
+  // run id given, or empty for the latest.
+  std::optional<ControlVerb> control;
+  std::string control_run;
   PlanFormat format = PlanFormat::kText;
   // torchrun's rendezvous options, as ddprun reads them (docs/torchrun.md). An endpoint
   // is folded into master_addr/master_port by the parser.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "control.h"
 #include "report.h"
 
 namespace ddprun {
@@ -22,6 +23,15 @@ Console::Console(int stdout_fd, int stderr_fd, std::size_t max_queued) {
   } else {
     sinks_.push_back(std::make_unique<Sink>(stderr_fd, max_queued));
     err_ = sinks_.back().get();
+  }
+}
+
+void Console::retarget() {
+  for (auto& sink : sinks_) {
+    // A pipe or terminal was reopened through /proc: that copy still leads to the old one.
+    sink->output = NonBlockingOutput(sink->fd);
+    sink->stalled = false;
+    flush(*sink);
   }
 }
 
@@ -147,6 +157,7 @@ void OutputRelay::add(RelayTarget target) {
   source.out.to_console = target.stdout_to_console;
   source.err.to_console = target.stderr_to_console;
   source.tail = TailLines(config_.tail_lines);
+  source.answers = target.answers;
 }
 
 const std::deque<std::string>& OutputRelay::stderr_tail(std::size_t child) const {
@@ -183,8 +194,29 @@ void OutputRelay::write_log(Stream& stream, std::string_view data) {
                    (stream.to_console ? "on the console only" : "lost") + "\n");
 }
 
-void OutputRelay::emit(Source& source, bool is_stderr, const std::vector<std::string>& lines) {
+void OutputRelay::emit(Source& source, bool is_stderr, const std::vector<std::string>& given) {
+  if (given.empty()) return;
+  std::vector<std::string> kept;
+  const std::vector<std::string>* batch = &given;
+  if (source.answers) {
+    for (const auto& line : given) {
+      if (line.find(kAgentAnswerMarker) == std::string::npos) {
+        kept.push_back(line);
+      } else if (answer_handler_) {
+        answer_handler_(line);
+      }
+    }
+    batch = &kept;
+  }
+  const std::vector<std::string>& lines = *batch;
   if (lines.empty()) return;
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line) {
+    if (!line->empty()) {
+      const auto cr = line->rfind('\r');  // a line redrawn in place: its last version
+      source.last = cr == std::string::npos ? *line : line->substr(cr + 1);
+      break;
+    }
+  }
   const Stream& stream = is_stderr ? source.err : source.out;
   if (is_stderr) {
     for (const auto& line : lines) source.tail.add(line);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <streambuf>
 #include <string>
@@ -57,6 +58,10 @@ class Console {
   void set_log_folder(std::string folder) { log_folder_ = std::move(folder); }
   const std::string& log_folder() const noexcept { return log_folder_; }
 
+  // The console's descriptors now lead elsewhere (dup2 onto them, as SIGHUP's detach does):
+  // writes go there from now on, what waits included.
+  void retarget();
+
   // Appends the descriptors that have output waiting: poll them for POLLOUT.
   void add_write_interest(std::vector<int>& fds) const;
   // `fd`, one of those, has room (or has failed): writes what it can now.
@@ -79,7 +84,8 @@ class Console {
 
  private:
   struct Sink {
-    Sink(int fd, std::size_t max_queued) : output(fd), queue(max_queued) {}
+    Sink(int target, std::size_t max_queued) : fd(target), output(target), queue(max_queued) {}
+    int fd;
     NonBlockingOutput output;
     ConsoleQueue queue;
     bool stalled = false;
@@ -122,6 +128,9 @@ struct RelayTarget {
   UniqueFd stderr_log;
   std::string stdout_log_path;  // for the warning when a log write fails
   std::string stderr_log_path;
+  // An agent: its lines that are answers to the head's control requests (control.h) go
+  // to the relay's answer handler instead of the console.
+  bool answers = false;
 };
 
 class OutputRelay {
@@ -136,6 +145,12 @@ class OutputRelay {
   void feed(std::size_t child, bool is_stderr, std::string_view data);
   // The last stderr lines of `child`.
   const std::deque<std::string>& stderr_tail(std::size_t child) const;
+  // The last line `child` wrote to either stream that was not empty ("" when none).
+  const std::string& last_line(std::size_t child) const { return sources_.at(child).last; }
+  // Where agents' answer lines go (RelayTarget::answers); unset: they are dropped.
+  void set_answer_handler(std::function<void(std::string_view line)> handler) {
+    answer_handler_ = std::move(handler);
+  }
 
  private:
   struct Stream {
@@ -149,6 +164,8 @@ class OutputRelay {
     Stream out;
     Stream err;
     TailLines tail{20};
+    std::string last;
+    bool answers = false;
   };
   void emit(Source& source, bool is_stderr, const std::vector<std::string>& lines);
   void write_log(Stream& stream, std::string_view data);
@@ -156,6 +173,7 @@ class OutputRelay {
   RelayConfig config_;
   Console& console_;
   std::vector<Source> sources_;
+  std::function<void(std::string_view line)> answer_handler_;
 };
 
 }  // namespace ddprun

@@ -170,7 +170,7 @@ void signal_process(pid_t pid, int signal_number) noexcept {
   if (pid > 0) ::kill(pid, signal_number);
 }
 
-Guardian::Guardian(std::string scratch_dir) {
+Guardian::Guardian(std::string scratch_dir, std::function<void()> at_exit) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   UniqueFd read_end(fds[0]);
@@ -210,6 +210,7 @@ Guardian::Guardian(std::string scratch_dir) {
       std::error_code ignored;
       std::filesystem::remove_all(scratch_dir, ignored);
     }
+    if (at_exit) at_exit();
     ::_exit(0);
   }
   channel_ = std::move(write_end);

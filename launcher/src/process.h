@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,9 +89,9 @@ void signal_process(pid_t pid, int signal_number) noexcept;
 // ddprun's death from EOF on a pipe, which the kernel guarantees.
 class Guardian {
  public:
-  // `scratch_dir`, when not empty, is removed by the guardian as it exits, so that a
-  // killed ddprun leaves no temporary files behind either.
-  explicit Guardian(std::string scratch_dir = {});
+  // `scratch_dir`, when not empty, is removed by the guardian as it exits, and `at_exit`
+  // is run, so that a killed ddprun leaves no temporary files behind either.
+  explicit Guardian(std::string scratch_dir = {}, std::function<void()> at_exit = {});
   ~Guardian();  // tells the guardian to exit without killing, and reaps it
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;

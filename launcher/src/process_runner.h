@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "child_set.h"
+#include "control.h"
+#include "control_socket.h"
 #include "output_relay.h"
 #include "runner.h"
 
@@ -30,6 +32,16 @@ struct ProcessRunnerConfig {
   // for a console that takes nothing before it spills the rest to a file.
   std::chrono::milliseconds console_final_stall{5000};
   std::string eu_stack;  // eu-stack's path for stack captures; empty: not installed
+  // The job's control socket (control_socket.h), served from the loop; null: none. An
+  // agent answers its head's control requests whatever this is.
+  ControlServer* control = nullptr;
+  std::string run_id;    // for status answers
+  int max_restarts = 0;  // for status answers
+  // SIGHUP detaches from the terminal (docs/launching.md): ddprun's stdout and stderr go
+  // on into `console_file` (created 0600), which --attach follows. Otherwise SIGHUP is
+  // passed to the policy as a stop signal.
+  bool detach_on_hangup = false;
+  std::string console_file;
 };
 
 class ProcessRunner : public Runner {
@@ -68,6 +80,12 @@ class ProcessRunner : public Runner {
   // The first signal other than a notice that ddprun itself received (not one its head
   // sent as a message), or 0.
   int own_stop_signal() const noexcept { return own_signal_; }
+  // The round now starting (restarts done), for status answers.
+  void set_round(int round) noexcept { round_ = round; }
+  // Whether SIGHUP has detached ddprun from its terminal.
+  bool detached() const noexcept { return detached_; }
+  // Tells every attached console (--attach) the job's exit code and lets it go.
+  void release_attached(int exit_code);
 
  private:
   // Writes what waits for the console while it takes bytes, giving up after `stall`
@@ -75,6 +93,20 @@ class ProcessRunner : public Runner {
   void drain_console(std::chrono::milliseconds stall);
   void start_fresh();  // a new child set and relay: children number from 0 again
   void read_head();
+  // Control requests (control.h): from the socket, or (on an agent) from the head.
+  void serve_control();
+  void answer_head(ControlVerb verb, int id);
+  // This node's workers as a status answer shows them; with `stacks`, the running ones'
+  // stacks (taken at once, nothing stopped) and every one's collective trace.
+  std::vector<RankStatus> local_status(bool stacks);
+  // Asks the agents that take control requests and returns their nodes' ranks (within a
+  // bounded time); `notes` says which did not answer.
+  std::vector<RankStatus> ask_agents(ControlVerb verb, std::vector<std::string>& notes);
+  // Sends `message` to every live agent that takes control requests; returns how many
+  // nodes will answer, and sets `unasked` when an agent takes none (mpirun).
+  int tell_agents(const std::string& message, bool& unasked);
+  std::vector<StackCapture> take_stacks(const std::vector<std::size_t>& children, bool keep);
+  void detach();
 
   SignalChannel& signals_;
   Guardian& guardian_;
@@ -88,12 +120,25 @@ class ProcessRunner : public Runner {
   // What the runner keeps of each child's spec, numbered as the child set numbers them.
   struct Child {
     bool agent = false;
+    int rank = -1;
+    int node_rank = 0;
+    std::string host;
+    int control_nodes = 0;
     std::string python_stack_file;
     std::string stacks_log;
     std::string progress_file;
     std::string trace_file;
+    bool exited = false;
+    int wait_status = 0;
   };
   std::vector<Child> specs_;
+  int round_ = 0;
+  RunnerClock::time_point started_at_ = RunnerClock::now();
+  bool serving_ = false;  // a request is being answered: the socket waits meanwhile
+  int request_id_ = 0;
+  std::vector<AgentAnswer> answers_;  // the agents' answers to request_id_
+  bool detached_ = false;
+  std::vector<UniqueFd> attached_;  // --attach connections, told the exit code at the end
   std::deque<RunnerEvent> pending_;
   ChildEvents events_;
   LineSplitter head_lines_;

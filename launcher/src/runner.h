@@ -32,6 +32,9 @@ struct ChildSpec {
   // Agents over ssh: written to its stdin first; then signals travel as messages on the
   // same pipe (ssh cannot deliver signals). Empty: stdin is /dev/null.
   std::string hello;
+  // Agents: how many nodes answer a control request sent on its stdin (control.h): its
+  // ssh subtree, or every node under srun; 0 when it takes none (mpirun).
+  int control_nodes = 0;
   std::string stdout_log;  // workers with --log-dir; empty: no log file
   std::string stderr_log;
   std::string error_file;     // TORCHELASTIC_ERROR_FILE; removed before the start

@@ -4,6 +4,8 @@
   preempt: SIGTERM to the head mid-training reaches every worker on every node (over ssh,
     as a message); all stop at an agreed step after a checkpoint and exit 75, and so does
     the head. A value given with --env never shows on any command line (ps) meanwhile.
+  control: `ddprun --status` and `--stacks` from a shell on node 0 show every node's ranks
+    running (nothing stopped by looking); `--stop` stops the job as SIGTERM would.
   restart: with --max-restarts 1, a worker failing in round 0 makes the head restart the
     whole job on every node; round 1 (TORCHELASTIC_RESTART_COUNT=1) succeeds.
 
@@ -16,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -57,18 +60,22 @@ def main():
                 "--shutdown-timeout", "10", "--env", "DDPC_MARK", "--env", "DDPC_TRAIN",
                 "--env", "DDPC_SECRET"]
 
+        def start_training(argv):
+            """The head started on node 0; returns once training has begun on every rank
+            (rank 0 finished a DDP step: lockstep), with the lines read so far."""
+            proc = cluster.popen(cluster.nodes[0], argv, env=env, cwd=a.source,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "step 5/" in line:
+                    break
+            return proc, lines
+
         # Preemption across nodes.
         ckpt = os.path.join(job, "ckpt")
-        argv = head + ["--", worker, "--config", config, "--epochs", "1000", "--log-every", "5",
-                       "--checkpoint-dir", ckpt]
-        proc = cluster.popen(cluster.nodes[0], argv, env=env, cwd=a.source,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        # Training has begun on every rank once rank 0 finished a DDP step (lockstep).
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "step 5/" in line:
-                break
+        proc, lines = start_training(head + ["--", worker, "--config", config, "--epochs",
+                                             "1000", "--log-every", "5", "--checkpoint-dir", ckpt])
         leaked = [cmd for cmd in map(cmdline, all_pids()) if secret in cmd]
         if leaked:
             failures.append(f"preempt: the --env value shows on command lines: {leaked}")
@@ -84,6 +91,43 @@ def main():
         if not os.path.exists(os.path.join(ckpt, "latest")):
             failures.append("preempt: no checkpoint was written")
         check_leftovers(cluster, marker, failures, "preempt: ")
+
+        # A handle on the running job, from a shell on the first node: status and stacks of
+        # the ranks on every node, nothing stopped by looking; then a stop, as SIGTERM.
+        proc, lines = start_training(head + ["--", worker, "--config", config, "--epochs",
+                                             "1000", "--log-every", "5"])
+        rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        rest.start()
+        ask = lambda *args: cluster.run(cluster.nodes[0], [os.path.abspath(a.ddprun), *args],
+                                        env=env, timeout=60)
+        status = ask("--status", marker)
+        print(f"--- status: exit {status.returncode}\n{status.stdout}{status.stderr}")
+        rows = [l.split() for l in status.stdout.splitlines()[2:] if l[:1].isdigit()]
+        if status.returncode != 0 or sorted(int(r[0]) for r in rows) != list(range(a.n)):
+            failures.append(f"status: not one row per rank: {status.stdout}{status.stderr}")
+        if {r[1] for r in rows} != set(cluster.nodes):
+            failures.append(f"status: the ranks' hosts are not every node's: {rows}")
+        if any(r[3] != "running" or not r[4].isdigit() for r in rows):
+            failures.append(f"status: a rank is not running with a step: {rows}")
+        stacks = ask("--stacks")  # the latest run
+        print(f"--- stacks: exit {stacks.returncode}\n" + "\n".join(stacks.stdout.splitlines()[:6]))
+        for rank in range(a.n):
+            if f"--- rank {rank} (" not in stacks.stdout:
+                failures.append(f"stacks: rank {rank}'s stack is missing")
+        if "ddprun: where the %d ranks still running were (now, on request" % a.n \
+                not in stacks.stdout:
+            failures.append("stacks: no digest of every rank")
+        again = ask("--status", marker)
+        if again.stdout.count(" running ") != a.n:
+            failures.append(f"status after stacks: not every rank still running: {again.stdout}")
+        stop = ask("--stop", marker)
+        proc.wait(timeout=120)
+        rest.join(timeout=10)
+        result["control_stop_exit"] = proc.returncode
+        if stop.returncode != 0 or proc.returncode not in (75, 128 + signal.SIGTERM):
+            failures.append(f"stop: exit {stop.returncode}, the head's {proc.returncode}: "
+                            + stop.stderr + "".join(lines[-10:]))
+        check_leftovers(cluster, marker, failures, "control: ")
 
         # The head killed with SIGKILL: its guardian ends the ssh clients, each agent sees its
         # connection close and stops its node's workers. Nothing may survive anywhere.
