@@ -19,6 +19,7 @@ test_packages=(
   python3-torch                      # torchrun-style Python scripts in the tests
   slurm-client                       # scontrol: the ground truth for hostlist tests
   clang-format                       # the format check
+  clang-tidy                         # scripts/tidy.sh: a few checks that find real bugs
   dpkg-dev                           # dpkg-shlibdeps, for the Debian packages' test
   rpm                                # rpmbuild, for the RPMs' test (CPack's RPM generator)
   python3-build python3-venv python3-setuptools python3-wheel   # the wheel's test (offline build, fresh venv)

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh ci
 git ls-files '*.h' '*.cc' | xargs -r clang-format --dry-run --Werror
+scripts/tidy.sh build
 ctest --preset ci -j 2
 
 # Checks against Debian trixie's packages, fetched through a private apt. Exit 100 means

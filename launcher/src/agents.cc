@@ -231,7 +231,7 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
   }
   if (options.tag_output) args.emplace_back("--tag-output");
   if (!options.stacks) args.emplace_back("--no-stacks");
-  if (options.check) {
+  if (options.mode == Mode::kCheck) {
     args.emplace_back("--check");  // answer the preflight, run nothing
     for (const auto& path : options.check_paths) args.insert(args.end(), {"--check-path", path});
     if (options.check_bandwidth) args.emplace_back("--bandwidth");
@@ -326,7 +326,7 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
     // --check asks every node itself: its agents answer for their own node only.
     std::vector<std::pair<int, int>> children;
     const int last = static_cast<int>(plan.nodes.size()) - 1;
-    const int fanout = options.check ? last : options.ssh_fanout;
+    const int fanout = options.mode == Mode::kCheck ? last : options.ssh_fanout;
     if (options.agent) {
       children = subtree_children(plan.this_node, options.agent_subtree_last.value_or(0), fanout);
     } else if (plan.this_node == 0) {

@@ -76,6 +76,11 @@ struct Parser {
   std::string start_method = "spawn";
   // --status, --stacks, --stop, --attach: each with an optional run id.
   std::vector<std::string> control_runs[4];
+  // The flags that choose the mode (Options::mode).
+  bool dry_run = false;
+  bool check = false;
+  bool doctor = false;
+  bool print_job_end = false;
 
   Parser();
 };
@@ -288,8 +293,8 @@ Parser::Parser() {
       ->check(CLI::Range(1, 1024));
   app.add_flag("-q,--quiet", options.quiet,
                "Print no start summary and no per-rank table at the end (errors still)");
-  app.add_flag("--dry-run,--dry_run", options.dry_run, "Print the launch plan; start nothing");
-  app.add_flag("--check", options.check,
+  app.add_flag("--dry-run,--dry_run", dry_run, "Print the launch plan; start nothing");
+  app.add_flag("--check", check,
                "Ask every node whether it can take part (reachable, same master address, "
                "master port reachable, program found, clock, GPUs, /dev/shm, --log-dir and "
                "--check-path writable); print a table, start nothing");
@@ -301,7 +306,7 @@ Parser::Parser() {
                  "With --check: a folder the job writes (checkpoints, data, ...); every node "
                  "says whether it can write there and how much room is left; repeatable")
       ->allow_extra_args(false);
-  app.add_flag("--doctor", options.doctor,
+  app.add_flag("--doctor", doctor,
                "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
                "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");
   static constexpr const char* kControl[4][2] = {
@@ -322,7 +327,7 @@ Parser::Parser() {
         ->expected(0, 1)
         ->type_name("[RUN_ID]");
   }
-  app.add_flag("--print-job-end", options.print_job_end,
+  app.add_flag("--print-job-end", print_job_end,
                "Print when the scheduler will end this job (unix seconds, then where ddprun "
                "learnt it) and exit; 1 when it cannot tell. PROGRAM is optional");
   app.add_option("--format", options.format, "Format of --dry-run output: text or json")
@@ -377,16 +382,24 @@ void finish_options(Parser& parser) {
   Options& options = parser.options;
   TorchrunStrings& torchrun = parser.torchrun;
   const CLI::App& app = parser.app;
+  // The mode: one flag at most chooses it.
+  std::string chosen;
+  const auto choose = [&](const std::string& flag, Mode mode) {
+    if (!chosen.empty()) throw UsageError(chosen + " and " + flag + " exclude each other");
+    chosen = flag;
+    options.mode = mode;
+  };
+  if (parser.dry_run) choose("--dry-run", Mode::kDryRun);
+  if (parser.check) choose("--check", Mode::kCheck);
+  if (parser.doctor) choose("--doctor", Mode::kDoctor);
+  if (parser.print_job_end) choose("--print-job-end", Mode::kPrintJobEnd);
   for (const ControlVerb verb :
        {ControlVerb::kStatus, ControlVerb::kStacks, ControlVerb::kStop, ControlVerb::kAttach}) {
-    const int index = static_cast<int>(verb);
-    if (app.count("--" + std::string(control_verb_name(verb))) == 0) continue;
-    if (options.control) {
-      throw UsageError("--" + std::string(control_verb_name(*options.control)) + " and --" +
-                       std::string(control_verb_name(verb)) + " exclude each other");
-    }
+    const std::string flag = "--" + std::string(control_verb_name(verb));
+    if (app.count(flag) == 0) continue;
+    choose(flag, Mode::kControl);
     options.control = verb;
-    const auto& run = parser.control_runs[index];
+    const auto& run = parser.control_runs[static_cast<int>(verb)];
     options.control_run = run.empty() ? std::string() : run.front();
   }
   if (torchrun.nnodes) options.nnodes = parse_nnodes(*torchrun.nnodes);
@@ -492,7 +505,7 @@ void finish_options(Parser& parser) {
                        "give --nproc-per-node gpu, a number, or leave it out");
     }
   }
-  if (options.check_bandwidth && !options.check) {
+  if (options.check_bandwidth && options.mode != Mode::kCheck) {
     throw UsageError("--bandwidth measures the links during --check",
                      "run ddprun --check --bandwidth ...");
   }
@@ -569,7 +582,7 @@ CommandLine parse_command_line(int argc, const char* const* argv, const Environm
         "--status, --stacks, --stop and --attach take a run id, not a program "
         "(see ddprun --help)");
   }
-  if (rest.empty() && !options.doctor && !options.print_job_end && !control) {
+  if (rest.empty() && !parser->doctor && !parser->print_job_end && !control) {
     return usage_error(
         "no program to launch; usage: ddprun [OPTIONS] [--] PROGRAM [ARGS...] (see ddprun "
         "--help)");

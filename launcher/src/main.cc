@@ -19,6 +19,7 @@
 #include "host_facts.h"
 #include "job.h"
 #include "job_inputs.h"
+#include "job_settings.h"
 #include "options.h"
 #include "plan.h"
 #include "plan_format.h"
@@ -62,8 +63,9 @@ RunCommand tool_runner(const Environment& env) {
 }
 
 int run(Options options, Environment env) {
-  if (options.control) {
-    return run_control_client(*options.control, options.control_run, env, std::cout, std::cerr);
+  const Mode mode = options.mode;
+  if (mode == Mode::kControl) {
+    return run_control_client(options.control, options.control_run, env, std::cout, std::cerr);
   }
   if (options.agent_stdin) read_agent_hello(STDIN_FILENO, env);
   options.program = worker_command(options, env, probe_file);
@@ -73,14 +75,14 @@ int run(Options options, Environment env) {
     const auto equals = item.find('=');
     if (equals != std::string::npos) env[item.substr(0, equals)] = item.substr(equals + 1);
   }
-  if (options.doctor) {
+  if (mode == Mode::kDoctor) {
     std::cout << "ddprun doctor: what ddprun sees on this node\n"
               << format_doctor(gather_doctor_rows(options, env, doctor_program(options, env)));
     return kExitOk;
   }
   PlanInputs inputs =
       resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
-                          system_services(env), !options.dry_run && !options.print_job_end);
+                          system_services(env), mode == Mode::kRun || mode == Mode::kCheck);
   // MIG devices name no PCI device: nvidia-smi -L tells which GPU each is on.
   const auto& gpus = inputs.gpus.devices;
   if (options.bind != BindMode::kNone &&
@@ -94,19 +96,18 @@ int run(Options options, Environment env) {
   // By hand, they always meet: nothing else makes sure every node comes (a node that never
   // does is one error after --rdzv-conf join_timeout), or gives c10d's ranks by arrival.
   const bool meet = (options.max_restarts > 0 || inputs.cluster.scheduler == "static") &&
-                    !options.agent && !options.dry_run && !options.check &&
-                    !options.print_job_end && inputs.cluster.nodes.size() > 1 &&
+                    !options.agent && mode == Mode::kRun && inputs.cluster.nodes.size() > 1 &&
                     started_per_node(options, inputs.cluster, env);
   const int rendezvous_port = inputs.master_port;
   const auto now_unix = static_cast<std::int64_t>(std::time(nullptr));
   // Agents learn the end from the head (--deadline); --drain-before 0 asks nobody.
-  const bool ask = options.print_job_end || options.drain_before_s > 0 || options.deadline_unix ||
-                   options.time_limit_s;
+  const bool ask = mode == Mode::kPrintJobEnd || options.drain_before_s > 0 ||
+                   options.deadline_unix || options.time_limit_s;
   // The scheduler's tools (squeue, qstat) wait out their timeout when the controller does
   // not answer: a dry run or a check never asks them. (Started once per node, every node
   // still asks when the environment has no end time: each must send its own workers the
   // notice.)
-  const bool ask_tools = options.print_job_end || (!options.dry_run && !options.check);
+  const bool ask_tools = mode == Mode::kPrintJobEnd || mode == Mode::kRun;
   const RunCommand no_tools = [](const std::vector<std::string>&) -> std::optional<std::string> {
     return std::nullopt;
   };
@@ -114,16 +115,16 @@ int run(Options options, Environment env) {
                                              inputs.cluster.scheduler, inputs.cluster.job_id, env,
                                              ask_tools ? tool_runner(env) : no_tools, now_unix)
                            : std::nullopt;
-  if (options.print_job_end) {
+  if (mode == Mode::kPrintJobEnd) {
     if (!job_end) return 1;
     std::cout << job_end->unix_seconds << " " << job_end->source << "\n";
     return kExitOk;
   }
   inputs.stdout_is_tty = ::isatty(STDOUT_FILENO) == 1;
-  if (options.dry_run || options.check) {
+  if (mode == Mode::kDryRun || mode == Mode::kCheck) {
     inputs.scratch_dir = tmpdir(env) + "/ddprun-" + inputs.run_id;
     const LaunchPlan plan = build_plan(options, inputs, env);
-    if (options.check) return run_check(options, inputs, plan, env, std::cout);
+    if (mode == Mode::kCheck) return run_check(options, inputs, plan, env, std::cout);
     // Streamed: a plan of 131,072 ranks prints 81 MB (143 MB as JSON), never held whole.
     if (options.format == PlanFormat::kJson) {
       write_plan_json(plan, std::cout);
@@ -186,42 +187,12 @@ int run(Options options, Environment env) {
   runner_config.console_file = (runner_config.control != nullptr ? control_dir : tmpdir(env)) +
                                "/" + control_name.substr(0, control_name.size() - 5) + "-" +
                                std::to_string(::getpid()) + ".console";
-  JobSettings settings;
-  settings.round.shutdown_grace =
-      std::chrono::milliseconds(static_cast<long long>(options.shutdown_timeout_s * 1000.0));
-  if (options.exit_timeout_s) {
-    settings.round.exit_timeout =
-        std::chrono::milliseconds(static_cast<long long>(*options.exit_timeout_s * 1000.0));
+  const JobSettings settings = job_settings(options, job_end, now_unix, RunnerClock::now(),
+                                            colour_wanted(STDERR_FILENO, env));
+  if (settings.round.drain_at && !options.quiet) {
+    std::cerr << format_drain_line(*job_end, options.drain_before_s, options.drain_signal,
+                                   now_unix);
   }
-  settings.round.extra_stop_signals = options.signals_to_handle;
-  if (options.stall_timeout_s) {
-    settings.round.stall_timeout =
-        std::chrono::milliseconds(static_cast<long long>(*options.stall_timeout_s * 1000.0));
-    // Found within the timeout and a tenth of it (at most 1 s more).
-    settings.round.stall_check_every =
-        std::clamp(*settings.round.stall_timeout / 10, std::chrono::milliseconds(10),
-                   std::chrono::milliseconds(1000));
-  }
-  settings.round.capture_stacks = options.stacks;
-  if (job_end && options.drain_before_s > 0 && !options.agent) {
-    // The head alone keeps the clock; its agents pass the notice on.
-    settings.round.drain_signal = options.drain_signal;
-    settings.round.drain_at =
-        RunnerClock::now() +
-        std::chrono::seconds(drain_time(job_end->unix_seconds, options.drain_before_s, now_unix) -
-                             now_unix);
-    if (!options.quiet) {
-      std::cerr << format_drain_line(*job_end, options.drain_before_s, options.drain_signal,
-                                     now_unix);
-    }
-  }
-  settings.max_restarts = options.max_restarts;
-  settings.restart = options.restart_on;
-  settings.agent = options.agent;
-  // Agents print their node's table (the head relays it) but no start line of their own.
-  settings.summaries = !options.quiet && !options.agent;
-  settings.tables = !options.quiet;
-  settings.colour = colour_wanted(STDERR_FILENO, env);
 
   SignalChannel signals(options.signals_to_handle);
   Guardian guardian(inputs.scratch_dir, [&control] {

@@ -19,6 +19,11 @@ namespace ddprun {
 
 enum class PlanFormat { kText, kJson };
 
+// What ddprun was asked to do; main dispatches on it. The flags that choose one other than
+// kRun (--dry-run, --check, --doctor, --print-job-end, --status/--stacks/--stop/--attach)
+// exclude each other.
+enum class Mode { kRun, kDryRun, kCheck, kDoctor, kPrintJobEnd, kControl };
+
 struct Options {
   // "auto", "cpu", "gpu" or a positive integer, as given.
   std::string nproc_per_node = "1";
@@ -51,15 +56,12 @@ struct Options {
   // Take the stacks of workers before SIGKILL (stacks.h); --no-stacks turns it off.
   bool stacks = true;
   bool quiet = false;  // no start summary and no end table; errors are still printed
-  bool dry_run = false;
-  bool check = false;                    // preflight every node, print a table, start nothing
+  Mode mode = Mode::kRun;
+  // kCheck: preflight every node, print a table, start nothing.
   std::vector<std::string> check_paths;  // --check-path: folders --check tries on every node
   bool check_bandwidth = false;          // --check --bandwidth: time each link in a ring
-  bool doctor = false;                   // print what ddprun sees on this node; PROGRAM is optional
-  bool print_job_end = false;            // print the job's end time ("UNIX SOURCE") and exit
-  // --status, --stacks, --stop, --attach: ask a running job (control.h) and exit; the
-  // run id given, or empty for the latest.
-  std::optional<ControlVerb> control;
+  // kControl: what to ask a running job (control.h), and its run id (empty: the latest).
+  ControlVerb control = ControlVerb::kStatus;
   std::string control_run;
   PlanFormat format = PlanFormat::kText;
   // torchrun's rendezvous options, as ddprun reads them (docs/torchrun.md). An endpoint

@@ -10,6 +10,7 @@
 #include "ddprun/common/parse_int.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/common/unique_fd.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -32,13 +33,8 @@ TEST(SignalName, NamedAndUnnamedSignals) {
 
 class Files : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ddprun-common-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
+  support::TempDir temp_;
+  std::string dir_ = temp_.path();
 };
 
 TEST_F(Files, MakeDirectoriesGivesExactlyTheModeAndRefusesAFile) {

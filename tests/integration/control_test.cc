@@ -22,22 +22,6 @@ namespace {
 
 using std::chrono::seconds;
 
-bool ci() {
-  const char* value = std::getenv("CI");
-  return value != nullptr && std::string(value) == "true";
-}
-
-// Something this machine lacks for a test: a failure under CI, a reported skip elsewhere.
-bool cannot(bool lacking, const std::string& what) {
-  if (!lacking) return false;
-  if (ci()) {
-    ADD_FAILURE() << what << ", and CI=true";
-  } else {
-    std::cout << "[  SKIPPED ] " << what << "\n";
-  }
-  return true;
-}
-
 // A Python rank that writes its step to DDPRUN_PROGRESS_FILE and prints it, `steps` times,
 // each step in `inner` for `pause` seconds.
 std::string stepping_script(const std::string& dir, int steps, double pause) {
@@ -194,8 +178,8 @@ int wait_exit(pid_t pid) {
 }
 
 TEST(Control, APeerOfAnotherUserIsRefusedOnEitherSide) {
-  if (cannot(::geteuid() != 0, "not root: cannot run a side as another user")) return;
-  if (cannot(::access("/usr/bin/setpriv", X_OK) != 0, "setpriv is not installed")) return;
+  if (unavailable(::geteuid() != 0, "not root: cannot run a side as another user")) return;
+  if (unavailable(::access("/usr/bin/setpriv", X_OK) != 0, "setpriv is not installed")) return;
   TempDir dir;
   // A copy of ddprun that user nobody may run, and a runtime folder of each user's.
   ::chmod(dir.path().c_str(), 0755);

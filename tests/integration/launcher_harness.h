@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+#include "unavailable.h"
+
 namespace ddprun::testing {
 
 struct Finished {
@@ -73,21 +76,8 @@ std::vector<std::string> with_child(std::vector<std::string> ddprun_args,
 
 // Each rank's variables, from lines tagged "[host:R] KEY=VALUE" (ddprun's prefixes).
 std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out);
-// A fresh folder under the temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = std::filesystem::temp_directory_path().string() + "/ddprun-test-XXXXXX";
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using support::TempDir;
+using support::unavailable;
 
 std::string child_bin();
 std::string ddprun_bin();

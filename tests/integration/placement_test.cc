@@ -65,17 +65,6 @@ std::map<int, std::pair<std::string, std::string>> masks_by_rank(const std::stri
   return masks;
 }
 
-// A test that cannot run here fails under CI and is a skip elsewhere.
-bool cannot_run(const std::string& why) {
-  const char* ci = std::getenv("CI");
-  if (ci != nullptr && std::string(ci) == "true") {
-    ADD_FAILURE() << why << ", and CI=true";
-    return true;
-  }
-  std::cout << "[  SKIPPED ] " << why << "\n";
-  return true;
-}
-
 class Placement : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -90,7 +79,7 @@ class Placement : public ::testing::Test {
 TEST_F(Placement, ExclusiveGivesTwoWorkersOneCpuEachInTheirOwnMask) {
   const auto cpus = own_cpus();
   if (cpus.size() < 2) {
-    if (cannot_run("this machine gives the test fewer than 2 CPUs")) GTEST_SKIP();
+    if (unavailable(true, "this machine gives the test fewer than 2 CPUs")) GTEST_SKIP();
   }
   // Exactly two CPUs, as on the 2-CPU machines this must hold on.
   AffinityScope two({cpus[0], cpus[1]});

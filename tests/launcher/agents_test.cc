@@ -179,7 +179,7 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
   EXPECT_NE(std::find(args.begin(), args.end(), "--virtual-local-rank"), args.end());
   EXPECT_EQ(std::vector<std::string>(args.end() - 4, args.end()),
             (std::vector<std::string>{"--", "python3", "-u", "train.py"}));
-  options.check = true;
+  options.mode = Mode::kCheck;
   options.check_paths = {"/ckpt", "/data"};
   const auto check = agent_arguments(options, plan, nullptr);
   const auto at = std::find(check.begin(), check.end(), "--check");

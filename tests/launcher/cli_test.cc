@@ -81,7 +81,7 @@ TEST(CommandLine, LogDirWithTeeAndFormat) {
   ASSERT_TRUE(result.options) << result.message;
   EXPECT_EQ(result.options->log_dir, "/tmp/l");
   EXPECT_EQ(result.options->tee.all, 2);
-  EXPECT_TRUE(result.options->dry_run);
+  EXPECT_EQ(result.options->mode, Mode::kDryRun);
   EXPECT_EQ(result.options->format, PlanFormat::kJson);
 }
 

@@ -142,6 +142,7 @@ TEST(ControlRequests, TheHeadsRequestIsAnAgentMessage) {
 TEST(ControlRequests, TheCommandLineAsksTheLatestRunOrANamedOneAndTakesNoProgram) {
   auto latest = parse({"--status"});
   ASSERT_TRUE(latest.options) << latest.message;
+  EXPECT_EQ(latest.options->mode, Mode::kControl);
   EXPECT_EQ(latest.options->control, ControlVerb::kStatus);
   EXPECT_EQ(latest.options->control_run, "");
   auto named = parse({"--stop", "job-7"});

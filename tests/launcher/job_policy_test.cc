@@ -12,6 +12,7 @@
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
 #include "job.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -151,8 +152,8 @@ TEST(JobPolicy, FailedRoundsRestartUpToMaxRestartsThenTheLastFailureIsTheExitCod
 JobRun run_with_progress(FakeRunner& runner, JobSettings settings,
                          const std::function<std::optional<long long>(int)>& step_of_round) {
   settings.round.shutdown_grace = kGrace;
-  char pattern[] = "/tmp/ddprun-policy-XXXXXX";
-  const std::string dir = ::mkdtemp(pattern);
+  const support::TempDir temp;
+  const std::string dir = temp.path();
   std::ostringstream messages;
   JobRun result;
   result.exit_code = run_job(

@@ -1,4 +1,5 @@
 #include "preflight.h"
+#include "temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -211,9 +212,8 @@ TEST(Preflight, LinksAreShownTheSlowestNamedAndAFarSlowerOneIsAProblem) {
 }
 
 TEST(Preflight, APathIsCheckedThroughItsNearestExistingFolder) {
-  char pattern[] = "/tmp/ddprun-preflight-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
+  const support::TempDir temp;
+  const std::string dir = temp.path();
   const PathCheck fresh = check_path(dir + "/not/yet/made");
   EXPECT_TRUE(fresh.writable) << fresh.error;
   EXPECT_GT(fresh.free_mb, 0);

@@ -12,6 +12,7 @@
 
 #include "job.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -49,9 +50,8 @@ TEST(ProcessRunner, TheRoundEndsWhenTheLastOutputClosesNotAtTheDrainDeadline) {
   worker.path = "/bin/sh";
   // The grandchild says it has left the worker's process group (which ddprun kills when
   // the worker exits) before the worker exits; then it keeps stdout 0.3 s longer.
-  char dir[] = "/tmp/ddprun-runner-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string ready = std::string(dir) + "/ready";
+  const support::TempDir dir;
+  const std::string ready = dir.path() + "/ready";
   worker.argv = {"sh", "-c",
                  "setsid sh -c 'touch \"$0\"; sleep 0.3' \"" + ready + "\" & while [ ! -e \"" +
                      ready + "\" ]; do sleep 0.01; done; exit 0"};
@@ -63,8 +63,6 @@ TEST(ProcessRunner, TheRoundEndsWhenTheLastOutputClosesNotAtTheDrainDeadline) {
   const auto took = RunnerClock::now() - started;
   EXPECT_GE(took, std::chrono::milliseconds(300));  // the output did stay open
   EXPECT_LT(took, std::chrono::seconds(30));
-  ::unlink(ready.c_str());
-  ::rmdir(dir);
 }
 
 }  // namespace

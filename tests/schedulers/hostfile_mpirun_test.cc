@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "case_table.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -58,12 +59,7 @@ class MpirunHostfileTest : public ::testing::Test {
         FAIL() << "Open MPI 4.1's mpirun not found (Debian package openmpi-bin), and CI=true";
       GTEST_SKIP() << "Open MPI 4.1's mpirun not found (Debian package openmpi-bin)";
     }
-    char pattern[] = "/tmp/ddprun-mpirun-hostfile-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_ = temp_.path();
   }
 
   // "host=slots ..." as mpirun lists its allocation, or "rejected".
@@ -88,6 +84,7 @@ class MpirunHostfileTest : public ::testing::Test {
     return result;
   }
 
+  support::TempDir temp_;
   std::filesystem::path dir_;
 };
 

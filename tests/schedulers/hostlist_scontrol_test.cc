@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "case_table.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -63,17 +64,11 @@ class ScontrolTest : public ::testing::Test {
       }
       GTEST_SKIP() << "scontrol not installed (Debian package slurm-client)";
     }
-    char pattern[] = "/tmp/ddprun-scontrol-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    dir_ = temp_.path();
     std::ofstream conf(dir_ / "slurm.conf");
     conf << "ClusterName=t\nSlurmctldHost=localhost\nNodeName=localhost\n"
             "PartitionName=p Nodes=localhost\n";
   }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
   ScontrolResult run(const std::string& expression) const {
     const std::string command = "SLURM_CONF=" + shell_quote((dir_ / "slurm.conf").string()) + " " +
                                 shell_quote(*scontrol_) + " show hostnames " +
@@ -122,6 +117,7 @@ class ScontrolTest : public ::testing::Test {
   }
 
   std::optional<std::string> scontrol_;
+  support::TempDir temp_;
   std::filesystem::path dir_;
 };
 

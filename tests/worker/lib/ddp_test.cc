@@ -27,6 +27,7 @@
 #include "ddprun/contract/collective_trace.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
+#include "temp_dir.h"
 
 namespace ddprun::worker {
 namespace {
@@ -188,9 +189,8 @@ void expect_bit_identical(const std::vector<at::Tensor>& x, const std::vector<at
 // init_method: a FileStore in a fresh folder, and a TCPStore at an address given in the
 // URL rather than MASTER_ADDR/MASTER_PORT (which point nowhere here).
 TEST(InitMethod, FileAndTcpStoresRendezvousAndAllReduce) {
-  char pattern[] = "/tmp/ddprun-filestore-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
+  const support::TempDir temp;
+  const std::string dir = temp.path();
   const auto sum_of_ranks = [](Communicator& comm) {
     auto t = torch::full({4}, static_cast<float>(comm.rank() + 1));
     comm.control().allreduce(t, ReduceOp::kSum);
@@ -716,9 +716,8 @@ WorkerEnv two_ranks_env(int r, const std::string& run_id) {
 // After a failed collective every later one throws at once, on either plane: nothing can
 // run on a group whose peers are out of step.
 TEST(Communicator, IsUnusableAfterAFailedCollective) {
-  char pattern[] = "/tmp/ddprun-unusable-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
+  const support::TempDir temp;
+  const std::string dir = temp.path();
   std::string first, second;
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {

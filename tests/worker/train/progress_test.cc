@@ -1,4 +1,5 @@
 #include "progress.h"
+#include "temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -147,14 +148,8 @@ TEST(ProgressTest, StepMetricsLineIsTheWindowsOwnLossAndRate) {
 
 class MetricsFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string name = (std::filesystem::temp_directory_path() / "ddprun-progress-XXXXXX");
-    ASSERT_NE(::mkdtemp(name.data()), nullptr);
-    dir_ = name;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::filesystem::path dir_;
+  support::TempDir temp_;
+  std::filesystem::path dir_ = temp_.path();
 };
 
 TEST_F(MetricsFileTest, AppendsOneLinePerEpoch) {
