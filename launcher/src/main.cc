@@ -220,6 +220,7 @@ int run(Options options, Environment env) {
     inputs.master_port = pick_free_port();  // the workers': another one every round
     inputs.fixed_port = false;
   }
+  RoundState round_state = first_round_state(inputs);
   ProcessRunner runner(signals, guardian, runner_config);
   // ddprun's messages go through the runner's console: a console that is not reading
   // must not hold up the job, nor its exit for long (process_runner.h).
@@ -227,11 +228,12 @@ int run(Options options, Environment env) {
       runner, settings,
       [&](int round, const RoundResult* previous) {
         runner.set_round(round);
-        RoundSetup setup = prepare_round(options, inputs, env, round, previous, program_path, self);
+        RoundSetup setup =
+            prepare_round(options, inputs, round_state, env, round, previous, program_path, self);
         if (rendezvous) {
           peers = gather_peers(*rendezvous, round, RendezvousClock::now() + join_timeout, signals,
                                options.signals_to_handle, runner.messages());
-          add_peer_relays(setup, peers, round, inputs.master_port, self, env);
+          add_peer_relays(setup, peers, round, round_state.master_port, self, env);
         }
         return setup;
       },

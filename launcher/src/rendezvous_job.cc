@@ -78,8 +78,9 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
       place_by_hand_node(job.inputs.cluster, job.inputs.master_addr, job.inputs.host.hostname,
                          peer->start.node_rank);
     }
-    job.inputs.master_port = peer->start.master_port;
-    job.inputs.fixed_port = true;  // node 0's choice for this round
+    RoundState state = first_round_state(job.inputs);
+    state.master_port = peer->start.master_port;
+    state.fixed_port = true;  // node 0's choice for this round
     ProcessRunnerConfig config = job.runner_config;
     config.head_fd = peer->socket.get();
     ProcessRunner runner(signals, guardian, config);
@@ -89,7 +90,7 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
     const int code = run_job(
         runner, settings,
         [&](int, const RoundResult*) {
-          return prepare_round(job.options, job.inputs, job.env, peer->start.round, nullptr,
+          return prepare_round(job.options, job.inputs, state, job.env, peer->start.round, nullptr,
                                job.program_path, job.self);
         },
         runner.messages());

@@ -52,33 +52,49 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
   return children;
 }
 
-std::string replace_failed_node(PlanInputs& inputs, const RoundResult& previous) {
-  if (!previous.first_failure || inputs.spare_nodes.empty()) return {};
+RoundState first_round_state(const PlanInputs& inputs) {
+  return {inputs.restart_count, inputs.master_port, inputs.fixed_port, inputs.cluster.nodes,
+          inputs.spare_nodes};
+}
+
+PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state) {
+  PlanInputs round = inputs;
+  round.restart_count = state.restart_count;
+  round.master_port = state.master_port;
+  round.fixed_port = state.fixed_port;
+  round.cluster.nodes = state.nodes;
+  round.spare_nodes = state.spare_nodes;
+  return round;
+}
+
+std::string replace_failed_node(RoundState& state, std::optional<int> this_node,
+                                const RoundResult& previous) {
+  if (!previous.first_failure || state.spare_nodes.empty()) return {};
   // srun and mpirun stand for all nodes at once: no node to blame. In the ssh tree, the
   // agent that failed first names the node below it whose rank did.
   const auto node = first_failed_node(previous);
-  if (!node || *node == inputs.cluster.this_node ||
-      *node >= static_cast<int>(inputs.cluster.nodes.size())) {
-    return {};
-  }
-  NodeSlots& place = inputs.cluster.nodes.at(static_cast<std::size_t>(*node));
-  const auto spare = std::find_if(inputs.spare_nodes.begin(), inputs.spare_nodes.end(),
+  if (!node || *node == this_node || *node >= static_cast<int>(state.nodes.size())) return {};
+  NodeSlots& place = state.nodes.at(static_cast<std::size_t>(*node));
+  const auto spare = std::find_if(state.spare_nodes.begin(), state.spare_nodes.end(),
                                   [&](const NodeSlots& s) { return s.slots == place.slots; });
-  if (spare == inputs.spare_nodes.end()) return {};
+  if (spare == state.spare_nodes.end()) return {};
   const std::string line = "ddprun: leaving " + place.host + " out: node " + std::to_string(*node) +
                            " failed first; the spare node " + spare->host + " takes its place (" +
-                           std::to_string(inputs.spare_nodes.size() - 1) + " spare(s) left)\n";
+                           std::to_string(state.spare_nodes.size() - 1) + " spare(s) left)\n";
   place = *spare;
-  inputs.spare_nodes.erase(spare);
+  state.spare_nodes.erase(spare);
   return line;
 }
 
-RoundSetup prepare_round(const Options& options, PlanInputs& inputs, const Environment& env,
-                         int round, const RoundResult* previous, const std::string& program_path,
-                         const std::string& self) {
-  std::string notice = previous ? replace_failed_node(inputs, *previous) : std::string();
-  inputs.restart_count = options.agent ? options.restart_count.value_or(0) : round;
-  if (round > 0 && !inputs.fixed_port) inputs.master_port = pick_free_port();
+RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, RoundState& state,
+                         const Environment& env, int round, const RoundResult* previous,
+                         const std::string& program_path, const std::string& self) {
+  std::string notice = previous
+                           ? replace_failed_node(state, job_inputs.cluster.this_node, *previous)
+                           : std::string();
+  state.restart_count = options.agent ? options.restart_count.value_or(0) : round;
+  if (round > 0 && !state.fixed_port) state.master_port = pick_free_port();
+  const PlanInputs inputs = round_inputs(job_inputs, state);
   // A fixed port taken while the last round ran (another job, a stray process): say who
   // holds it now, as at the start, instead of starting a round that cannot bind it.
   if (round > 0 && inputs.fixed_port && inputs.cluster.this_node == 0 && !options.agent &&
