@@ -360,4 +360,21 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   return inputs;
 }
 
+PlanOptions plan_options(const Options& options) {
+  PlanOptions plan;
+  plan.nproc_per_node = options.nproc_per_node;
+  plan.gpus_per_proc = options.gpus_per_proc;
+  plan.virtual_local_rank = options.virtual_local_rank;
+  plan.bind = options.bind;
+  plan.log_dir = options.log_dir;
+  plan.redirects = options.redirects;
+  plan.tee = options.tee;
+  plan.local_ranks_filter = options.local_ranks_filter;
+  plan.role = options.role;
+  plan.max_restarts = options.max_restarts;
+  plan.agent = options.agent;
+  plan.program = options.program;
+  return plan;
+}
+
 }  // namespace ddprun

@@ -14,6 +14,9 @@
 
 namespace ddprun {
 
+// The options build_plan reads (plan.h), copied from the command line's.
+PlanOptions plan_options(const Options& options);
+
 // A network interface of this host with one of its addresses.
 struct NetworkInterface {
   std::string name;     // "eth0"

@@ -123,7 +123,7 @@ int run(Options options, Environment env) {
   inputs.stdout_is_tty = ::isatty(STDOUT_FILENO) == 1;
   if (mode == Mode::kDryRun || mode == Mode::kCheck) {
     inputs.scratch_dir = tmpdir(env) + "/ddprun-" + inputs.run_id;
-    const LaunchPlan plan = build_plan(options, inputs, env);
+    const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
     if (mode == Mode::kCheck) return run_check(options, inputs, plan, env, std::cout);
     // Streamed: a plan of 131,072 ranks prints 81 MB (143 MB as JSON), never held whole.
     if (options.format == PlanFormat::kJson) {

@@ -25,7 +25,7 @@ std::string source_text(const VisibleGpus& gpus) {
 
 // The devices each of this node's `nproc` ranks owns (DevicePlan::per_rank). Throws
 // UsageError when --gpus-per-proc or --virtual-local-rank asks for more than there is.
-int devices_per_rank(const Options& options, const VisibleGpus& gpus, int nproc,
+int devices_per_rank(const PlanOptions& options, const VisibleGpus& gpus, int nproc,
                      const std::string& host) {
   const int visible = static_cast<int>(gpus.devices.size());
   const int k = options.gpus_per_proc.value_or(1);
@@ -54,7 +54,7 @@ int devices_per_rank(const Options& options, const VisibleGpus& gpus, int nproc,
 }
 
 // This node's ranks placed on its topology, each with the GPUs it owns (DevicePlan).
-Placement place_this_node(const Options& options, const PlanInputs& inputs,
+Placement place_this_node(const PlanOptions& options, const PlanInputs& inputs,
                           const LaunchPlan& plan) {
   Placement placement;
   placement.mode = options.bind;
@@ -169,7 +169,8 @@ int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& no
   return parse_int(spec).value();  // validated by the command line parser
 }
 
-LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const Environment& env) {
+LaunchPlan build_plan(const PlanOptions& options, const PlanInputs& inputs,
+                      const Environment& env) {
   const Cluster& cluster = inputs.cluster;
   if (cluster.nodes.empty()) throw SchedulerEnvError("the cluster description has no nodes");
   LaunchPlan plan;

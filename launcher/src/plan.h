@@ -8,15 +8,17 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cluster.h"
+#include "ddprun/contract/environment.h"
 #include "gpus.h"
-#include "options.h"
 #include "placement.h"
 #include "topology.h"
+#include "torchrun_values.h"
 
 namespace ddprun {
 
@@ -162,8 +164,25 @@ struct PlanInputs {
 int resolve_nproc(const std::string& spec, int visible_gpus, const NodeSlots& node,
                   const Cluster& cluster, const HostFacts& host, int gpus_per_proc = 0);
 
+// What build_plan reads of the command line, and nothing else: the fields of Options
+// (options.h) of the same names, which plan_options() (job_inputs.h) copies.
+struct PlanOptions {
+  std::string nproc_per_node = "1";  // "auto", "cpu", "gpu" or a positive integer
+  std::optional<int> gpus_per_proc;
+  bool virtual_local_rank = false;
+  BindMode bind = BindMode::kNone;
+  std::optional<std::string> log_dir;
+  StreamChoice redirects;
+  StreamChoice tee;
+  std::optional<std::set<int>> local_ranks_filter;
+  std::string role = "default";
+  int max_restarts = 0;
+  bool agent = false;  // an agent runs exactly what the head planned for its node
+  std::vector<std::string> program;
+};
+
 // Builds the plan for one round. `env` is ddprun's own environment: thread variables the
 // user already set are left alone. Throws UsageError for options that do not fit.
-LaunchPlan build_plan(const Options& options, const PlanInputs& inputs, const Environment& env);
+LaunchPlan build_plan(const PlanOptions& options, const PlanInputs& inputs, const Environment& env);
 
 }  // namespace ddprun

@@ -106,7 +106,7 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
                      "free the port, or leave out --master-port so that every restart picks a "
                      "free one");
   }
-  const LaunchPlan plan = build_plan(options, inputs, env);
+  const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
   AgentLaunches agents = agent_launches(options, inputs, plan, env, self);
   RoundSetup setup;
   setup.notice = std::move(notice);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/contract/errors.h"
+#include "job_inputs.h"
 #include "plan.h"
 #include "plan_format.h"
 #include "rank_environment.h"
@@ -47,7 +48,7 @@ std::string value_or_unset(const std::map<std::string, std::string>& env, const 
 // The error text of build_plan, or "" when it plans.
 std::string plan_error(const Options& options, const PlanInputs& inputs) {
   try {
-    build_plan(options, inputs, {});
+    build_plan(plan_options(options), inputs, {});
   } catch (const UsageError& e) {
     return std::string(e.what()) + " (" + e.hint() + ")";
   }
@@ -55,8 +56,8 @@ std::string plan_error(const Options& options, const PlanInputs& inputs) {
 }
 
 TEST(DevicePlan, ByDefaultEveryWorkerSeesAllAndPicksByLocalRank) {
-  const auto plan =
-      build_plan(options_with("gpu"), inputs_with({{"CUDA_VISIBLE_DEVICES", "4,5,6"}}), {});
+  const auto plan = build_plan(plan_options(options_with("gpu")),
+                               inputs_with({{"CUDA_VISIBLE_DEVICES", "4,5,6"}}), {});
   ASSERT_EQ(plan.world_size, 3);
   for (int rank = 0; rank < 3; ++rank) {
     const auto env = env_of(plan, rank);
@@ -70,8 +71,8 @@ TEST(DevicePlan, ByDefaultEveryWorkerSeesAllAndPicksByLocalRank) {
 TEST(DevicePlan, VirtualLocalRankNarrowsUuidsPerRankAsTorchrunDoes) {
   Options options = options_with("gpu");
   options.virtual_local_rank = true;
-  const auto plan =
-      build_plan(options, inputs_with({{"CUDA_VISIBLE_DEVICES", "GPU-uuid-a,GPU-uuid-b"}}), {});
+  const auto plan = build_plan(
+      plan_options(options), inputs_with({{"CUDA_VISIBLE_DEVICES", "GPU-uuid-a,GPU-uuid-b"}}), {});
   ASSERT_EQ(plan.world_size, 2);
   EXPECT_EQ(env_of(plan, 0).at("CUDA_VISIBLE_DEVICES"), "GPU-uuid-a");
   EXPECT_EQ(env_of(plan, 1).at("CUDA_VISIBLE_DEVICES"), "GPU-uuid-b");
@@ -84,10 +85,11 @@ TEST(DevicePlan, VirtualLocalRankNarrowsUuidsPerRankAsTorchrunDoes) {
 TEST(DevicePlan, VirtualLocalRankWithoutOuterListNarrowsToOrdinals) {
   Options options = options_with("2");
   options.virtual_local_rank = true;
-  const auto from_files = build_plan(options, inputs_with({}, 4), {});
+  const auto from_files = build_plan(plan_options(options), inputs_with({}, 4), {});
   EXPECT_EQ(env_of(from_files, 1).at("CUDA_VISIBLE_DEVICES"), "1");
   // Slurm's node-wide ids are not CUDA's numbering inside the job's cgroup.
-  const auto from_slurm = build_plan(options, inputs_with({{"SLURM_JOB_GPUS", "6,7"}}), {});
+  const auto from_slurm =
+      build_plan(plan_options(options), inputs_with({{"SLURM_JOB_GPUS", "6,7"}}), {});
   EXPECT_EQ(env_of(from_slurm, 1).at("CUDA_VISIBLE_DEVICES"), "1");
 }
 
@@ -96,7 +98,7 @@ TEST(DevicePlan, VirtualLocalRankWithoutOuterListNarrowsToOrdinals) {
 TEST(DevicePlan, VirtualLocalRankWithoutAnyGpuStartsAsTorchrunDoes) {
   Options options = options_with("3");
   options.virtual_local_rank = true;
-  const auto plan = build_plan(options, inputs_with({}, 0), {});
+  const auto plan = build_plan(plan_options(options), inputs_with({}, 0), {});
   EXPECT_TRUE(plan.devices.ordinals_only);
   EXPECT_EQ(plan.devices.per_rank, 0);
   for (int r = 0; r < 3; ++r) {
@@ -112,7 +114,8 @@ TEST(DevicePlan, VirtualLocalRankWithoutAnyGpuStartsAsTorchrunDoes) {
 TEST(DevicePlan, GpusPerProcDividesTheNodesGpus) {
   Options options = options_with("auto");
   options.gpus_per_proc = 2;
-  const auto plan = build_plan(options, inputs_with({{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}}), {});
+  const auto plan =
+      build_plan(plan_options(options), inputs_with({{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}}), {});
   ASSERT_EQ(plan.world_size, 2);
   EXPECT_EQ(plan.nodes[0].nproc, 2);
   EXPECT_EQ(env_of(plan, 0).at("DDPRUN_DEVICES"), "0,1");
@@ -126,8 +129,8 @@ TEST(DevicePlan, GpusPerProcWithVirtualLocalRankNarrowsToTheRanksBlock) {
   Options options = options_with("gpu");
   options.gpus_per_proc = 2;
   options.virtual_local_rank = true;
-  const auto plan =
-      build_plan(options, inputs_with({{"CUDA_VISIBLE_DEVICES", "4,5,6,7,GPU-x,GPU-y"}}), {});
+  const auto plan = build_plan(plan_options(options),
+                               inputs_with({{"CUDA_VISIBLE_DEVICES", "4,5,6,7,GPU-x,GPU-y"}}), {});
   ASSERT_EQ(plan.world_size, 3);
   EXPECT_EQ(env_of(plan, 0).at("CUDA_VISIBLE_DEVICES"), "4,5");
   EXPECT_EQ(env_of(plan, 1).at("CUDA_VISIBLE_DEVICES"), "6,7");
@@ -139,17 +142,17 @@ TEST(DevicePlan, GpusPerProcWithVirtualLocalRankNarrowsToTheRanksBlock) {
 TEST(DevicePlan, GivenNumberOfWorkersUsesTheFirstGpus) {
   Options options = options_with("1");
   options.gpus_per_proc = 2;
-  const auto plan = build_plan(options, inputs_with({}, 8), {});
+  const auto plan = build_plan(plan_options(options), inputs_with({}, 8), {});
   ASSERT_EQ(plan.world_size, 1);
   EXPECT_EQ(env_of(plan, 0).at("DDPRUN_DEVICES"), "0,1");
 }
 
 TEST(DevicePlan, NoDevicesWhenNoneVisibleOrMoreWorkersThanGpus) {
-  const auto cpu_only = build_plan(options_with("2"), inputs_with({}), {});
+  const auto cpu_only = build_plan(plan_options(options_with("2")), inputs_with({}), {});
   EXPECT_EQ(value_or_unset(env_of(cpu_only, 0), "DDPRUN_DEVICES"), "<unset>");
   EXPECT_EQ(cpu_only.devices.per_rank, 0);
   // A CPU job on a machine with one GPU: nothing assigned, nothing refused.
-  const auto crowded = build_plan(options_with("3"), inputs_with({}, 1), {});
+  const auto crowded = build_plan(plan_options(options_with("3")), inputs_with({}, 1), {});
   EXPECT_EQ(value_or_unset(env_of(crowded, 0), "DDPRUN_DEVICES"), "<unset>");
   EXPECT_EQ(value_or_unset(env_of(crowded, 2), "CUDA_VISIBLE_DEVICES"), "<unset>");
   EXPECT_EQ(env_of(crowded, 2).at("LOCAL_RANK"), "2");
@@ -191,15 +194,15 @@ TEST(DevicePlan, AnAgentChecksTheHeadsWorkerCountAgainstItsOwnGpus) {
   inputs.cluster = Cluster{"hostfile", "", {{"a", 1}, {"gpu-node", 2}}, 1, {}};
   EXPECT_NE(plan_error(options, inputs).find("2 workers of 2 GPUs need 4 GPUs"), std::string::npos);
   inputs.cluster.nodes[1].slots = 1;
-  const auto plan = build_plan(options, inputs, {});
+  const auto plan = build_plan(plan_options(options), inputs, {});
   EXPECT_EQ(env_of(plan, 1).at("DDPRUN_DEVICES"), "0,1");
 }
 
 TEST(DevicePlan, JsonAndTextPlansShowEachRanksDevices) {
   Options options = options_with("gpu");
   options.virtual_local_rank = true;
-  const auto plan =
-      build_plan(options, inputs_with({{"CUDA_VISIBLE_DEVICES", "GPU-uuid-a,GPU-uuid-b"}}), {});
+  const auto plan = build_plan(
+      plan_options(options), inputs_with({{"CUDA_VISIBLE_DEVICES", "GPU-uuid-a,GPU-uuid-b"}}), {});
   const auto doc = nlohmann::json::parse(format_plan_json(plan));
   EXPECT_EQ(doc["gpus"]["visible"], nlohmann::json({"GPU-uuid-a", "GPU-uuid-b"}));
   EXPECT_EQ(doc["gpus"]["source"], "CUDA_VISIBLE_DEVICES");
@@ -220,7 +223,7 @@ TEST(SocketInterfacePlan, SetForThisNodesRanksOnly) {
   PlanInputs inputs = inputs_with({});
   inputs.cluster = Cluster{"hostfile", "", {{"a", 2}, {"b", 2}}, 1, {}};
   inputs.socket_interface = {"ib0", "routes to the master 10.0.0.1 (a)"};
-  const auto plan = build_plan(options_with("2"), inputs, {});
+  const auto plan = build_plan(plan_options(options_with("2")), inputs, {});
   EXPECT_EQ(value_or_unset(env_of(plan, 0), "NCCL_SOCKET_IFNAME"), "<unset>");
   EXPECT_EQ(env_of(plan, 2).at("NCCL_SOCKET_IFNAME"), "ib0");
   EXPECT_EQ(env_of(plan, 3).at("GLOO_SOCKET_IFNAME"), "ib0");

@@ -55,7 +55,8 @@ nlohmann::json plan_on(const std::string& host, const Environment& env, const Re
                        const Options& options) {
   const auto inputs =
       resolve_plan_inputs(options, env, read_file, host_named(host), fake_services(kHosts), true);
-  auto doc = nlohmann::json::parse(format_plan_json(build_plan(options, inputs, env)));
+  auto doc =
+      nlohmann::json::parse(format_plan_json(build_plan(plan_options(options), inputs, env)));
   EXPECT_EQ(doc["this_node"], std::stoi(host.substr(4)) - 1) << host;
   doc.erase("this_node");
   return doc;
@@ -123,7 +124,8 @@ TEST(JobInputs, ByHandNodesWithNodeRanksDeriveTheSamePlan) {
         resolve_plan_inputs(options, {}, files({}), host_named(host), fake_services(kHosts), true);
     EXPECT_EQ(inputs.cluster.scheduler, "static");
     EXPECT_EQ(inputs.cluster.this_node, node);
-    auto doc = nlohmann::json::parse(format_plan_json(build_plan(options, inputs, {})));
+    auto doc =
+        nlohmann::json::parse(format_plan_json(build_plan(plan_options(options), inputs, {})));
     EXPECT_EQ(doc["this_node"], node);
     EXPECT_EQ(doc["world_size"], 6);
     EXPECT_EQ(doc["master_addr"], "node1");
@@ -199,7 +201,8 @@ TEST(JobInputs, KubeflowPodsDeriveTheSamePlanFromANodeLevelWorld) {
           options_for(), env, files({}), host_named("pod-" + std::to_string(node)), services, true);
       EXPECT_EQ(inputs.cluster.scheduler, "kubeflow");
       EXPECT_EQ(inputs.cluster.this_node, node);
-      auto doc = nlohmann::json::parse(format_plan_json(build_plan(options_for(), inputs, env)));
+      auto doc = nlohmann::json::parse(
+          format_plan_json(build_plan(plan_options(options_for()), inputs, env)));
       EXPECT_EQ(doc["world_size"], 6);
       EXPECT_EQ(doc["master_addr"], "10.0.0.1");
       EXPECT_EQ(doc["master_port"], 23456);
@@ -405,7 +408,7 @@ TEST(HeadNode, NodesBeyondNnodesAreSparesForAHeadOnly) {
   ASSERT_EQ(inputs.cluster.nodes.size(), 2u);
   ASSERT_EQ(inputs.spare_nodes.size(), 1u);
   EXPECT_EQ(inputs.spare_nodes[0].host, "node3");
-  EXPECT_EQ(build_plan(options, inputs, {}).world_size, 4);
+  EXPECT_EQ(build_plan(plan_options(options), inputs, {}).world_size, 4);
   options.launcher = "local";
   try {
     resolve_plan_inputs(options, {}, read, host_named("node1"), fake_services(kHosts), true);
@@ -428,7 +431,7 @@ TEST(HeadNode, AgentPlansFromTheHeadsNodeListAndCounts) {
   const auto inputs = resolve_plan_inputs(options, env, files({}), host_named("node3"),
                                           fake_services(kHosts), true);
   EXPECT_EQ(inputs.launcher, LauncherKind::kLocal);
-  const LaunchPlan plan = build_plan(options, inputs, env);
+  const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
   ASSERT_EQ(plan.nodes.size(), 3u);
   EXPECT_EQ(plan.world_size, 6);
   EXPECT_EQ(plan.this_node, 2);

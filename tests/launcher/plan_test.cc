@@ -1,4 +1,5 @@
 #include "plan.h"
+#include "job_inputs.h"
 
 #include <gtest/gtest.h>
 
@@ -53,7 +54,7 @@ TEST(ResolveNproc, NumbersCpuGpuAndAuto) {
 }
 
 TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
-  const auto plan = build_plan(options_with("4"), local_inputs(8), {});
+  const auto plan = build_plan(plan_options(options_with("4")), local_inputs(8), {});
   EXPECT_EQ(plan.world_size, 4);
   ASSERT_EQ(plan.nodes.size(), 1u);
   EXPECT_EQ(plan.nodes[0].first_rank, 0);
@@ -81,14 +82,15 @@ TEST(BuildPlan, RanksAreContiguousAndCarryTheContract) {
 }
 
 TEST(BuildPlan, ThreadsFollowTorchrunAndUserSettingsWin) {
-  const auto crowded = build_plan(options_with("16"), local_inputs(2), {});
+  const auto crowded = build_plan(plan_options(options_with("16")), local_inputs(2), {});
   EXPECT_EQ(env_map(crowded, crowded.ranks[0]).at("DDPRUN_THREADS_PER_RANK"), "1");
   // One worker: torchrun leaves OMP_NUM_THREADS alone; ddp-train still gets its share.
-  const auto single = build_plan(options_with("1"), local_inputs(8), {});
+  const auto single = build_plan(plan_options(options_with("1")), local_inputs(8), {});
   EXPECT_EQ(env_map(single, single.ranks[0]).count("OMP_NUM_THREADS"), 0u);
   EXPECT_EQ(env_map(single, single.ranks[0]).at("DDPRUN_THREADS_PER_RANK"), "8");
   // The user's own setting: neither variable is set, whatever the worker count.
-  const auto user = build_plan(options_with("2"), local_inputs(8), {{"OMP_NUM_THREADS", "3"}});
+  const auto user =
+      build_plan(plan_options(options_with("2")), local_inputs(8), {{"OMP_NUM_THREADS", "3"}});
   EXPECT_EQ(env_map(user, user.ranks[0]).count("OMP_NUM_THREADS"), 0u);
   EXPECT_EQ(env_map(user, user.ranks[0]).count("DDPRUN_THREADS_PER_RANK"), 0u);
 }
@@ -96,13 +98,15 @@ TEST(BuildPlan, ThreadsFollowTorchrunAndUserSettingsWin) {
 TEST(BuildPlan, RoleAndNcclErrorHandlingFollowTheUser) {
   Options options = options_with("2");
   options.role = "trainer";
-  const auto plan = build_plan(options, local_inputs(), {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
+  const auto plan =
+      build_plan(plan_options(options), local_inputs(), {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
   const auto env = env_map(plan, plan.ranks[1]);
   EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
   EXPECT_EQ(env.at("NCCL_ASYNC_ERROR_HANDLING"), "3");  // LibTorch 1.13's name, same value
   // A user's older name stays as it is (the workers inherit it).
-  const auto own = build_plan(options, local_inputs(), {{"NCCL_ASYNC_ERROR_HANDLING", "0"}});
+  const auto own =
+      build_plan(plan_options(options), local_inputs(), {{"NCCL_ASYNC_ERROR_HANDLING", "0"}});
   EXPECT_EQ(env_map(own, own.ranks[0]).count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
   EXPECT_EQ(env_map(own, own.ranks[0]).at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
 }
@@ -112,15 +116,15 @@ TEST(BuildPlan, ConsoleStreamsFollowRedirectsTeeAndTheFilter) {
   options.redirects = parse_stream_choice("-r", "3");
   options.tee = parse_stream_choice("-t", "0:1,2:3");
   options.local_ranks_filter = std::set<int>{0, 1, 3};
-  const auto plan = build_plan(options, local_inputs(), {});
+  const auto plan = build_plan(plan_options(options), local_inputs(), {});
   // rank: redirected 3 everywhere; teed stdout on 0, both on 2; 2 filtered out.
   const int expected[] = {1, 0, 0, 0};
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(plan.ranks[i].console_streams, expected[i]) << i;
-  const auto plain = build_plan(options_with("2"), local_inputs(), {});
+  const auto plain = build_plan(plan_options(options_with("2")), local_inputs(), {});
   EXPECT_EQ(plain.ranks[0].console_streams, 3);
   Options errors_off = options_with("2");
   errors_off.redirects = parse_stream_choice("-r", "2");
-  EXPECT_EQ(build_plan(errors_off, local_inputs(), {}).ranks[1].console_streams, 1);
+  EXPECT_EQ(build_plan(plan_options(errors_off), local_inputs(), {}).ranks[1].console_streams, 1);
 }
 
 TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
@@ -129,7 +133,7 @@ TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
   options.max_restarts = 3;
   PlanInputs inputs = local_inputs();
   inputs.restart_count = 2;
-  const auto plan = build_plan(options, inputs, {});
+  const auto plan = build_plan(plan_options(options), inputs, {});
   EXPECT_EQ(rank_file(plan, 1, RankFile::kStdoutLog), "/logs/attempt_2/rank_1.stdout.log");
   EXPECT_EQ(rank_file(plan, 1, RankFile::kStderrLog), "/logs/attempt_2/rank_1.stderr.log");
   EXPECT_EQ(rank_file(plan, 1, RankFile::kErrorFile), "/logs/attempt_2/rank_1.error.json");
@@ -143,7 +147,7 @@ TEST(BuildPlan, LogDirAndRestartRoundNameTheFiles) {
 TEST(BuildPlan, SeveralNodesGetContiguousRankBlocks) {
   PlanInputs inputs = local_inputs();
   inputs.cluster = Cluster{"hostfile", "", {{"a", 2}, {"b", 2}, {"c", 2}}, 1, {}};
-  const auto plan = build_plan(options_with("2"), inputs, {});
+  const auto plan = build_plan(plan_options(options_with("2")), inputs, {});
   EXPECT_EQ(plan.world_size, 6);
   EXPECT_EQ(plan.this_node, 1);
   EXPECT_EQ(plan.nodes[2].first_rank, 4);
@@ -159,8 +163,8 @@ TEST(MergeEnvironment, ContractOverridesInheritedValues) {
 }
 
 TEST(PlanFormat, JsonHasTheStableFieldNames) {
-  const auto doc =
-      nlohmann::json::parse(format_plan_json(build_plan(options_with("2"), local_inputs(), {})));
+  const auto doc = nlohmann::json::parse(
+      format_plan_json(build_plan(plan_options(options_with("2")), local_inputs(), {})));
   for (const char* key :
        {"run_id", "scheduler", "master_addr", "master_port", "world_size", "nodes", "ranks"}) {
     EXPECT_TRUE(doc.contains(key)) << key;
@@ -175,7 +179,8 @@ TEST(PlanFormat, JsonHasTheStableFieldNames) {
 }
 
 TEST(PlanFormat, TextNamesTheMasterAndEveryRank) {
-  const auto text = format_plan_text(build_plan(options_with("2"), local_inputs(), {}));
+  const auto text =
+      format_plan_text(build_plan(plan_options(options_with("2")), local_inputs(), {}));
   EXPECT_NE(text.find("127.0.0.1:29500"), std::string::npos);
   EXPECT_NE(text.find("rank 1"), std::string::npos);
   EXPECT_NE(text.find("./w --flag"), std::string::npos);
@@ -250,10 +255,10 @@ TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
   inputs.visible_gpus = 2;
   inputs.socket_interface = {"ib0", "routes to the master"};
   inputs.job_end_unix = 1790000000;
-  const LaunchPlan plan = build_plan(options, inputs, {{"OMP_NUM_THREADS", "3"}});
+  const LaunchPlan plan = build_plan(plan_options(options), inputs, {{"OMP_NUM_THREADS", "3"}});
   EXPECT_EQ(format_plan_json(plan), library_json(plan));
   // No GPUs, no interface, one node, the defaults.
-  const LaunchPlan plain = build_plan(options_with("3"), local_inputs(), {});
+  const LaunchPlan plain = build_plan(plan_options(options_with("3")), local_inputs(), {});
   EXPECT_EQ(format_plan_json(plain), library_json(plain));
   // This node's ranks bound (--numa-binding exclusive), the other node's not.
   Options bound = options;
@@ -266,7 +271,7 @@ TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
                     {"0000:02:00.0", 0x302, 0x10de, {0, 1, 2, 3}, {0}, {1}, "", "", ""}};
   topology->nics = {{"0000:03:00.0", 0x207, 0x15b3, {0, 1, 2, 3}, {0}, {1}, "", "mlx5_0", "ib0"}};
   inputs.topology = topology;
-  const LaunchPlan placed = build_plan(bound, inputs, {});
+  const LaunchPlan placed = build_plan(plan_options(bound), inputs, {});
   ASSERT_EQ(placed.placement.local.size(), 2u);
   EXPECT_EQ(cpulist_text(placed.placement.local[1].cpus), "1,3");
   EXPECT_EQ(format_plan_json(placed), library_json(placed));
@@ -276,7 +281,7 @@ TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
 TEST(PlanFormat, TextQuotesEachValueAsAShellWould) {
   Options options = options_with("1");
   options.role = "it's mine";
-  const std::string text = format_plan_text(build_plan(options, local_inputs(), {}));
+  const std::string text = format_plan_text(build_plan(plan_options(options), local_inputs(), {}));
   EXPECT_NE(text.find("\n  rank 0       RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 "), std::string::npos)
       << text;
   EXPECT_NE(text.find(" ROLE_NAME='it'\\''s mine' MASTER_ADDR=127.0.0.1 "), std::string::npos)
@@ -290,7 +295,7 @@ TEST(BuildPlan, SixteenThousandNodesOfEightRanks) {
   PlanInputs inputs = local_inputs();
   inputs.cluster = Cluster{"hostfile", "", {}, 0, {}};
   for (int i = 0; i < 16384; ++i) inputs.cluster.nodes.push_back({"n" + std::to_string(i), 8});
-  const LaunchPlan plan = build_plan(options_with("8"), inputs, {});
+  const LaunchPlan plan = build_plan(plan_options(options_with("8")), inputs, {});
   EXPECT_EQ(plan.world_size, 131072);
   ASSERT_EQ(plan.ranks.size(), 131072u);
   const RankPlan& last = plan.ranks.back();
@@ -335,7 +340,7 @@ TEST(PlanFormat, LargePlansAreWrittenInPiecesNotHeldWhole) {
   PlanInputs inputs = local_inputs();
   inputs.cluster = Cluster{"hostfile", "", {}, 0, {}};
   for (int i = 0; i < 1024; ++i) inputs.cluster.nodes.push_back({"n" + std::to_string(i), 8});
-  const LaunchPlan plan = build_plan(options_with("8"), inputs, {});
+  const LaunchPlan plan = build_plan(plan_options(options_with("8")), inputs, {});
   for (const auto write : {write_plan_text, write_plan_json}) {
     PieceRecorder recorder;
     std::ostream out(&recorder);

@@ -151,7 +151,7 @@ TEST(ResolvePlanInputs, WorkersOfAMultiHomedNodeGetTheRoutedInterface) {
                                           two_homed_services(), false);
   EXPECT_EQ(inputs.master_addr, "node1");
   EXPECT_EQ(inputs.socket_interface.name, "ib0");
-  const auto plan = build_plan(options, inputs, env);
+  const auto plan = build_plan(plan_options(options), inputs, env);
   const auto vars = rank_environment(plan, plan.ranks[1]);
   const std::map<std::string, std::string> worker(vars.begin(), vars.end());
   EXPECT_EQ(worker.at("NCCL_SOCKET_IFNAME"), "ib0");
@@ -162,7 +162,7 @@ TEST(ResolvePlanInputs, WorkersOfAMultiHomedNodeGetTheRoutedInterface) {
   user["NCCL_SOCKET_IFNAME"] = "eth0";
   const auto kept = resolve_plan_inputs(options, user, no_files, HostFacts{"node2", 4, 0},
                                         two_homed_services(), false);
-  const auto kept_plan = build_plan(options, kept, user);
+  const auto kept_plan = build_plan(plan_options(options), kept, user);
   const auto kept_vars = rank_environment(kept_plan, kept_plan.ranks[1]);
   for (const auto& [key, value] : kept_vars) {
     EXPECT_NE(key, "NCCL_SOCKET_IFNAME");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ddprun/worker/env.h"
+#include "job_inputs.h"
 #include "plan.h"
 #include "rank_environment.h"
 
@@ -23,7 +24,7 @@ TEST(ContractRoundTrip, EveryRankReadsBackThePlacementThePlanGaveIt) {
   options.nproc_per_node = "auto";
   options.max_restarts = 3;
   options.program = {"./w"};
-  const LaunchPlan plan = build_plan(options, inputs, {});
+  const LaunchPlan plan = build_plan(plan_options(options), inputs, {});
   ASSERT_EQ(plan.world_size, 6);
   for (const RankPlan& rank : plan.ranks) {
     Environment env = {{"PATH", "/bin"}};
