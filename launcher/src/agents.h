@@ -1,9 +1,9 @@
 #pragma once
-// The head/agent protocol (docs/multinode.md): how one ddprun on the first node (the head)
-// reaches the others. Which launcher to use; the agents' command lines for ssh, srun and
-// mpirun (built from arrays, quoted once); the environment the head forwards; the messages
-// on an ssh agent's stdin (a hello with the environment, then signals); and what a round
-// starts to reach every node. Everything but agent_launches and read_agent_hello is pure.
+// How one ddprun on the first node (the head) reaches the others (docs/multinode.md): the
+// agents' command lines for ssh, srun and mpirun (built from arrays, quoted once), the
+// environment the head forwards, and what a round starts to reach every node. Which
+// launcher to use is planning's (job_inputs.h); what head and agents say to each other is
+// agent_messages.h. Everything but agent_launches is pure.
 
 #include <optional>
 #include <string>
@@ -12,48 +12,17 @@
 #include <vector>
 
 #include "cluster.h"
-#include "control.h"
 #include "options.h"
 #include "plan.h"
 #include "runner.h"
 
 namespace ddprun {
 
-// "ssh", "mpirun", "srun" or "local".
-std::string_view launcher_name(LauncherKind kind);
-
-// Whether ddprun was started once per node by someone else (srun step, mpirun, an
-// operator, an explicit --node-rank, by hand with --nnodes, or the head as an agent): then
-// it never fans out.
-bool started_per_node(const Options& options, const Cluster& cluster, const Environment& env);
-
-// The launcher --launcher names; for "auto": srun inside a Slurm job, else mpirun when an
-// MPI-capable allocation (SGE, PBS, LSF) is there and `mpirun_found`, else ssh. Returns
-// kLocal when this ddprun should not fan out at all (one node, or started per node).
-LauncherKind choose_launcher(const Options& options, const Cluster& cluster, const Environment& env,
-                             bool mpirun_found);
-
 // The variables the head passes to every agent: the default set (docs/multinode.md:
 // PATH, LD_LIBRARY_PATH, PYTHONPATH, CUDA_*, NCCL_*, OMP_*, ...) present in `env`, then
 // each --env VAR (its value here) or VAR=VALUE. Throws UsageError for --env VAR when
 // VAR is unset here.
 Environment forwarded_environment(const Environment& env, const std::vector<std::string>& extra);
-
-// What the head tells an agent on its standard input before anything else (one JSON
-// line): the environment to add. Signals follow as {"signal": N} lines.
-std::string agent_hello(const Environment& forwarded);
-std::string agent_signal_message(int signal_number);
-
-// One message from the head: an environment (hello), a signal to forward, or a control
-// request to answer (control.h: agent_control_message).
-struct AgentMessage {
-  Environment env;
-  int signal_number = 0;
-  std::optional<ControlVerb> control;
-  int control_id = 0;
-};
-// Parses one line from the head. Throws UsageError for anything else.
-AgentMessage parse_agent_message(std::string_view line);
 
 // ddprun's own arguments for the agent on `node` (without the executable): --agent, the
 // agreed master address, port, run id and restart round, the node list, this node's
@@ -93,10 +62,5 @@ struct AgentLaunches {
 AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
                              const LaunchPlan& plan, const Environment& env,
                              const std::string& self);
-
-// An agent's first message from the head on `fd`: the environment its workers need, laid
-// over `env`. Read byte by byte so nothing after the first line is taken from later
-// reads. Throws UsageError when the head closed the connection or sent no hello.
-void read_agent_hello(int fd, Environment& env);
 
 }  // namespace ddprun

@@ -11,14 +11,13 @@
 
 #include "ddprun/contract/error_file.h"
 #include "ddprun/contract/errors.h"
-#include "report.h"
+#include "labels.h"
 
 namespace ddprun {
 namespace {
 
 constexpr std::size_t kMaxGroups = 10;
 constexpr std::size_t kMaxMessageBytes = 300;
-constexpr std::size_t kMaxRuns = 8;
 constexpr int kMaxTags = 3;
 constexpr std::size_t kMaxTagLength = 64;
 constexpr std::string_view kOwnPrefix = "ddprun:";
@@ -215,29 +214,6 @@ struct Group {
 };
 
 }  // namespace
-
-std::string format_number_set(std::string_view noun, std::vector<int> numbers) {
-  std::sort(numbers.begin(), numbers.end());
-  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
-  std::string text(noun);
-  if (numbers.size() != 1) text += 's';
-  text += ' ';
-  std::size_t runs = 0;
-  for (std::size_t i = 0; i < numbers.size();) {
-    std::size_t last = i;
-    while (last + 1 < numbers.size() && numbers[last + 1] == numbers[last] + 1) ++last;
-    if (runs == kMaxRuns) {
-      text += " and " + std::to_string(numbers.size() - i) + " more";
-      break;
-    }
-    if (runs > 0) text += ", ";
-    text += std::to_string(numbers[i]);
-    if (last > i) text += "-" + std::to_string(numbers[last]);
-    ++runs;
-    i = last + 1;
-  }
-  return text;
-}
 
 std::string error_digest_line(const RankResult& child, std::string_view error_file_text) {
   if (const auto error = parse_error_file(error_file_text)) {

@@ -38,9 +38,4 @@ std::string format_error_digest(const RoundResult& result,
 // stderr line; else its wait status ("exit code 3", "signal SIGSEGV").
 std::string error_digest_line(const RankResult& child, std::string_view error_file_text);
 
-// "rank 3", "ranks 0-7, 12, 14-15" for `noun` "rank"; `numbers` need not be sorted or
-// unique but must not be empty. Past 8 runs, the rest is counted: "ranks 0, 2, ..., 14
-// and 5 more".
-std::string format_number_set(std::string_view noun, std::vector<int> numbers);
-
 }  // namespace ddprun

@@ -360,6 +360,28 @@ PlanInputs resolve_plan_inputs(const Options& options, const Environment& env,
   return inputs;
 }
 
+bool started_per_node(const Options& options, const Cluster& cluster, const Environment& env) {
+  // By hand (torchrun's static and c10d forms), every node runs its own command.
+  return options.agent || options.node_rank || cluster.scheduler == "static" ||
+         started_once_per_node(cluster, env);
+}
+
+LauncherKind choose_launcher(const Options& options, const Cluster& cluster, const Environment& env,
+                             bool mpirun_found) {
+  if (options.launcher == "local" || cluster.nodes.size() < 2 ||
+      started_per_node(options, cluster, env)) {
+    return LauncherKind::kLocal;
+  }
+  if (options.launcher == "ssh") return LauncherKind::kSsh;
+  if (options.launcher == "mpirun") return LauncherKind::kMpirun;
+  if (options.launcher == "srun") return LauncherKind::kSrun;
+  if (cluster.scheduler == "slurm") return LauncherKind::kSrun;
+  const bool mpi_allocation =
+      cluster.scheduler == "sge" || cluster.scheduler == "pbs" || cluster.scheduler == "lsf";
+  if (mpi_allocation && mpirun_found) return LauncherKind::kMpirun;
+  return LauncherKind::kSsh;
+}
+
 PlanOptions plan_options(const Options& options) {
   PlanOptions plan;
   plan.nproc_per_node = options.nproc_per_node;

@@ -14,6 +14,17 @@
 
 namespace ddprun {
 
+// Whether ddprun was started once per node by someone else (srun step, mpirun, an
+// operator, an explicit --node-rank, by hand with --nnodes, or the head as an agent): then
+// it never fans out.
+bool started_per_node(const Options& options, const Cluster& cluster, const Environment& env);
+
+// The launcher --launcher names; for "auto": srun inside a Slurm job, else mpirun when an
+// MPI-capable allocation (SGE, PBS, LSF) is there and `mpirun_found`, else ssh. Returns
+// kLocal when this ddprun should not fan out at all (one node, or started per node).
+LauncherKind choose_launcher(const Options& options, const Cluster& cluster, const Environment& env,
+                             bool mpirun_found);
+
 // The options build_plan reads (plan.h), copied from the command line's.
 PlanOptions plan_options(const Options& options);
 

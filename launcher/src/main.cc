@@ -10,6 +10,7 @@
 #include <optional>
 #include <string_view>
 
+#include "agent_messages.h"
 #include "agents.h"
 #include "child_set.h"
 #include "control_socket.h"
@@ -20,6 +21,7 @@
 #include "job.h"
 #include "job_inputs.h"
 #include "job_settings.h"
+#include "labels.h"
 #include "options.h"
 #include "plan.h"
 #include "plan_format.h"

@@ -245,4 +245,18 @@ LaunchPlan build_plan(const PlanOptions& options, const PlanInputs& inputs,
   return plan;
 }
 
+std::string_view launcher_name(LauncherKind kind) {
+  switch (kind) {
+    case LauncherKind::kSsh:
+      return "ssh";
+    case LauncherKind::kMpirun:
+      return "mpirun";
+    case LauncherKind::kSrun:
+      return "srun";
+    case LauncherKind::kLocal:
+      break;
+  }
+  return "local";
+}
+
 }  // namespace ddprun

@@ -127,6 +127,8 @@ void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFi
 // (one node, or one ddprun per node started by someone else); the others make it the
 // head that starts an agent on every node (docs/multinode.md).
 enum class LauncherKind { kLocal, kSsh, kMpirun, kSrun };
+// "ssh", "mpirun", "srun" or "local".
+std::string_view launcher_name(LauncherKind kind);
 
 // Everything build_plan needs beyond the options; resolved beforehand (job_inputs.h, with
 // the system calls passed in) so that build_plan stays pure.

@@ -17,6 +17,7 @@
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
 #include "host_facts.h"
+#include "labels.h"
 #include "ports.h"
 #include "report.h"
 #include "ring_link.h"

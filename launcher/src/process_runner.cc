@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "agent_messages.h"
 #include "agents.h"
 #include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"

@@ -7,7 +7,7 @@
 
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/error_file.h"
-#include "error_digest.h"
+#include "labels.h"
 
 namespace ddprun {
 
@@ -94,32 +94,6 @@ std::string format_console_dropped(std::size_t lines, std::size_t logged_lines,
     text += std::to_string(logged_lines) + " of them are in " + log_folder;
   }
   return text + ")\n";
-}
-
-std::string describe_wait_status(int wait_status) {
-  if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status)) {
-    return "signal " + signal_name(WTERMSIG(wait_status)) +
-           (WCOREDUMP(wait_status) ? " (core dumped)" : "");
-  }
-  return "unknown status " + std::to_string(wait_status);
-}
-
-std::string child_label(const RankResult& child) {
-  if (!child.agent) return "rank " + std::to_string(child.rank);
-  if (child.node_rank < 0) return "the agents' launcher";
-  return "node " + std::to_string(child.node_rank);
-}
-
-std::string error_label(bool colour) {
-  return colour ? "ddprun: \033[1;31merror:\033[0m " : "ddprun: error: ";
-}
-
-bool colour_wanted(int fd, const Environment& env) {
-  const auto no_colour = lookup(env, "NO_COLOR");
-  if (no_colour && !no_colour->empty()) return false;
-  if (lookup(env, "TERM").value_or("") == "dumb") return false;
-  return ::isatty(fd) == 1;
 }
 
 std::string format_exit_timeout_report(const RoundResult& result, std::chrono::milliseconds timeout,

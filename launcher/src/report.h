@@ -20,12 +20,6 @@ std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files);
 // One row per child of this node: exit status, run time, peak resident memory.
 std::string format_rank_table(const RoundResult& result);
 
-// How a child ended, e.g. "exit code 3" or "signal SIGKILL".
-std::string describe_wait_status(int wait_status);
-
-// "rank 3", "node 2" (a remote agent) or "the agents' launcher" (srun or mpirun).
-std::string child_label(const RankResult& child);
-
 // Which rank failed and how, the message from its error file when `error_file_text` (the
 // file's content, or empty) holds one, and the last lines of its stderr. With `colour`,
 // "error:" is bold red.
@@ -47,12 +41,5 @@ std::string format_failure_report(const RankResult& failed, const std::string& e
 std::string format_console_notice(bool logged, const std::string& log_folder);
 std::string format_console_dropped(std::size_t lines, std::size_t logged_lines,
                                    const std::string& log_folder);
-
-// "ddprun: error: ", with "error:" in bold red when `colour`.
-std::string error_label(bool colour);
-
-// Whether ddprun may colour what it writes to the terminal `fd`: a terminal, TERM not
-// "dumb", and NO_COLOR (no-color.org) unset or empty.
-bool colour_wanted(int fd, const Environment& env);
 
 }  // namespace ddprun

@@ -11,6 +11,7 @@
 #include "ddprun/common/parse_int.h"
 #include "ddprun/contract/errors.h"
 #include "error_digest.h"
+#include "labels.h"
 #include "report.h"
 
 namespace ddprun {

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "error_digest.h"
+#include "labels.h"
 
 namespace ddprun {
 namespace {

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "agent_messages.h"
 #include "ddprun/contract/errors.h"
+#include "job_inputs.h"
 #include "shell_quote.h"
 
 namespace ddprun {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "agent_messages.h"
 #include "agents.h"
 #include "ddprun/contract/errors.h"
 #include "options.h"

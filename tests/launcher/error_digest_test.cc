@@ -9,6 +9,7 @@
 
 #include "ddprun/contract/error_file.h"
 #include "fake_runner.h"
+#include "labels.h"
 
 namespace ddprun {
 namespace {

@@ -6,6 +6,7 @@
 #include "doctor.h"
 #include "fake_runner.h"
 #include "job.h"
+#include "labels.h"
 #include "report.h"
 
 #include <algorithm>
