@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <system_error>
 
 #include "ddprun/contract/errors.h"
@@ -121,6 +122,21 @@ int follow_console(int connection, const std::string& file, std::ostream& out, s
   if (said.rfind("exit ", 0) == 0) return std::atoi(said.c_str() + 5);
   err << "ddprun: the job's ddprun went away without an exit code\n";
   return 1;
+}
+
+// The one "RUNID.nodeN.sock" in `folder`; nullopt when there is none, or several.
+std::optional<std::string> node_socket_in(const std::string& folder, const std::string& run_id) {
+  const std::string zero = control_socket_name(run_id, 0);
+  const std::string prefix = zero.substr(0, zero.size() - 5) + ".node";
+  std::optional<std::string> found;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ignored)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(prefix, 0) != 0 || !file.ends_with(".sock")) continue;
+    if (found) return std::nullopt;
+    found = file;
+  }
+  return found;
 }
 
 }  // namespace
@@ -249,8 +265,11 @@ bool send_text(int connection, std::string_view text) {
 int run_control_client(ControlVerb verb, const std::string& run_id, const Environment& env,
                        std::ostream& out, std::ostream& err) {
   const std::string folder = control_folder(env, ::geteuid());
-  const std::string name =
-      run_id.empty() ? std::string(kLatestLink) : control_socket_name(run_id, 0);
+  std::string name = run_id.empty() ? std::string(kLatestLink) : control_socket_name(run_id, 0);
+  if (!run_id.empty() && ::access((folder + "/" + name).c_str(), F_OK) != 0) {
+    // Not node 0: a node started on its own (by hand, srun) serves RUNID.nodeN.sock.
+    name = node_socket_in(folder, run_id).value_or(name);
+  }
   UniqueFd connection = connect_to(folder, name);
   if (!connection.valid()) {
     const int error = errno;

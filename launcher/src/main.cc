@@ -234,7 +234,8 @@ int run(Options options, Environment env) {
             prepare_round(options, inputs, round_state, env, round, previous, program_path, self);
         if (rendezvous) {
           peers = gather_peers(*rendezvous, round, RendezvousClock::now() + join_timeout, signals,
-                               options.signals_to_handle, runner.messages());
+                               options.signals_to_handle, runner_config.detach_on_hangup,
+                               runner.messages());
           add_peer_relays(setup, peers, round, round_state.master_port, self, env);
         }
         return setup;

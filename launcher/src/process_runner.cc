@@ -217,7 +217,8 @@ std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size
   }
   // A stop signal meanwhile (a second Ctrl-C) ends the capture: the user wants out.
   const auto on_signal = [this](int sig) {
-    events_.signal(sig);
+    events_.signal(sig);  // a SIGHUP that detaches is done there, and ends nothing
+    if (sig == SIGHUP && config_.detach_on_hangup) return false;
     return sig != SIGUSR1 && sig != SIGUSR2;
   };
   std::vector<StackCapture> captures =

@@ -161,14 +161,16 @@ RendezvousHost::RendezvousHost(int port, std::string run_id, std::string token, 
 std::optional<std::vector<JoinedPeer>> RendezvousHost::gather(int round,
                                                               RendezvousClock::time_point deadline,
                                                               int interrupt_fd, std::ostream& log) {
-  struct Pending {
-    UniqueFd fd;
-    std::string buffer;
-    RendezvousClock::time_point until;
-  };
-  std::vector<Pending> pending;
-  std::vector<std::optional<JoinedPeer>> joined(static_cast<std::size_t>(nodes_));
-  int missing = nodes_ - 1;
+  if (gathering_ != round) {
+    gathering_ = round;
+    pending_.clear();
+    joined_.clear();
+    joined_.resize(static_cast<std::size_t>(nodes_));
+  }
+  std::vector<Pending>& pending = pending_;
+  std::vector<std::optional<JoinedPeer>>& joined = joined_;
+  int missing = static_cast<int>(
+      std::count_if(joined.begin() + 1, joined.end(), [](const auto& peer) { return !peer; }));
   const auto refuse = [&](const std::string& why) {
     if (refused_++ < kMaxLoggedRefusals)
       log << "ddprun: rendezvous: refused a connection: " << why << "\n";
@@ -284,14 +286,21 @@ std::optional<std::vector<JoinedPeer>> RendezvousHost::gather(int round,
   for (auto& peer : joined) {
     if (peer) peers.push_back(std::move(*peer));
   }
+  gathering_ = -1;
+  pending_.clear();
+  joined_.clear();
   return peers;
 }
 
 std::optional<PeerRound> join_round(const std::string& host, int port, const JoinRequest& join,
-                                    RendezvousClock::time_point deadline, int interrupt_fd) {
+                                    RendezvousClock::time_point deadline, int interrupt_fd,
+                                    const std::function<bool()>& on_interrupt) {
+  // Whether to stop waiting: something came on `interrupt_fd` that on_interrupt does not
+  // let pass.
+  const auto stop_for = [&] { return !on_interrupt || !on_interrupt(); };
   const auto interrupted = [&](int timeout_ms) {
     pollfd wait{interrupt_fd, POLLIN, 0};
-    return ::poll(&wait, 1, timeout_ms) > 0;
+    return ::poll(&wait, 1, timeout_ms) > 0 && stop_for();
   };
   const std::string where = host + ":" + std::to_string(port);
   // The host gives up on missing nodes join_timeout after it starts listening, which may be
@@ -330,7 +339,10 @@ std::optional<PeerRound> join_round(const std::string& host, int port, const Joi
                           "a node may be missing: raise --rdzv-conf join_timeout, or check "
                           "every node's ddprun");
       }
-      if (fds[1].revents != 0) return std::nullopt;
+      if (fds[1].revents != 0) {
+        if (stop_for()) return std::nullopt;
+        continue;  // the same connection: the join stands
+      }
       char c = 0;
       const ssize_t got = ::recv(sock.get(), &c, 1, 0);
       if (got < 0 && errno == EINTR) continue;

@@ -19,6 +19,7 @@
 // environment.
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -71,8 +72,9 @@ class RendezvousHost {
   // Accepts joins for `round` until nodes 1..N-1 have all joined, and returns them in node
   // rank order; a join for any rank (-1) gets the lowest one still free. Throws ConfigError naming
   // who joined and who did not at `deadline`. Returns nullopt as soon as `interrupt_fd` (the
-  // signalfd) is readable: the caller reads the signal. Bad joins are logged to `log` (one line
-  // each, at most a few) and closed.
+  // signalfd) is readable: the caller reads the signal, and a call for the same round goes
+  // on with the joins already in (none is lost to a signal). Bad joins are logged to `log`
+  // (one line each, at most a few) and closed.
   std::optional<std::vector<JoinedPeer>> gather(int round, RendezvousClock::time_point deadline,
                                                 int interrupt_fd, std::ostream& log);
   int port() const noexcept { return port_; }
@@ -84,19 +86,31 @@ class RendezvousHost {
   std::string token_;
   int nodes_;
   int refused_ = 0;  // bad joins so far, for the log's bound
+  // The round being gathered, kept across calls that a signal interrupted.
+  struct Pending {
+    UniqueFd fd;
+    std::string buffer;
+    RendezvousClock::time_point until;
+  };
+  int gathering_ = -1;
+  std::vector<Pending> pending_;
+  std::vector<std::optional<JoinedPeer>> joined_;
 };
 
 // Peer: connects to `host`:`port` (retrying while nobody listens yet, until `deadline`),
 // sends `join`, and waits for the round's start. Returns the socket and the start, or
 // nullopt when the host ended the job (it refused, or closed the connection, after the
-// first round), or when `interrupt_fd` is readable. Throws ConfigError when round 0 finds
-// no host by `deadline`.
+// first round), or when `interrupt_fd` is readable and `on_interrupt` (when given) says
+// not to wait on: it reads what came (a signal) and returns true to go on waiting on the
+// same connection (a join is made once; making it again would be refused as a second).
+// Throws ConfigError when round 0 finds no host by `deadline`.
 struct PeerRound {
   UniqueFd socket;
   RoundStart start;
 };
 std::optional<PeerRound> join_round(const std::string& host, int port, const JoinRequest& join,
-                                    RendezvousClock::time_point deadline, int interrupt_fd);
+                                    RendezvousClock::time_point deadline, int interrupt_fd,
+                                    const std::function<bool()>& on_interrupt = {});
 
 // `ddprun --peer-relay`, started by the host for one peer with the peer's socket as
 // descriptor 3: copies its standard input (the round's start, then signals) to the socket,

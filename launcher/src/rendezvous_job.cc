@@ -34,11 +34,20 @@ void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, in
 
 std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
                                      RendezvousClock::time_point deadline, SignalChannel& signals,
-                                     const std::vector<int>& extra, std::ostream& log) {
+                                     const std::vector<int>& extra, bool hangup_detaches,
+                                     std::ostream& log) {
+  bool hung_up = false;
   for (;;) {
     auto joined = host.gather(round, deadline, signals.fd(), log);
-    if (joined) return std::move(*joined);
+    if (joined) {
+      if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
+      return std::move(*joined);
+    }
     const int sig = signals.read_signal();
+    if (sig == SIGHUP && hangup_detaches) {
+      hung_up = true;  // a closed terminal: the job goes on
+      continue;
+    }
     if (sig != 0 && is_stop_signal(sig, extra)) {
       ::raise(sig);  // blocked: pending again, for the round
       return {};
@@ -50,6 +59,7 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path) {
   int last = 0;
+  bool hung_up = false;  // a SIGHUP while joining, with detach_on_hangup: for the round
   for (int round = 0;; ++round) {
     JoinRequest join;
     join.run_id = job.inputs.run_id;
@@ -57,16 +67,27 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
     join.node_rank = job.inputs.rank_by_arrival && round == 0 ? -1 : *job.inputs.cluster.this_node;
     join.round = round;
     join.host = job.inputs.host.hostname;
-    std::optional<PeerRound> peer;
-    for (;;) {
-      peer = join_round(job.inputs.master_addr, port, join, RendezvousClock::now() + join_timeout,
-                        signals.fd());
-      if (peer) break;
-      // A signal, or node 0 ended the job.
+    // Signals while joining: a stop ends the job here; a SIGHUP that detaches is kept for
+    // the round's runner; anything else (a notice, a child's end) leaves the join waiting.
+    int stop = 0;
+    const auto on_interrupt = [&] {
       const int sig = signals.read_signal();
-      if (sig == 0) return last;
-      if (is_stop_signal(sig, job.options.signals_to_handle)) return 128 + sig;
-    }
+      if (sig == SIGHUP && job.runner_config.detach_on_hangup) {
+        hung_up = true;
+        return true;
+      }
+      if (sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
+        stop = sig;
+        return false;
+      }
+      return true;
+    };
+    std::optional<PeerRound> peer =
+        join_round(job.inputs.master_addr, port, join, RendezvousClock::now() + join_timeout,
+                   signals.fd(), on_interrupt);
+    if (!peer) return stop != 0 ? 128 + stop : last;  // stopped, or node 0 ended the job
+    if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
+    hung_up = false;
     if (peer->start.node_rank != *job.inputs.cluster.this_node) {
       // Placed by order of arrival (the same place for every later round).
       if (!job.inputs.rank_by_arrival ||

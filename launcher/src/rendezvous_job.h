@@ -24,9 +24,13 @@ inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
 // `deadline`. A stop signal meanwhile ends the wait: it is raised again, so that the round
 // (which then starts with this node's workers alone) stops at once; other signals (a
 // child's end, a notice) do not. Throws what gather throws.
+// With `hangup_detaches` (ProcessRunnerConfig::detach_on_hangup), a SIGHUP meanwhile does not
+// stop the gathering: it is raised again once the peers are in, for the round's runner to
+// detach on.
 std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
                                      RendezvousClock::time_point deadline, SignalChannel& signals,
-                                     const std::vector<int>& extra, std::ostream& log);
+                                     const std::vector<int>& extra, bool hangup_detaches,
+                                     std::ostream& log);
 
 // Node 0: adds to `setup` one relay child per joined peer (`self --peer-relay`, the
 // peer's socket as its descriptor 3), whose first message is the round's start.

@@ -164,16 +164,37 @@ TEST(Rendezvous, OnlyAStopSignalEndsNode0sWait) {
                      RendezvousClock::now() + std::chrono::seconds(10), -1);
   });
   std::ostringstream log;
-  auto peers =
-      gather_peers(host, 0, RendezvousClock::now() + std::chrono::seconds(10), signals, {}, log);
+  auto peers = gather_peers(host, 0, RendezvousClock::now() + std::chrono::seconds(10), signals, {},
+                            false, log);
   ASSERT_EQ(peers.size(), 1u);
   send_text(peers[0].socket.get(), format_round_start({0, 41000, 1}));
   node1.join();
   ASSERT_EQ(::raise(SIGTERM), 0);
-  EXPECT_TRUE(
-      gather_peers(host, 1, RendezvousClock::now() + std::chrono::seconds(10), signals, {}, log)
-          .empty());
+  EXPECT_TRUE(gather_peers(host, 1, RendezvousClock::now() + std::chrono::seconds(10), signals, {},
+                           false, log)
+                  .empty());
   EXPECT_EQ(signals.read_signal(), SIGTERM);  // raised again, for the round to see
+  EXPECT_EQ(signals.read_signal(), 0);
+}
+
+// A closed terminal while node 0 waits (SIGHUP detaches, docs/launching.md): the wait goes
+// on until every node is in, and the SIGHUP is pending again for the round's runner.
+TEST(Rendezvous, AHangupThatDetachesDoesNotEndNode0sWait) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-h", "", 2);
+  SignalChannel signals;
+  ASSERT_EQ(::raise(SIGHUP), 0);  // pending before the wait begins
+  std::thread node1([port] {
+    (void)join_round("127.0.0.1", port, {"run-h", "", 1, 0, 1, "n2"},
+                     RendezvousClock::now() + std::chrono::seconds(10), -1);
+  });
+  std::ostringstream log;
+  auto peers = gather_peers(host, 0, RendezvousClock::now() + std::chrono::seconds(10), signals, {},
+                            true, log);
+  ASSERT_EQ(peers.size(), 1u);
+  send_text(peers[0].socket.get(), format_round_start({0, 41000, 1}));
+  node1.join();
+  EXPECT_EQ(signals.read_signal(), SIGHUP);  // for the round, which detaches
   EXPECT_EQ(signals.read_signal(), 0);
 }
 

@@ -7,15 +7,20 @@ torchrun-style Python script (gloo all-reduce):
                  (no node rank: node1 is node 0, the others are placed as they arrive)
   --form absent  the static form with --nnodes 4 and --rdzv-conf join_timeout=5 on the 3
                  nodes: node 0 must fail within the timeout naming the node that never
-                 came, and every ddprun must exit non-zero, nothing left behind. Every rank must be unique, every sum right, every ddprun exit 0,
+                 came, and every ddprun must exit non-zero, nothing left behind.
+With --form static, nodes 0 and 1 get SIGHUP (a closed terminal) while they wait for the
+late node: they must detach, not stop, and finish the job with their output in their
+console files. Every rank must be unique, every sum right, every ddprun exit 0,
 every node must derive the same run id by itself, and nothing may be left on any node.
 
   PYTHONPATH=tests tests/multinode/test_byhand.py --ddprun BIN
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure (exit 1).
 """
 import argparse
+import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,8 +28,29 @@ import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from simcluster.jobs import check_leftovers, job_env, run_on_cluster  # noqa: E402
+from simcluster.procs import processes_with_marker  # noqa: E402
 
 NPROC = 2
+
+
+def hang_up(ddprun, marker, node_rank, deadline_s=20):
+    """SIGHUP to node `node_rank`'s ddprun once it has taken over its signals (SIGHUP
+    blocked, for its signalfd); returns whether it could be sent."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for pid, cmd in processes_with_marker(marker):
+            if ddprun not in cmd or f"--node-rank {node_rank} " not in cmd + " ":
+                continue
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    blocked = next(int(l.split()[1], 16) for l in f if l.startswith("SigBlk:"))
+            except (OSError, StopIteration):
+                continue
+            if blocked & (1 << (signal.SIGHUP - 1)):
+                os.kill(pid, signal.SIGHUP)
+                return True
+        time.sleep(0.05)  # polling a condition, not standing in for one
+    return False
 WORKER_PY = r"""
 import os, socket, sys
 import torch
@@ -54,9 +80,14 @@ def main():
         env = job_env(marker)
         nodes = len(cluster.nodes)
         procs = []
+        runtime_dirs = []
         for i, node in enumerate(cluster.nodes):
             if i == nodes - 1:
                 time.sleep(2)  # the fault under test: this node starts late
+                if a.form == "static":
+                    for early in range(nodes - 1):
+                        if not hang_up(os.path.abspath(a.ddprun), marker, early):
+                            failures.append(f"node {early}'s ddprun never blocked SIGHUP")
             argv = [os.path.abspath(a.ddprun), "--nproc-per-node", str(NPROC),
                     "--shutdown-timeout", "5"]
             if a.form == "c10d":
@@ -68,8 +99,11 @@ def main():
             if a.form == "absent":
                 argv += ["--rdzv-conf", "join_timeout=5"]
             argv += ["--", "/usr/bin/python3", worker]
-            procs.append(cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True))
+            runtime_dirs.append(os.path.join(cluster.dir, f"runtime{i}"))
+            os.makedirs(runtime_dirs[-1], mode=0o700, exist_ok=True)
+            procs.append(cluster.popen(node, argv, env=dict(env, XDG_RUNTIME_DIR=runtime_dirs[-1]),
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True))
         world = nodes * NPROC
         seen = {}
         run_ids = set()
@@ -95,6 +129,15 @@ def main():
                 p.kill()
                 out, _ = p.communicate()
                 failures.append(f"node {i}'s ddprun did not exit within 120 s")
+            consoles = glob.glob(os.path.join(runtime_dirs[i], "ddprun", "*.console"))
+            if a.form == "static" and i < nodes - 1:
+                # Detached: what came after the hangup is in the console file only.
+                if len(consoles) != 1 or LINE.search(out):
+                    failures.append(f"node {i}: SIGHUP did not detach it (console files "
+                                    f"{consoles}, ranks on its stdout: {bool(LINE.search(out))})")
+            for console in consoles:
+                with open(console) as f:
+                    out += f.read()
             print(f"--- node {i}: exit {p.returncode}\n{out}")
             if p.returncode != 0:
                 failures.append(f"node {i}'s ddprun exited {p.returncode}, not 0")
