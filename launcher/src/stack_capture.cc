@@ -104,9 +104,14 @@ void wait_for_dumps(const std::vector<ArmedDump>& dumps, std::chrono::millisecon
   }
 }
 
-// What the dump file holds after ddprun's marker line.
-std::string read_dump(const std::string& file) {
-  std::string text = read_file_head(file, 256 * 1024);
+// The dump written since the file held `size_before` bytes: faulthandler appends each dump
+// to the file the rank keeps open, so an earlier capture's (`ddprun --stacks`) is still there
+// before it. A file that was empty holds ddprun's marker line first.
+std::string read_dump(const std::string& file, off_t size_before) {
+  constexpr std::size_t kMaxDump = 256 * 1024;
+  const auto from = static_cast<std::size_t>(size_before);
+  std::string text = read_file_head(file, from + kMaxDump);
+  if (from > 0) return text.size() > from ? text.substr(from) : std::string();
   const auto end = text.find('\n');
   return end == std::string::npos ? std::string() : text.substr(end + 1);
 }
@@ -137,7 +142,7 @@ std::vector<StackCapture> capture_stacks(SignalChannel& signals,
   const std::vector<ArmedDump> dumps = ask_python_dumps(targets, captures);
   wait_for_dumps(dumps, limits.python_dump);
   for (const ArmedDump& dump : dumps) {
-    captures[dump.target].python = read_dump(dump.file);
+    captures[dump.target].python = read_dump(dump.file, dump.size_before);
     if (captures[dump.target].python.empty()) {
       captures[dump.target].problem =
           "faulthandler wrote nothing within " + std::to_string(limits.python_dump.count()) + " ms";

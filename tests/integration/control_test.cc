@@ -112,6 +112,50 @@ TEST(Control, StatusStacksAndStopReachARunningJobFromAnotherShell) {
   EXPECT_NE(after.err.find("no running job of yours on this host"), std::string::npos) << after.err;
 }
 
+// Each --stacks shows where the ranks are now, not where an earlier request found them
+// (faulthandler appends every dump to the same file).
+TEST(Control, EveryStacksRequestShowsWhereTheRanksAreNow) {
+  if (unavailable(::access("/usr/bin/eu-stack", X_OK) != 0, "eu-stack is not installed")) return;
+  TempDir dir;
+  const std::string go = dir.path() + "/go";
+  const std::string script = dir.path() + "/moving.py";
+  std::ofstream(script) << "import os, time\n"
+                           "def first_place():\n"
+                           "    while not os.path.exists('"
+                        << go
+                        << "'):\n"
+                           "        time.sleep(0.01)\n"
+                           "def second_place():\n"
+                           "    print('moved on', flush=True)\n"
+                           "    while True:\n"
+                           "        time.sleep(0.01)\n"
+                           "print('started', flush=True)\n"
+                           "first_place()\n"
+                           "second_place()\n";
+  Launched job({"--nproc-per-node", "2", "--run-id", "handle4", "python3", script},
+               {"XDG_RUNTIME_DIR=" + dir.path()});
+  status_until("handle4", dir.path(),
+               [](const std::string& out) { return out.find("started") != std::string::npos; });
+  const Finished before = ask({"--stacks", "handle4"}, dir.path());
+  EXPECT_NE(before.out.find("ranks 0-1: in first_place (moving.py:"), std::string::npos)
+      << before.out;
+  std::ofstream(go) << "";
+  status_until("handle4", dir.path(), [](const std::string& out) {
+    std::size_t moved = 0;
+    for (std::size_t at = out.find("moved on"); at != std::string::npos;
+         at = out.find("moved on", at + 1)) {
+      ++moved;
+    }
+    return moved == 2;
+  });
+  const Finished after = ask({"--stacks", "handle4"}, dir.path());
+  EXPECT_NE(after.out.find("ranks 0-1: in second_place (moving.py:"), std::string::npos)
+      << after.out;
+  EXPECT_EQ(after.out.find("first_place"), std::string::npos) << after.out;
+  EXPECT_EQ(ask({"--stop", "handle4"}, dir.path()).exit_code, 0);
+  EXPECT_EQ(job.finish(seconds(30)).exit_code, 128 + SIGTERM);
+}
+
 TEST(Control, SighupDetachesAndAttachFollowsTheJobToItsEnd) {
   TempDir dir;
   const std::string script = stepping_script(dir.path(), 60, 0.05);
