@@ -119,8 +119,10 @@ TEST(Control, EveryStacksRequestShowsWhereTheRanksAreNow) {
   TempDir dir;
   const std::string go = dir.path() + "/go";
   const std::string script = dir.path() + "/moving.py";
+  // Each place says it is there from inside it: the line seen means the rank is in it.
   std::ofstream(script) << "import os, time\n"
                            "def first_place():\n"
+                           "    print('started', flush=True)\n"
                            "    while not os.path.exists('"
                         << go
                         << "'):\n"
@@ -129,25 +131,26 @@ TEST(Control, EveryStacksRequestShowsWhereTheRanksAreNow) {
                            "    print('moved on', flush=True)\n"
                            "    while True:\n"
                            "        time.sleep(0.01)\n"
-                           "print('started', flush=True)\n"
                            "first_place()\n"
                            "second_place()\n";
   Launched job({"--nproc-per-node", "2", "--run-id", "handle4", "python3", script},
                {"XDG_RUNTIME_DIR=" + dir.path()});
-  status_until("handle4", dir.path(),
-               [](const std::string& out) { return out.find("started") != std::string::npos; });
+  // Both ranks' last lines, as --status shows them.
+  const auto both_said = [](const std::string& line) {
+    return [line](const std::string& out) {
+      std::size_t count = 0;
+      for (auto at = out.find(line); at != std::string::npos; at = out.find(line, at + 1)) {
+        ++count;
+      }
+      return count == 2;
+    };
+  };
+  status_until("handle4", dir.path(), both_said("started"));
   const Finished before = ask({"--stacks", "handle4"}, dir.path());
   EXPECT_NE(before.out.find("ranks 0-1: in first_place (moving.py:"), std::string::npos)
       << before.out;
   std::ofstream(go) << "";
-  status_until("handle4", dir.path(), [](const std::string& out) {
-    std::size_t moved = 0;
-    for (std::size_t at = out.find("moved on"); at != std::string::npos;
-         at = out.find("moved on", at + 1)) {
-      ++moved;
-    }
-    return moved == 2;
-  });
+  status_until("handle4", dir.path(), both_said("moved on"));
   const Finished after = ask({"--stacks", "handle4"}, dir.path());
   EXPECT_NE(after.out.find("ranks 0-1: in second_place (moving.py:"), std::string::npos)
       << after.out;
