@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -23,22 +24,24 @@ namespace {
 using std::chrono::seconds;
 
 // A Python rank that writes its step to DDPRUN_PROGRESS_FILE and prints it, `steps` times,
-// each step in `inner` for `pause` seconds.
+// then sleeps `pause` seconds.
 std::string stepping_script(const std::string& dir, int steps, double pause) {
   const std::string script = dir + "/job.py";
+  // All of it inside `run`: a stack taken at any moment has `run` innermost.
   std::ofstream(script) << "import os, time\n"
-                           "progress = os.environ['DDPRUN_PROGRESS_FILE']\n"
-                           "def inner(step):\n"
-                           "    time.sleep("
-                        << pause
-                        << ")\n"
-                           "for step in range("
+                           "def run():\n"
+                           "    progress = os.environ['DDPRUN_PROGRESS_FILE']\n"
+                           "    for step in range("
                         << steps
                         << "):\n"
-                           "    with open(progress, 'w') as f:\n"
-                           "        f.write(str(step))\n"
-                           "    print('rank %s step %d' % (os.environ['RANK'], step), flush=True)\n"
-                           "    inner(step)\n";
+                           "        with open(progress, 'w') as f:\n"
+                           "            f.write(str(step))\n"
+                           "        print('rank %s step %d' % (os.environ['RANK'], step), "
+                           "flush=True)\n"
+                           "        time.sleep("
+                        << pause
+                        << ")\n"
+                           "run()\n";
   return script;
 }
 
@@ -92,9 +95,12 @@ TEST(Control, StatusStacksAndStopReachARunningJobFromAnotherShell) {
   // The latest run when none is named; nothing is stopped by looking.
   const Finished stacks = ask({"--stacks"}, dir.path());
   EXPECT_EQ(stacks.exit_code, 0) << stacks.err;
-  EXPECT_NE(stacks.out.find("ranks 0-1: in inner (job.py:4) <- <module> (job.py:"),
-            std::string::npos)
-      << stacks.out;
+  // Both ranks in `run` (on one line or two, depending on where each was).
+  for (const int rank : {0, 1}) {
+    const std::regex named("rank[s]? [0-9, -]*\\b" + std::to_string(rank) +
+                           "\\b[0-9, -]*: in run \\(job\\.py:[0-9]+\\) <- <module>");
+    EXPECT_TRUE(std::regex_search(stacks.out, named)) << "rank " << rank << ":\n" << stacks.out;
+  }
   EXPECT_NE(stacks.out.find("--- rank 1 ("), std::string::npos) << stacks.out;
   const long long before = step_of(first.out, 0);
   status_until("handle1", dir.path(),
