@@ -154,9 +154,13 @@ NodeTopology load(Configure configure, const std::string& what) {
   if (hwloc_topology_init(&raw) != 0) throw ConfigError("cannot start hwloc for " + what);
   TopologyHandle topology(raw);
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  // Linux's sysfs gives the PCI devices, their bridges and locality; the libpciaccess
-  // plugin ("pci") adds nothing placement needs, and leaks from code it unloads.
-  hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+  // Linux's sysfs gives the PCI devices, their bridges and locality, and the NICs. The
+  // plugins below add nothing placement needs: libpciaccess ("pci") leaks from code it
+  // unloads; "gl" and "opencl" probe X displays and OpenCL drivers (slow, and the dynamic
+  // TLS of the libraries they load crashes LeakSanitizer's tracer at exit).
+  for (const char* unneeded : {"pci", "gl", "opencl"}) {
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unneeded);
+  }
   if (!configure(raw)) throw ConfigError("hwloc cannot read " + what);
   if (hwloc_topology_load(raw) != 0) throw ConfigError("hwloc cannot load " + what);
   return convert(raw);
