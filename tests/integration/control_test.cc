@@ -121,7 +121,8 @@ TEST(Control, StatusStacksAndStopReachARunningJobFromAnotherShell) {
 // Each --stacks shows where the ranks are now, not where an earlier request found them
 // (faulthandler appends every dump to the same file).
 TEST(Control, EveryStacksRequestShowsWhereTheRanksAreNow) {
-  if (unavailable(::access("/usr/bin/eu-stack", X_OK) != 0, "eu-stack is not installed")) return;
+  if (unavailable(::access("/usr/bin/eu-stack", X_OK) != 0, "eu-stack is not installed"))
+    GTEST_SKIP();
   TempDir dir;
   const std::string go = dir.path() + "/go";
   const std::string script = dir.path() + "/moving.py";
@@ -231,8 +232,9 @@ int wait_exit(pid_t pid) {
 }
 
 TEST(Control, APeerOfAnotherUserIsRefusedOnEitherSide) {
-  if (unavailable(::geteuid() != 0, "not root: cannot run a side as another user")) return;
-  if (unavailable(::access("/usr/bin/setpriv", X_OK) != 0, "setpriv is not installed")) return;
+  if (unavailable(::geteuid() != 0, "not root: cannot run a side as another user")) GTEST_SKIP();
+  if (unavailable(::access("/usr/bin/setpriv", X_OK) != 0, "setpriv is not installed"))
+    GTEST_SKIP();
   TempDir dir;
   // A copy of ddprun that user nobody may run, and a runtime folder of each user's.
   ::chmod(dir.path().c_str(), 0755);

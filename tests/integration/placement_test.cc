@@ -78,9 +78,7 @@ class Placement : public ::testing::Test {
 
 TEST_F(Placement, ExclusiveGivesTwoWorkersOneCpuEachInTheirOwnMask) {
   const auto cpus = own_cpus();
-  if (cpus.size() < 2) {
-    if (unavailable(true, "this machine gives the test fewer than 2 CPUs")) GTEST_SKIP();
-  }
+  if (unavailable(cpus.size() < 2, "this machine gives the test fewer than 2 CPUs")) GTEST_SKIP();
   // Exactly two CPUs, as on the 2-CPU machines this must hold on.
   AffinityScope two({cpus[0], cpus[1]});
   const auto done = run_ddprun({"--numa-binding", "exclusive", "--nproc-per-node", "2",

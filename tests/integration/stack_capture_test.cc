@@ -42,7 +42,7 @@ std::string read_all(const std::string& path) {
 }
 
 TEST(StackCapture, ACxxRankThatOutlivesTheGraceIsNamedInItsFunctionBeforeSigkill) {
-  if (missing("eu-stack")) return;
+  if (missing("eu-stack")) GTEST_SKIP();
   TempDir logs;
   Launched job(
       with_child({"--nproc-per-node", "3", "--shutdown-timeout", "0.3", "--log-dir", logs.path()},
@@ -80,7 +80,7 @@ TEST(StackCapture, NoStacksLeavesTheTeardownAsItWas) {
 // The check: a Python rank whose SIGTERM is ignored, stopped with ddprun, is named
 // in its Python function, with no change to the script.
 TEST(StackCapture, APythonRankIgnoringSigtermIsNamedInItsPythonFunction) {
-  if (missing("python3") || missing("eu-stack")) return;
+  if (missing("python3") || missing("eu-stack")) GTEST_SKIP();
   TempDir dir;
   const std::string script = python_worker(dir.path(),
                                            "def wait_for_data():\n"
@@ -103,7 +103,7 @@ TEST(StackCapture, APythonRankIgnoringSigtermIsNamedInItsPythonFunction) {
 // A rank that is stopped (SIGSTOP) cannot run faulthandler: its native stack still comes,
 // the missing Python frames are said in the file, and nothing waits for it.
 TEST(StackCapture, AStoppedPythonRankStillGetsItsNativeStack) {
-  if (missing("python3") || missing("eu-stack")) return;
+  if (missing("python3") || missing("eu-stack")) GTEST_SKIP();
   TempDir dir;
   const std::string script = python_worker(dir.path(), "def main():\n    time.sleep(600)\n");
   Launched job({"--nproc-per-node", "1", "--shutdown-timeout", "0.3", "--log-dir", dir.path(),

@@ -15,14 +15,15 @@ inline bool running_in_ci() {
   return value != nullptr && std::string(value) == "true";
 }
 
-// When `lacking`, records the failure (CI) or prints the skip, and returns true: the
-// caller returns at once. `what` says what is missing, e.g. "eu-stack is not installed".
+// When `lacking`, records the failure (CI) or prints why, and returns true: the caller
+// then calls GTEST_SKIP(), which reports a skip, or a failure when one was recorded.
+// `what` says what is missing, e.g. "eu-stack is not installed".
 inline bool unavailable(bool lacking, const std::string& what) {
   if (!lacking) return false;
   if (running_in_ci()) {
     ADD_FAILURE() << what << ", and CI=true";
   } else {
-    std::cout << "[  SKIPPED ] " << what << "\n";
+    std::cout << what << ": skipped\n";
   }
   return true;
 }
