@@ -59,6 +59,15 @@ for b in "$dir/bin/ddp-train" "$dir/tests/worker_torch_tests"; do
 done
 [ -z "${BUILD_ONLY:-}" ] || exit 0
 
+# What ddprun sees of this machine's GPUs, and where it would place one worker per GPU.
+"$dir/bin/ddprun" --doctor >"$logs/doctor.log" 2>&1
+grep -E "GPUs|LibTorch|NCCL" "$logs/doctor.log"
+# shellcheck disable=SC2016 # the worker's shell expands them
+"$dir/bin/ddprun" --nproc-per-node gpu --numa-binding node -- sh -c \
+  'echo "rank $RANK: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES LOCAL_RANK=$LOCAL_RANK DDPRUN_DEVICES=$DDPRUN_DEVICES $(grep Cpus_allowed_list /proc/self/status)"' \
+  >"$logs/placement.log" 2>&1
+say "placement (exit $?): $(grep -E 'rank 0:|GPU|error' "$logs/placement.log" | head -n 4 | tr '\n' ' ')"
+
 failed=0
 run_tests() {
   local t t0 rc

@@ -21,11 +21,15 @@ at::Tensor rng_state(const torch::Device& device) {
   return gen.get_state();
 }
 
+// `state` is a row of the checkpoint's world x N matrix. LibTorch 2.11's CPU generator reads
+// it through data_ptr_impl<State>(), which adds the storage offset in units of the whole
+// state: a row other than the first pointed far past the matrix and rank 1 crashed on
+// every resume. A clone has storage of its own at offset 0.
 void set_rng_state(const torch::Device& device, const at::Tensor& state) {
   auto gen = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
                              : at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state.contiguous());
+  gen.set_state(state.clone());
 }
 
 // Every rank's `mine` (uint8, 1-D, same length everywhere) as rows of a world x N tensor
