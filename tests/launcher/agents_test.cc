@@ -1,4 +1,4 @@
-#include "agents.h"
+#include "nodes/agents.h"
 
 #include <gtest/gtest.h>
 
@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "agent_messages.h"
 #include "ddprun/contract/errors.h"
-#include "job_inputs.h"
-#include "shell_quote.h"
+#include "job/job_inputs.h"
+#include "plan/shell_quote.h"
+#include "run/agent_messages.h"
 
 namespace ddprun {
 namespace {

@@ -3,9 +3,9 @@
 #include <signal.h>
 #include <set>
 
+#include "cli/options.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
-#include "options.h"
 
 namespace ddprun {
 namespace {

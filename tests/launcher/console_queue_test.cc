@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "line_buffer.h"
-#include "report.h"
+#include "report/report.h"
+#include "run/line_buffer.h"
 
 namespace ddprun {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ddprun/common/nonblocking_output.h"
-#include "output_relay.h"
+#include "run/output_relay.h"
 
 namespace ddprun {
 namespace {

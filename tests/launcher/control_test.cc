@@ -1,14 +1,14 @@
 // The control requests' pure parts: where sockets live and how they are named, the status
 // table, the head/agent messages, and the command line that asks.
-#include "control.h"
+#include "report/control.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "agent_messages.h"
-#include "agents.h"
+#include "cli/options.h"
 #include "ddprun/contract/errors.h"
-#include "options.h"
+#include "nodes/agents.h"
+#include "run/agent_messages.h"
 
 namespace ddprun {
 namespace {

@@ -1,6 +1,6 @@
 // The job's clock (deadline.h): --deadline and --time-limit parsing, which source wins,
 // and the start line. Time zone fixed to UTC for the local-time forms.
-#include "deadline.h"
+#include "plan/deadline.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/contract/errors.h"
-#include "job_inputs.h"
-#include "plan.h"
-#include "plan_format.h"
-#include "rank_environment.h"
+#include "job/job_inputs.h"
+#include "plan/plan.h"
+#include "plan/plan_format.h"
+#include "plan/rank_environment.h"
 
 namespace ddprun {
 namespace {

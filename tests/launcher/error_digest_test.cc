@@ -1,4 +1,4 @@
-#include "error_digest.h"
+#include "report/error_digest.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 
 #include "ddprun/contract/error_file.h"
 #include "fake_runner.h"
-#include "labels.h"
+#include "report/labels.h"
 
 namespace ddprun {
 namespace {

@@ -14,7 +14,7 @@
 #include <system_error>
 #include <vector>
 
-#include "runner.h"
+#include "run/runner.h"
 
 namespace ddprun::testing {
 

@@ -1,4 +1,4 @@
-#include "job_inputs.h"
+#include "job/job_inputs.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/contract/errors.h"
-#include "plan_format.h"
+#include "plan/plan_format.h"
 
 namespace ddprun {
 namespace {

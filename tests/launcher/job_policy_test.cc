@@ -11,7 +11,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
-#include "job.h"
+#include "run/job.h"
 #include "temp_dir.h"
 
 namespace ddprun {

@@ -1,4 +1,4 @@
-#include "line_buffer.h"
+#include "run/line_buffer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
 // Placement on node shapes users have (topology_shapes.h), loaded through hwloc's XML
 // reader as a saved topology would be: which CPUs, NUMA node and NIC each rank gets.
 
-#include "placement.h"
+#include "plan/placement.h"
 
 #include <gtest/gtest.h>
 
 #include "ddprun/contract/errors.h"
-#include "topology.h"
+#include "plan/topology.h"
 #include "topology_shapes.h"
 
 namespace ddprun {

@@ -1,5 +1,5 @@
-#include "plan.h"
-#include "job_inputs.h"
+#include "plan/plan.h"
+#include "job/job_inputs.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <streambuf>
 
 #include "ddprun/contract/errors.h"
-#include "plan_format.h"
-#include "rank_environment.h"
-#include "shell_quote.h"
+#include "plan/plan_format.h"
+#include "plan/rank_environment.h"
+#include "plan/shell_quote.h"
 
 namespace ddprun {
 namespace {

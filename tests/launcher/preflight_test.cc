@@ -1,4 +1,4 @@
-#include "preflight.h"
+#include "job/preflight.h"
 #include "temp_dir.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The real runner with real processes: an ssh agent gets signals as messages on its stdin,
 // and one that stops reading them is killed, never waited for.
-#include "process_runner.h"
+#include "run/process_runner.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,8 +10,8 @@
 #include <chrono>
 #include <string>
 
-#include "job.h"
-#include "process.h"
+#include "run/job.h"
+#include "run/process.h"
 #include "temp_dir.h"
 
 namespace ddprun {

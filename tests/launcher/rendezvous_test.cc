@@ -1,7 +1,7 @@
 // The launchers' rendezvous (rendezvous.h): its messages from tables, and a host on
 // loopback that real joins reach through hostile clients (random bytes, another job, a
 // wrong token, a flood of connections, one that never sends), all in this process.
-#include "rendezvous.h"
+#include "nodes/rendezvous.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -14,9 +14,9 @@
 
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
-#include "ports.h"
-#include "process.h"
-#include "rendezvous_job.h"
+#include "job/rendezvous_job.h"
+#include "nodes/ports.h"
+#include "run/process.h"
 
 namespace ddprun {
 namespace {

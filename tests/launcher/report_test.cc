@@ -3,11 +3,11 @@
 #include <sys/wait.h>
 
 #include "ddprun/common/signal_name.h"
-#include "doctor.h"
 #include "fake_runner.h"
-#include "job.h"
-#include "labels.h"
-#include "report.h"
+#include "job/doctor.h"
+#include "report/labels.h"
+#include "report/report.h"
+#include "run/job.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // --check --bandwidth's ring on loopback: three "nodes" as threads, each with its own
 // listener, stream to the next all at once; and a ring whose next node never answers.
-#include "ring_link.h"
+#include "nodes/ring_link.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "ports.h"
+#include "nodes/ports.h"
 
 namespace ddprun {
 namespace {

@@ -1,7 +1,7 @@
 // A spare node takes the place of a remote node that failed a round; nothing else moves.
-#include "round_setup.h"
+#include "job/round_setup.h"
 
-#include "restart_policy.h"
+#include "run/restart_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "process.h"
+#include "run/process.h"
 
 namespace ddprun {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <map>
 
-#include "job_inputs.h"
-#include "rank_environment.h"
+#include "job/job_inputs.h"
+#include "plan/rank_environment.h"
 
 namespace ddprun {
 namespace {

@@ -1,6 +1,6 @@
 // Reading captured stacks (stacks.h): the line that says where a rank is, from
 // faulthandler's dump and from eu-stack's output, and the grouped digest. Pure: no process.
-#include "stacks.h"
+#include "report/stacks.h"
 
 #include <gtest/gtest.h>
 

@@ -19,7 +19,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
-#include "job.h"
+#include "run/job.h"
 
 namespace ddprun {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <map>
 
+#include "cli/program_command.h"
 #include "ddprun/contract/errors.h"
-#include "program_command.h"
-#include "torchrun_values.h"
+#include "plan/torchrun_values.h"
 
 namespace ddprun {
 namespace {

@@ -4,6 +4,13 @@
   contract   <- common <- schedulers <- launcher        (no LibTorch anywhere here)
   contract, common <- worker library <- ddp-train program (LibTorch from the library up)
 
+The launcher's sources live in six rooms of their own under launcher/src, each of which
+may include only the rooms before it (and schedulers, common, contract):
+
+  plan <- report <- cli <- run <- nodes <- job
+
+A source file straight in launcher/src, outside the six, is reported too.
+
 Every #include in a room's sources is resolved to the room that provides it (or to
 LibTorch, or to the system, which is ignored) and checked against ALLOWED. Tests and
 benchmarks may cross rooms and are not checked. Prints each offending include as
@@ -21,6 +28,10 @@ ROOMS = {
     "contract": ["contract"],
     "common": ["common"],
     "schedulers": ["schedulers"],
+    # The launcher's rooms, lowest first (LAUNCHER_ROOMS); "launcher" is the rest of its
+    # folder (its CMakeLists.txt), where no source may sit.
+    **{f"launcher/{r}": [f"launcher/src/{r}"] for r in ("plan", "report", "cli", "run", "nodes",
+                                                         "job")},
     "launcher": ["launcher"],
     "worker library": ["worker/lib"],
     "ddp-train": ["worker/train"],
@@ -36,10 +47,13 @@ ALLOWED = {
     "contract": {"contract"},
     "common": {"common", "contract"},
     "schedulers": {"schedulers", "common", "contract"},
-    "launcher": {"launcher", "schedulers", "common", "contract"},
+    "launcher": set(),
     "worker library": {"worker library", "common", "contract", "LibTorch"},
     "ddp-train": {"ddp-train", "worker library", "common", "contract", "LibTorch"},
 }
+LAUNCHER_ROOMS = [room for room in ROOMS if room.startswith("launcher/")]
+for index, room in enumerate(LAUNCHER_ROOMS):
+    ALLOWED[room] = set(LAUNCHER_ROOMS[:index + 1]) | {"schedulers", "common", "contract"}
 SOURCE = re.compile(r"\.(h|hh|hpp|cc|cpp)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
@@ -57,8 +71,10 @@ def files_of(root):
         for folder in folders:
             for base, _dirs, names in os.walk(os.path.join(root, folder)):
                 for name in sorted(names):
-                    if SOURCE.search(name):
-                        yield room, os.path.join(base, name)
+                    path = os.path.join(base, name)
+                    # A folder inside another room's folder belongs to that room alone.
+                    if SOURCE.search(name) and room_of(path, root) == room:
+                        yield room, path
 
 
 def provider(include, quoted, including_file, root, by_name):
@@ -88,6 +104,11 @@ def check(root):
             by_name.setdefault("/".join(parts[i:]), set()).add(room)
     problems = []
     for room, path in files_of(root):
+        if room == "launcher":
+            rel = os.path.relpath(path, root)
+            problems.append(f"{rel}: launcher source outside its rooms ("
+                            + ", ".join(r.split("/")[1] for r in LAUNCHER_ROOMS) + ")")
+            continue
         with open(path, encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, 1):
                 match = INCLUDE.match(line)

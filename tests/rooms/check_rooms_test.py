@@ -14,7 +14,13 @@ def make_tree(root, extra):
         "contract/include/ddprun/contract/errors.h": "#pragma once\n#include <string>\n",
         "common/include/ddprun/common/files.h": '#include "ddprun/contract/errors.h"\n',
         "schedulers/cluster.h": '#include "ddprun/common/files.h"\n',
-        "launcher/src/plan.h": '#include "cluster.h"\n',
+        "launcher/src/plan/plan.h": '#include "cluster.h"\n',
+        "launcher/src/run/job.cc": '#include "plan/plan.h"\n#include "cluster.h"\n',
+        "launcher/src/job/main.cc": '#include "run/job.h"\n#include "plan/plan.h"\n',
+        "launcher/src/run/job.h": "",
+        "launcher/src/report/labels.h": '#include "plan/plan.h"\n',
+        "launcher/src/cli/options.h": '#include "report/labels.h"\n',
+        "launcher/src/nodes/agents.h": '#include "cli/options.h"\n#include "run/job.h"\n',
         "worker/lib/include/ddprun/worker/ddp.h": "#include <torch/torch.h>\n",
         "worker/train/trainer.cc": '#include "ddprun/worker/ddp.h"\n',
     }
@@ -48,9 +54,19 @@ def main():
 
     expect("clean tree", {}, 0)
     expect("a reader includes the launcher", {"schedulers/slurm.cc": '#include "plan.h"\n'}, 1,
-           "schedulers/slurm.cc:1: schedulers includes launcher (plan.h)")
-    expect("the launcher reaches LibTorch", {"launcher/src/x.cc": "#include <torch/torch.h>\n"},
-           1, "launcher/src/x.cc:1: launcher includes LibTorch (torch/torch.h)")
+           "schedulers/slurm.cc:1: schedulers includes launcher/plan (plan.h)")
+    expect("the launcher reaches LibTorch",
+           {"launcher/src/nodes/x.cc": "#include <torch/torch.h>\n"}, 1,
+           "launcher/src/nodes/x.cc:1: launcher/nodes includes LibTorch (torch/torch.h)")
+    expect("a launcher room includes a later one",
+           {"launcher/src/plan/x.cc": '#include "plan/plan.h"\n#include "run/job.h"\n'}, 1,
+           "launcher/src/plan/x.cc:2: launcher/plan includes launcher/run (run/job.h)")
+    expect("the report reaches the command line",
+           {"launcher/src/report/x.cc": '#include "cli/options.h"\n',
+            "launcher/src/cli/options.h": ""}, 1,
+           "launcher/src/report/x.cc:1: launcher/report includes launcher/cli (cli/options.h)")
+    expect("a launcher source outside the rooms", {"launcher/src/x.cc": ""}, 1,
+           "launcher/src/x.cc: launcher source outside its rooms")
     expect("the contract includes a utility",
            {"contract/x.cc": '\n#include "ddprun/common/files.h"\n'}, 1,
            "contract/x.cc:2: contract includes common (ddprun/common/files.h)")
@@ -58,7 +74,7 @@ def main():
            {"worker/lib/src/ddp.cc": '#include "trainer.h"\n', "worker/train/trainer.h": ""}, 1,
            "worker/lib/src/ddp.cc:1: worker library includes ddp-train (trainer.h)")
     expect("the worker includes the launcher", {"worker/train/main.cc": '#include "plan.h"\n'}, 1,
-           "worker/train/main.cc:1: ddp-train includes launcher (plan.h)")
+           "worker/train/main.cc:1: ddp-train includes launcher/plan (plan.h)")
     for failure in failures:
         print("FAIL: " + failure)
     print(f"{checked - len(failures)} passed, {len(failures)} failed")

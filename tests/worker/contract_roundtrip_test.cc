@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "ddprun/worker/env.h"
-#include "job_inputs.h"
-#include "plan.h"
-#include "rank_environment.h"
+#include "job/job_inputs.h"
+#include "plan/plan.h"
+#include "plan/rank_environment.h"
 
 namespace ddprun {
 namespace {

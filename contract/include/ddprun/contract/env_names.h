@@ -1,6 +1,6 @@
 #pragma once
 // The environment contract between ddprun and its workers: every variable name, in one
-// place. The launcher writes them (launcher/src/rank_environment.cc), the worker library
+// place. The launcher writes them (launcher/src/plan/rank_environment.cc), the worker library
 // reads them (worker/lib/env.cc). Names follow torchrun so that scripts written for it
 // run unchanged. Documented in docs/environment.md.
 

@@ -1,0 +1,53 @@
+#pragma once
+// What one round of the job starts on this node: its plan, this node's workers, and in
+// head mode the agents that reach the other nodes (agents.h).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/options.h"
+#include "job/job_inputs.h"
+#include "run/job.h"
+
+namespace ddprun {
+
+// The children that run `plan`'s ranks on this node, each with `program_path` as its
+// executable and `env` with its rank's contract variables laid over it. With a
+// `python_hook_dir` (python_stack_hook.h), Python workers can show their frames: it goes
+// first on PYTHONPATH, with DDPRUN_PYTHON_STACK_FILE.
+std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
+                                       const Environment& env,
+                                       const std::string& python_hook_dir = {});
+
+// What changes from one round to the next. The job's inputs are resolved once, at the
+// start, and never rewritten; each round plans from them with this laid over them.
+struct RoundState {
+  int restart_count = 0;
+  int master_port = 0;                 // the workers'
+  bool fixed_port = true;              // false: picked free here, so a restart may pick anew
+  std::vector<NodeSlots> nodes;        // the cluster's, with spares in failed nodes' places
+  std::vector<NodeSlots> spare_nodes;  // the spares still unused
+};
+
+// Round 0's state: the inputs' own.
+RoundState first_round_state(const PlanInputs& inputs);
+// `inputs` with `state` laid over them: what a round plans from.
+PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state);
+
+// Prepares round `round`: moves `state` on (a spare for a failed node, the restart count
+// (the head's, on an agent), a fresh master port when the port was picked here), then
+// makes the plan, its attempt folder, the children, and the summary to print. `self` is
+// this ddprun's executable (for agents). Throws what planning and folder creation throw.
+RoundSetup prepare_round(const Options& options, const PlanInputs& inputs, RoundState& state,
+                         const Environment& env, int round, const RoundResult* previous,
+                         const std::string& program_path, const std::string& self);
+
+// After a round that `previous` says a remote node's agent failed first: that node's place
+// goes to the first spare with as many slots (same node rank, same ranks: the world size
+// stays), which leaves the spares. `this_node` is never replaced. Returns the line that
+// says so, or empty when no spare fits or the failure is not a remote node's.
+std::string replace_failed_node(RoundState& state, std::optional<int> this_node,
+                                const RoundResult& previous);
+
+}  // namespace ddprun

@@ -1,0 +1,78 @@
+#include "run/agent_messages.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/contract/errors.h"
+
+namespace ddprun {
+
+bool valid_variable_name(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front())) != 0) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  });
+}
+
+std::string agent_hello(const Environment& forwarded) {
+  nlohmann::json hello = {{"env", nlohmann::json::object()}};
+  for (const auto& [name, value] : forwarded) hello["env"][name] = value;
+  // Replacing invalid UTF-8 keeps the message one valid line whatever the values hold.
+  return hello.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string agent_signal_message(int signal_number) {
+  return "{\"signal\":" + std::to_string(signal_number) + "}\n";
+}
+
+AgentMessage parse_agent_message(std::string_view line) {
+  const auto doc = nlohmann::json::parse(line, nullptr, false);
+  const auto bad = [&] {
+    return UsageError(
+        "unexpected message from the head ddprun: '" + std::string(line.substr(0, 80)) + "'",
+        "agents are started by a head ddprun, not by hand");
+  };
+  if (doc.is_discarded() || !doc.is_object()) throw bad();
+  AgentMessage message;
+  if (doc.contains("signal")) {
+    const auto& value = doc["signal"];
+    if (!value.is_number_integer() || value.get<int>() < 1 || value.get<int>() > 64) throw bad();
+    message.signal_number = value.get<int>();
+    return message;
+  }
+  if (doc.contains("control")) {
+    const auto& verb = doc["control"];
+    const auto& id = doc.contains("id") ? doc["id"] : nlohmann::json();
+    if (!verb.is_string() || !id.is_number_integer()) throw bad();
+    message.control = parse_control_verb(verb.get<std::string>());
+    if (!message.control) throw bad();
+    message.control_id = id.get<int>();
+    return message;
+  }
+  if (!doc.contains("env") || !doc["env"].is_object()) throw bad();
+  for (const auto& [name, value] : doc["env"].items()) {
+    if (!valid_variable_name(name) || !value.is_string()) throw bad();
+    message.env[name] = value.get<std::string>();
+  }
+  return message;
+}
+
+void read_agent_hello(int fd, Environment& env) {
+  std::string line;
+  char c = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, &c, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw UsageError("the head ddprun closed the connection before starting");
+    if (c == '\n') break;
+    line += c;
+    if (line.size() > (1 << 24)) throw UsageError("the head's first message is too long");
+  }
+  for (auto& [name, value] : parse_agent_message(line).env) env[name] = std::move(value);
+}
+
+}  // namespace ddprun

@@ -1,0 +1,39 @@
+#pragma once
+// What a head ddprun and its agents say to each other on an agent's stdin (docs/multinode.md):
+// a hello with the environment, then signals and control requests (control.h), one JSON
+// line each. Pure, but for read_agent_hello.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ddprun/contract/environment.h"
+#include "report/control.h"
+
+namespace ddprun {
+
+// A shell variable's name: letters, digits and '_', not starting with a digit.
+bool valid_variable_name(std::string_view name);
+
+// What the head tells an agent on its standard input before anything else (one JSON
+// line): the environment to add. Signals follow as {"signal": N} lines.
+std::string agent_hello(const Environment& forwarded);
+std::string agent_signal_message(int signal_number);
+
+// One message from the head: an environment (hello), a signal to forward, or a control
+// request to answer (control.h: agent_control_message).
+struct AgentMessage {
+  Environment env;
+  int signal_number = 0;
+  std::optional<ControlVerb> control;
+  int control_id = 0;
+};
+// Parses one line from the head. Throws UsageError for anything else.
+AgentMessage parse_agent_message(std::string_view line);
+
+// An agent's first message from the head on `fd`: the environment its workers need, laid
+// over `env`. Read byte by byte so nothing after the first line is taken from later
+// reads. Throws UsageError when the head closed the connection or sent no hello.
+void read_agent_hello(int fd, Environment& env);
+
+}  // namespace ddprun

@@ -1,0 +1,199 @@
+#include "run/child_set.h"
+
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+namespace ddprun {
+
+ChildSet::~ChildSet() {
+  for (Child& child : children_) {
+    if (child.exited) continue;
+    signal_group(child.pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (guardian_ != nullptr) guardian_->forget(child.pid);
+  }
+}
+
+std::size_t ChildSet::start(SpawnSpec spec, const std::string& input, bool keep_stdin) {
+  Pipe out = make_pipe();
+  Pipe err = make_pipe();
+  Pipe in = input.empty() ? Pipe{} : make_pipe(/*nonblocking_read=*/false);
+  spec.stdout_fd = out.write_end.get();
+  spec.stderr_fd = err.write_end.get();
+  spec.stdin_fd = in.read_end.valid() ? in.read_end.get() : -1;
+  Child& child = children_.emplace_back();
+  child.started_at = SteadyClock::now();
+  try {
+    child.pid = spawn_process(spec, signals_.original_mask());
+  } catch (...) {
+    children_.pop_back();
+    throw;
+  }
+  if (guardian_ != nullptr) guardian_->watch(child.pid);
+  // Our copies of the write ends close when `out` and `err` go: EOF then means the
+  // child's side is done.
+  child.out = std::move(out.read_end);
+  child.err = std::move(err.read_end);
+  if (!input.empty()) {
+    // A first message fits in the pipe; a reader that died already is noticed later.
+    write_all(in.write_end.get(), input);
+    if (keep_stdin) child.stdin_pipe = std::move(in.write_end);
+  }
+  return children_.size() - 1;
+}
+
+std::size_t ChildSet::running_count() const {
+  return static_cast<std::size_t>(
+      std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.exited; }));
+}
+
+bool ChildSet::output_open() const {
+  return std::any_of(children_.begin(), children_.end(),
+                     [](const Child& c) { return c.out.valid() || c.err.valid(); });
+}
+
+void ChildSet::close_output(const ChildEvents& events) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    for (const bool is_stderr : {false, true}) {
+      UniqueFd& fd = is_stderr ? children_[i].err : children_[i].out;
+      if (!fd.valid()) continue;
+      fd.reset();
+      if (events.output) events.output(i, is_stderr, {});
+    }
+  }
+}
+
+void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int extra_fd,
+                         const ChildEvents& events) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<std::size_t, bool>> owners;  // (child, is_stderr) of fds[2..]
+  fds.push_back({signals_.fd(), POLLIN, 0});
+  fds.push_back({extra_fd, POLLIN, 0});  // a negative fd is ignored by poll
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    for (const bool is_stderr : {false, true}) {
+      const UniqueFd& fd = is_stderr ? children_[i].err : children_[i].out;
+      if (!fd.valid()) continue;
+      fds.push_back({fd.get(), POLLIN, 0});
+      owners.emplace_back(i, is_stderr);
+    }
+  }
+  const std::size_t first_output = fds.size();  // then the descriptors to write to
+  std::vector<int> outputs;
+  if (events.write_interest) events.write_interest(outputs);
+  for (const int fd : outputs) fds.push_back({fd, POLLOUT, 0});
+  const std::size_t first_input = fds.size();  // then the more descriptors to read
+  std::vector<int> inputs;
+  if (events.read_interest) events.read_interest(inputs);
+  for (const int fd : inputs) fds.push_back({fd, POLLIN, 0});
+  int timeout_ms = -1;
+  if (deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - SteadyClock::now());
+    timeout_ms = static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30));
+  }
+  const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (ready < 0) {
+    if (errno == EINTR) return;
+    throw std::system_error(errno, std::generic_category(), "poll");
+  }
+  // Output first, then exits: a child's last lines are relayed before its exit is known.
+  for (std::size_t k = 2; k < first_output; ++k) {
+    if (fds[k].revents != 0) pump(owners[k - 2].first, owners[k - 2].second, events);
+  }
+  for (std::size_t k = first_output; k < first_input; ++k) {
+    if (fds[k].revents != 0 && events.writable) events.writable(fds[k].fd);
+  }
+  if (fds[0].revents != 0) {
+    while (const int sig = signals_.read_signal()) {
+      if (sig == SIGCHLD) {
+        reap(events);
+      } else if (events.signal) {
+        events.signal(sig);
+      }
+    }
+  }
+  if (fds[1].revents != 0 && events.extra_ready) events.extra_ready();
+  for (std::size_t k = first_input; k < fds.size(); ++k) {
+    if (fds[k].revents != 0 && events.readable) events.readable(fds[k].fd);
+  }
+}
+
+void ChildSet::reap(const ChildEvents& events) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    Child& child = children_[i];
+    if (child.exited) continue;
+    int status = 0;
+    rusage usage{};
+    pid_t pid = 0;
+    do {
+      pid = ::wait4(child.pid, &status, WNOHANG, &usage);
+    } while (pid < 0 && errno == EINTR);
+    if (pid != child.pid) continue;
+    child.exited = true;
+    child.stdin_pipe.reset();
+    // Whatever the child left behind in its group goes with it.
+    signal_group(child.pid, SIGKILL);
+    if (guardian_ != nullptr) guardian_->forget(child.pid);
+    const ChildExit exit{
+        status, usage.ru_maxrss,
+        std::chrono::duration<double>(SteadyClock::now() - child.started_at).count()};
+    if (events.exited) events.exited(i, exit);
+  }
+}
+
+void ChildSet::pump(std::size_t child, bool is_stderr, const ChildEvents& events) {
+  UniqueFd& fd = is_stderr ? children_[child].err : children_[child].out;
+  const ssize_t got = ::read(fd.get(), buffer_.data(), buffer_.size());
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got <= 0) {
+    fd.reset();
+    if (events.output) events.output(child, is_stderr, {});
+    return;
+  }
+  if (events.output) {
+    events.output(child, is_stderr, {buffer_.data(), static_cast<std::size_t>(got)});
+  }
+}
+
+std::vector<CapturedRun> run_all_captured(SignalChannel& signals, std::vector<SpawnSpec> specs,
+                                          const std::vector<std::string>& inputs, int timeout_ms,
+                                          const std::function<bool(int)>& on_signal) {
+  std::vector<CapturedRun> results(specs.size());
+  ChildSet children(signals);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    children.start(std::move(specs[i]), i < inputs.size() ? inputs[i] : std::string());
+  }
+  ChildEvents events;
+  events.output = [&](std::size_t child, bool is_stderr, std::string_view data) {
+    (is_stderr ? results[child].err : results[child].out).append(data);
+  };
+  events.exited = [&](std::size_t child, const ChildExit& exit) {
+    results[child].wait_status = exit.wait_status;
+  };
+  bool give_up = false;
+  if (on_signal) events.signal = [&](int sig) { give_up = on_signal(sig) || give_up; };
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  bool killed = false;
+  while (children.running_count() > 0 || children.output_open()) {
+    if (!killed && (give_up || SteadyClock::now() >= deadline)) {
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        if (!children.running(i)) continue;
+        results[i].timed_out = true;
+        signal_group(children.pid(i), SIGKILL);
+      }
+      children.close_output({});
+      killed = true;
+    }
+    children.wait_once(killed ? std::nullopt : std::optional(deadline), -1, events);
+  }
+  return results;
+}
+
+}  // namespace ddprun

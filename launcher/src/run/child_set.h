@@ -1,0 +1,121 @@
+#pragma once
+// The launcher's one event loop: a set of children, each in its own process group with
+// its stdout and stderr on pipes, and one blocking poll() over the signalfd, those pipes,
+// one extra descriptor, the descriptors that have output waiting (the console) and a
+// deadline. Child exits are reaped on SIGCHLD. Nothing polls on a timer, and nothing in
+// the loop waits for a reader. Used by the job's process runner, --check and --doctor.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "run/process.h"
+
+namespace ddprun {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// How a child ended.
+struct ChildExit {
+  int wait_status = 0;  // as from waitpid
+  long max_rss_kb = 0;
+  double run_seconds = 0;
+};
+
+// What the loop reports; each handler may be empty.
+struct ChildEvents {
+  // Bytes from a child's stdout or stderr; an empty `data` is the end of that stream.
+  std::function<void(std::size_t child, bool is_stderr, std::string_view data)> output;
+  std::function<void(std::size_t child, const ChildExit& exit)> exited;
+  // A signal other than SIGCHLD, as read from the signalfd.
+  std::function<void(int signal_number)> signal;
+  // The extra descriptor given to wait_once is readable (or closed).
+  std::function<void()> extra_ready;
+  // Appends descriptors with output waiting, asked before each poll; `writable` is told
+  // when one has room for more (or has failed).
+  std::function<void(std::vector<int>& fds)> write_interest;
+  std::function<void(int fd)> writable;
+  // Appends more descriptors to watch for input (the control socket and its peers), asked
+  // before each poll; `readable` is told when one is readable (or closed).
+  std::function<void(std::vector<int>& fds)> read_interest;
+  std::function<void(int fd)> readable;
+};
+
+class ChildSet {
+ public:
+  // `guardian`, when given, is told of every child's group so that a killed ddprun
+  // leaves none behind. Both must outlive the set.
+  explicit ChildSet(SignalChannel& signals, Guardian* guardian = nullptr)
+      : signals_(signals), guardian_(guardian) {}
+  // SIGKILLs the group of every child still running and reaps it: nothing is left behind.
+  ~ChildSet();
+  ChildSet(const ChildSet&) = delete;
+  ChildSet& operator=(const ChildSet&) = delete;
+
+  // Starts `spec` (its stdin and output descriptors are set here) and returns its index.
+  // With `input`, its stdin is a pipe that starts with `input` and, with `keep_stdin`,
+  // stays open for later messages (stdin_fd); otherwise stdin is /dev/null.
+  std::size_t start(SpawnSpec spec, const std::string& input = {}, bool keep_stdin = false);
+
+  pid_t pid(std::size_t child) const { return children_.at(child).pid; }
+  bool running(std::size_t child) const { return !children_.at(child).exited; }
+  std::size_t running_count() const;
+  bool output_open() const;  // some child's stdout or stderr is still open
+  // The write end of the child's stdin pipe, or -1.
+  int stdin_fd(std::size_t child) const { return children_.at(child).stdin_pipe.get(); }
+
+  // Stops reading every open pipe, reporting the end of each stream (bounded drains).
+  void close_output(const ChildEvents& events);
+
+  // Blocks until something happens or `deadline` passes, then dispatches what did. A
+  // negative `extra_fd` is not watched. Throws std::system_error if poll fails.
+  void wait_once(std::optional<SteadyClock::time_point> deadline, int extra_fd,
+                 const ChildEvents& events);
+
+  // Reaps the children that have ended, as a SIGCHLD would: for when another loop read
+  // the signalfd meanwhile (run_all_captured).
+  void reap_now(const ChildEvents& events) { reap(events); }
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    bool exited = false;
+    SteadyClock::time_point started_at;
+    UniqueFd out;
+    UniqueFd err;
+    UniqueFd stdin_pipe;
+  };
+  void reap(const ChildEvents& events);
+  void pump(std::size_t child, bool is_stderr, const ChildEvents& events);
+
+  SignalChannel& signals_;
+  Guardian* guardian_;
+  std::vector<Child> children_;
+  std::vector<char> buffer_ = std::vector<char>(64 * 1024);
+};
+
+// What a command printed and how it ended (run_all_captured).
+struct CapturedRun {
+  std::string out;
+  std::string err;
+  int wait_status = 0;
+  bool timed_out = false;
+};
+
+// Runs every spec at once (stdin from a pipe holding `inputs[i]` when given, else
+// /dev/null), collects their output, and returns when all have ended; a command still
+// running after `timeout_ms` is killed with its group and marked timed_out. Signals
+// that arrive meanwhile go to `on_signal`, when given; when it returns true, the commands
+// still running are killed at once (marked timed_out). SIGCHLD is read here too: a caller
+// with children of its own reaps them afterwards (ChildSet::reap_now).
+std::vector<CapturedRun> run_all_captured(SignalChannel& signals, std::vector<SpawnSpec> specs,
+                                          const std::vector<std::string>& inputs, int timeout_ms,
+                                          const std::function<bool(int)>& on_signal = {});
+
+}  // namespace ddprun

@@ -1,0 +1,539 @@
+#include "run/job.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "ddprun/common/files.h"
+#include "ddprun/common/signal_name.h"
+#include "ddprun/contract/errors.h"
+#include "report/error_digest.h"
+#include "report/report.h"
+#include "report/stacks.h"
+
+namespace ddprun {
+namespace {
+
+bool exited_with(int status, int code) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+// "15 s", "0.5 s".
+std::string format_seconds(std::chrono::milliseconds span) {
+  const long long ms = span.count();
+  std::string text = std::to_string(ms / 1000);
+  if (ms % 1000 != 0) {
+    std::string fraction = std::to_string(1000 + ms % 1000).substr(1);
+    while (fraction.back() == '0') fraction.pop_back();
+    text += "." + fraction;
+  }
+  return text + " s";
+}
+
+bool is_notice_signal(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+// The supervision of one round. Its state is two things: the phase, which only moves
+// forward, and whether a preemption notice went out (the workers then stop on their own
+// at an agreed step). Every transition is in `handle` and the deadline checks of
+// `wait_for_all`; none does I/O (the Runner does), so every sequence of events can be
+// explored with a fake runner (tests/launcher/supervision_sequences_test.cc).
+//
+//   kRunning  --worker fails-------------> kFailing   (SIGTERM to the rest; restartable)
+//   kRunning  --exit timeout-------------> kTimedOut  (SIGTERM to the rest; restartable)
+//   kRunning  --no progress (stall)------> kStalled   (stacks, SIGTERM to all; restartable)
+//   any       --stop signal, head lost---> kStopping  (the signal to the rest; never
+//                                                      restarted: 128+N, or 75 if drained)
+//   kFailing/kTimedOut/kStalled/kStopping --grace-> stacks, SIGKILL to the rest (to agents
+//                                                    only after agent_stack_allowance)
+//   kStopping --a second SIGINT----------> SIGKILL at once
+//   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
+//                                          or killed by the notice, is drained, not failed)
+class Round {
+ public:
+  enum class Phase { kRunning, kFailing, kTimedOut, kStalled, kStopping };
+
+  Round(Runner& runner, const RoundPolicy& policy) : runner_(runner), policy_(policy) {}
+
+  RoundResult run(const std::vector<ChildSpec>& children) {
+    ranks_.reserve(children.size());
+    try {
+      for (const ChildSpec& spec : children) {
+        RankResult& rank = ranks_.emplace_back();
+        rank.agent = spec.agent;
+        rank.node_rank = spec.node_rank;
+        rank.rank = spec.rank;
+        rank.local_rank = spec.local_rank;
+        rank.host = spec.host;
+        rank.error_file = spec.error_file;
+        rank.progress_file = spec.progress_file;
+        rank.pid = runner_.start(spec);
+        rank.started = true;
+      }
+    } catch (...) {
+      kill_live();
+      wait_for_all();
+      runner_.end_round();
+      throw;
+    }
+    wait_for_all();
+    RoundResult result = finish();
+    runner_.end_round();
+    return result;
+  }
+
+ private:
+  std::size_t live() const {
+    return static_cast<std::size_t>(std::count_if(ranks_.begin(), ranks_.end(),
+                                                  [](auto& r) { return r.started && !r.exited; }));
+  }
+
+  void signal_live(int sig) {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].exited) runner_.signal(i, sig);
+    }
+  }
+
+  void kill_live() {
+    signal_live(SIGKILL);
+    kill_deadline_.reset();
+    agent_kill_deadline_.reset();
+    killed_ = true;
+  }
+
+  std::size_t live_agents() const {
+    return static_cast<std::size_t>(std::count_if(
+        ranks_.begin(), ranks_.end(), [](auto& r) { return r.agent && r.started && !r.exited; }));
+  }
+
+  void kill_live_workers() {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].exited && !ranks_[i].agent) runner_.signal(i, SIGKILL);
+    }
+  }
+
+  // Takes the stacks of the live workers (agents take their own node's), once a round.
+  void capture_live_stacks(const std::string& when) {
+    if (!policy_.capture_stacks || !stacks_when_.empty()) return;
+    std::vector<std::size_t> workers;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].exited && !ranks_[i].agent) workers.push_back(i);
+    }
+    if (workers.empty()) return;
+    std::vector<StackCapture> captures = runner_.capture_stacks(workers);
+    for (std::size_t k = 0; k < workers.size() && k < captures.size(); ++k) {
+      ranks_[workers[k]].stacks = std::move(captures[k]);
+    }
+    read_traces();
+    stacks_when_ = when;
+  }
+
+  // Every worker's collective trace as it stands, the exited ones' too: they say which
+  // collective they left in (a rank that timed out names the one that never entered it).
+  void read_traces() {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].started && !ranks_[i].agent) ranks_[i].trace = runner_.trace(i);
+    }
+  }
+
+  // Sends `sig` to every live child; SIGKILL follows when the grace from the first stop ends.
+  void stop_live(int sig) {
+    if (killed_) return;  // nothing left to ask: SIGKILL went out
+    signal_live(sig);
+    if (!kill_deadline_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
+  }
+
+  // A child that the notice ended: it exited 75 (a worker, or an agent whose node drained),
+  // or the notice's default action killed it (a worker here, or one behind an agent, which
+  // reports 128 + the signal).
+  bool drained_by_notice(const RankResult& child) const {
+    const int status = child.wait_status;
+    if (exited_with(status, kExitPreempted)) return true;
+    if (notice_signals_.empty()) return false;
+    const auto noticed = [&](int sig) {
+      return std::find(notice_signals_.begin(), notice_signals_.end(), sig) !=
+             notice_signals_.end();
+    };
+    if (WIFSIGNALED(status)) return noticed(WTERMSIG(status));
+    return child.agent && WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+           noticed(WEXITSTATUS(status) - 128);
+  }
+
+  void wait_for_all() {
+    for (;;) {
+      const bool none_live = live() == 0;
+      if (none_live && !drain_deadline_) drain_deadline_ = runner_.now() + policy_.drain_after_exit;
+      if (none_live && !runner_.output_open()) return;
+      const auto now = runner_.now();
+      if (kill_deadline_ && now >= *kill_deadline_) {
+        capture_live_stacks("before SIGKILL, after the " + format_seconds(policy_.shutdown_grace) +
+                            " grace");
+        if (policy_.capture_stacks && live_agents() > 0) {
+          kill_live_workers();
+          kill_deadline_.reset();
+          agent_kill_deadline_ = now + policy_.agent_stack_allowance;
+        } else {
+          kill_live();
+        }
+        continue;
+      }
+      if (agent_kill_deadline_ && now >= *agent_kill_deadline_) {
+        kill_live();
+        continue;
+      }
+      if (policy_.drain_at && !drain_sent_ && now >= *policy_.drain_at) {
+        drain_sent_ = true;
+        if (!none_live && phase_ == Phase::kRunning) send_notice(policy_.drain_signal);
+        continue;
+      }
+      if (exit_deadline_ && now >= *exit_deadline_) {
+        exit_deadline_.reset();
+        if (!none_live && phase_ == Phase::kRunning) {
+          phase_ = Phase::kTimedOut;
+          for (std::size_t i = 0; i < ranks_.size(); ++i) {
+            if (ranks_[i].started && !ranks_[i].exited) still_running_.push_back(i);
+          }
+          stop_live(SIGTERM);
+        }
+        continue;
+      }
+      if (drain_deadline_ && now >= *drain_deadline_) {
+        runner_.close_output();
+        continue;
+      }
+      const bool watch_stalls = policy_.stall_timeout && phase_ == Phase::kRunning && !none_live;
+      if (watch_stalls && !next_stall_check_) {
+        last_advance_ = now;
+        next_stall_check_ = now + policy_.stall_check_every;
+      }
+      if (watch_stalls && now >= *next_stall_check_) {
+        check_stall(now);
+        next_stall_check_ = now + policy_.stall_check_every;
+        continue;
+      }
+      std::optional<RunnerClock::time_point> deadline = kill_deadline_;
+      if (agent_kill_deadline_ && (!deadline || *agent_kill_deadline_ < *deadline)) {
+        deadline = agent_kill_deadline_;
+      }
+      if (watch_stalls)
+        deadline = std::min(deadline.value_or(*next_stall_check_), *next_stall_check_);
+      const auto drain_at = drain_sent_ ? std::nullopt : policy_.drain_at;
+      for (const auto& other : {drain_deadline_, exit_deadline_, drain_at}) {
+        if (other && (!deadline || *other < *deadline)) deadline = other;
+      }
+      handle(runner_.wait(deadline));
+    }
+  }
+
+  // Reads every live worker's progress; when none advanced for the stall timeout (and one
+  // wrote some), takes everyone's stacks and stops the round.
+  void check_stall(RunnerClock::time_point now) {
+    steps_.resize(ranks_.size());
+    bool written = false;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].agent || !ranks_[i].started || ranks_[i].exited) continue;
+      const auto step = runner_.progress(i);
+      if (step && (!steps_[i] || *step > *steps_[i])) last_advance_ = now;
+      if (step) steps_[i] = step;
+      written = written || steps_[i].has_value();
+    }
+    if (!written || now - last_advance_ < *policy_.stall_timeout) return;
+    phase_ = Phase::kStalled;
+    long long lowest = LLONG_MAX;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].agent || !ranks_[i].started || ranks_[i].exited) continue;
+      const long long step = steps_[i].value_or(-1);
+      if (step < lowest) {
+        lowest = step;
+        behind_.clear();
+      }
+      if (step == lowest) behind_.push_back(i);
+      ahead_step_ = std::max(ahead_step_, step);
+    }
+    behind_step_ = lowest;
+    capture_live_stacks("when the stall was found: no progress for " +
+                        format_seconds(*policy_.stall_timeout));
+    stop_live(SIGTERM);
+  }
+
+  // Forwards a notice. Only one that went out while the round ran drains it: after a stop
+  // decision the stop decides, and a worker the notice kills then is just stopped.
+  void send_notice(int sig) {
+    signal_live(sig);
+    if (phase_ == Phase::kRunning &&
+        std::find(notice_signals_.begin(), notice_signals_.end(), sig) == notice_signals_.end()) {
+      notice_signals_.push_back(sig);
+    }
+  }
+
+  void handle(const RunnerEvent& event) {
+    switch (event.kind) {
+      case RunnerEvent::Kind::kExited:
+        on_exit(event);
+        break;
+      case RunnerEvent::Kind::kSignal:
+        on_signal(event.signal_number);
+        break;
+      case RunnerEvent::Kind::kHeadLost:
+        // This node's workers must not outlive the head.
+        lost_head_ = true;
+        on_stop(SIGHUP, SIGTERM);
+        break;
+      case RunnerEvent::Kind::kDeadline:
+        break;
+    }
+  }
+
+  // A stop decision: `cause` is what ddprun reports (128 + it), `forward` what the live
+  // children get. It wins over a failure seen before it: a job told to stop never restarts.
+  void on_stop(int cause, int forward) {
+    if (phase_ == Phase::kStopping && cause == SIGINT) {
+      kill_live();  // a second Ctrl-C: no more grace
+      return;
+    }
+    if (stop_signal_ == 0) stop_signal_ = cause;
+    phase_ = Phase::kStopping;
+    // Every stop signal reaches every live worker, after a notice too: a worker that is
+    // writing its checkpoint decides itself what a stop means then (ddp-train finishes it).
+    stop_live(forward);
+  }
+
+  void on_signal(int sig) {
+    if (is_stop_signal(sig, policy_.extra_stop_signals)) {
+      on_stop(sig, sig);
+    } else {
+      send_notice(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+    }
+  }
+
+  void on_exit(const RunnerEvent& event) {
+    RankResult& rank = ranks_.at(event.child);
+    rank.exited = true;
+    rank.wait_status = event.wait_status;
+    rank.max_rss_kb = event.max_rss_kb;
+    rank.run_seconds = event.run_seconds;
+    // A drained worker is done, not failed: its peers agreed to stop at the same step
+    // and are saving the same checkpoint, so they must not be interrupted.
+    const bool drained = drained_by_notice(rank);
+    any_drained_ = any_drained_ || drained;
+    const bool failed = !exited_with(event.wait_status, 0) && !drained;
+    if (policy_.exit_timeout && !first_exit_) {
+      first_exit_ = event.child;
+      exit_deadline_ = runner_.now() + *policy_.exit_timeout;
+    }
+    // Children that ddprun stopped itself are no root cause.
+    if (failed && phase_ == Phase::kRunning && !killed_) {
+      phase_ = Phase::kFailing;
+      first_failure_ = event.child;
+      stop_live(SIGTERM);
+    }
+  }
+
+  RoundResult finish() {
+    // A failed round whose stacks (and traces with them) were not taken.
+    if ((first_failure_ || phase_ == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
+    RoundResult result;
+    const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
+      return r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r));
+    });
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      ranks_[i].stderr_tail = runner_.stderr_tail(i);
+      result.ranks.push_back(std::move(ranks_[i]));
+    }
+    result.first_failure = first_failure_;
+    if (any_drained_ && all_ended_cleanly && !first_failure_) {
+      result.outcome = Outcome::kPreempted;
+      result.stop_signal = stop_signal_;
+    } else if (stop_signal_ != 0) {
+      result.outcome = Outcome::kStopped;
+      result.stop_signal = stop_signal_;
+    } else if (first_failure_) {
+      result.outcome = Outcome::kWorkerFailed;
+    } else if (phase_ == Phase::kTimedOut) {
+      result.outcome = Outcome::kTimedOut;
+      result.first_exit = first_exit_;
+      result.still_running = still_running_;
+    } else if (phase_ == Phase::kStalled) {
+      result.outcome = Outcome::kStalled;
+      result.behind = behind_;
+      result.behind_step = behind_step_;
+      result.ahead_step = ahead_step_;
+    }
+    result.lost_head = lost_head_;
+    result.drained = drain_sent_;
+    result.stacks_when = stacks_when_;
+    return result;
+  }
+
+  Runner& runner_;
+  const RoundPolicy& policy_;
+  std::vector<RankResult> ranks_;
+  Phase phase_ = Phase::kRunning;
+  bool killed_ = false;      // SIGKILL went out to every live child
+  bool lost_head_ = false;   // agent: the head's connection closed
+  bool drain_sent_ = false;  // the walltime notice went out (policy.drain_at)
+  bool any_drained_ = false;
+  std::vector<int> notice_signals_;  // notices that went out this round
+  int stop_signal_ = 0;
+  std::optional<std::size_t> first_failure_;
+  std::optional<std::size_t> first_exit_;
+  std::vector<std::size_t> still_running_;
+  std::string stacks_when_;  // set when the stacks were taken
+  // --stall-timeout: each worker's last progress, when any advanced last, the next check.
+  std::vector<std::optional<long long>> steps_;
+  RunnerClock::time_point last_advance_{};
+  std::optional<RunnerClock::time_point> next_stall_check_;
+  std::vector<std::size_t> behind_;
+  long long behind_step_ = -1;
+  long long ahead_step_ = -1;
+  std::optional<RunnerClock::time_point> exit_deadline_;
+  std::optional<RunnerClock::time_point> kill_deadline_;
+  // After the grace with stacks: when the agents, left to send theirs, get SIGKILL.
+  std::optional<RunnerClock::time_point> agent_kill_deadline_;
+  std::optional<RunnerClock::time_point> drain_deadline_;
+};
+
+}  // namespace
+
+bool is_stop_signal(int sig, const std::vector<int>& extra) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
+  return std::find(extra.begin(), extra.end(), sig) != extra.end() && !is_notice_signal(sig);
+}
+
+RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
+                      const RoundPolicy& policy) {
+  return Round(runner, policy).run(children);
+}
+
+int exit_code_for(const RoundResult& result) {
+  switch (result.outcome) {
+    case Outcome::kSucceeded:
+      return kExitOk;
+    case Outcome::kStopped:
+      return 128 + result.stop_signal;
+    case Outcome::kPreempted:
+      return kExitPreempted;
+    case Outcome::kTimedOut:
+    case Outcome::kStalled:
+      return kExitTimedOut;
+    case Outcome::kWorkerFailed: {
+      const int status = result.ranks.at(*result.first_failure).wait_status;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return 1;
+    }
+  }
+  return 1;
+}
+
+namespace {
+
+// The furthest step this node's workers reported in their progress files this round.
+std::optional<long long> reported_step(const RoundResult& result) {
+  std::optional<long long> best;
+  for (const RankResult& rank : result.ranks) {
+    if (rank.agent || rank.progress_file.empty()) continue;
+    const auto step = parse_progress(read_file_head(rank.progress_file, 64));
+    if (step && (!best || *step > *best)) best = step;
+  }
+  return best;
+}
+
+// The report of the round's first failure and the digest of every rank's errors.
+std::string failure_lines(const RoundResult& result, bool colour) {
+  std::vector<std::string> error_files;
+  for (const RankResult& rank : result.ranks) {
+    error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
+  }
+  const RankResult& failed = result.ranks.at(*result.first_failure);
+  return format_failure_report(failed, error_files.at(*result.first_failure), colour) +
+         format_error_digest(result, error_files);
+}
+
+}  // namespace
+
+int run_job(Runner& runner, const JobSettings& settings,
+            const std::function<RoundSetup(int round, const RoundResult* previous)>& make_round,
+            std::ostream& messages) {
+  std::string previous_failure;  // how the last restarted round failed
+  std::optional<long long> best_step;
+  std::optional<RoundResult> previous;
+  for (int round = 0;; ++round) {
+    const RoundSetup setup = make_round(round, previous ? &*previous : nullptr);
+    if (settings.summaries || !setup.notice.empty()) messages << setup.notice;
+    if (settings.summaries) messages << setup.summary;
+    const RoundResult& result = previous.emplace(run_round(runner, setup.children, settings.round));
+    if (settings.tables) messages << format_rank_table(result);
+    messages << format_stack_digest(
+        result, result.stacks_when,
+        setup.log_dir.empty() ? "" : setup.log_dir + "/rank_<N>.stacks");
+    if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut ||
+        result.outcome == Outcome::kStalled) {
+      const RankResult* failed =
+          result.first_failure ? &result.ranks.at(*result.first_failure) : nullptr;
+      const std::string first_error =
+          failed && !failed->error_file.empty() ? read_file_head(failed->error_file) : "";
+      if (result.stacks_when.empty()) messages << format_collectives(result);
+      if (result.outcome == Outcome::kWorkerFailed) {
+        messages << failure_lines(result, settings.colour);
+      } else if (result.outcome == Outcome::kStalled) {
+        messages << format_stall_report(result, *settings.round.stall_timeout, settings.colour);
+      } else {
+        messages << format_exit_timeout_report(result, *settings.round.exit_timeout,
+                                               settings.colour);
+      }
+      const std::string failure = failure_signature(result, first_error);
+      const auto step = reported_step(result);
+      const bool progressed = step && (!best_step || *step > *best_step);
+      if (progressed) best_step = step;
+      if (round < settings.max_restarts && !settings.agent) {
+        std::string why;
+        if (!restart_covers(settings.restart, result, why)) {
+          messages << "ddprun: not restarting: " << why << "\n";
+        } else if (!settings.restart.allow_repeats && failure == previous_failure && !progressed) {
+          messages << "ddprun: not restarting: round " << round
+                   << " failed as the one before it did (" << failure
+                   << ") and reached no newer step (DDPRUN_PROGRESS_FILE); --restart-repeated "
+                      "restarts anyway\n";
+        } else {
+          previous_failure = failure;
+          messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
+                   << settings.max_restarts << ")\n";
+          continue;
+        }
+      }
+      if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
+      // An agent's last word to its head: which node's rank failed first (the head gives
+      // that node's place to a spare).
+      if (settings.agent && result.outcome == Outcome::kWorkerFailed) {
+        if (const auto node = first_failed_node(result)) messages << first_failed_node_line(*node);
+      }
+    } else if (result.outcome == Outcome::kPreempted) {
+      messages << "ddprun: workers stopped on a preemption notice"
+               << (result.drained ? " (" + signal_name(settings.round.drain_signal) +
+                                        ", sent --drain-before the job's end)"
+                   : result.stop_signal != 0 ? " (" + signal_name(result.stop_signal) + ")"
+                                             : "")
+               << "; exit " << kExitPreempted
+               << ": run the same command again to resume from their last checkpoint\n";
+    } else if (result.lost_head) {
+      if (result.first_failure) messages << failure_lines(result, settings.colour);
+      messages << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
+                  "workers\n";
+    } else if (result.outcome == Outcome::kStopped) {
+      // A failure before the stop is still worth its report; the stop decides the rest.
+      if (result.first_failure) messages << failure_lines(result, settings.colour);
+      messages << "ddprun: stopped by " << signal_name(result.stop_signal)
+               << (result.first_failure ? " while stopping the workers after a failure; not "
+                                          "restarting"
+                                        : "")
+               << "\n";
+    }
+    return exit_code_for(result);
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,179 @@
+#pragma once
+// Relays children's output to ddprun's console and per-rank log files: whole lines only
+// (lines of different ranks never mix), an optional "[host:rank] " prefix, lines a
+// worker redraws with '\r' passed on as they come when the console is a terminal, and the
+// last stderr lines of each child kept for failure reports.
+//
+// The console never holds up the event loop: writes to it never wait, what it cannot take
+// yet waits in a bounded queue, and what does not fit there is left out of the console
+// (the log files still get every line) and counted (Console below).
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <streambuf>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddprun/common/nonblocking_output.h"
+#include "ddprun/common/unique_fd.h"
+#include "run/line_buffer.h"
+
+namespace ddprun {
+
+struct RelayConfig {
+  // The console is a terminal: lines a worker redraws with '\r' are passed on as they
+  // come, each redraw written as "\r" + prefix + its text.
+  bool console_is_tty = false;
+  std::size_t tail_lines = 20;  // stderr lines kept per child for failure reports
+  int console_stdout = 1;       // where relayed output goes (Console)
+  int console_stderr = 2;
+};
+
+// ddprun's stdout and stderr as the event loop writes them: a write never waits (the
+// descriptors are written as NonBlockingOutput says, their shared flags untouched). What a
+// stream cannot take now waits in a ConsoleQueue of at most `max_queued` bytes and goes out
+// when the loop sees room (add_write_interest, on_writable); the oldest lines not yet begun
+// make room for new ones. When stdout and stderr are the same terminal, pipe or file, one
+// queue serves both, so their lines stay whole and in order. The first line left out adds
+// a notice to stderr. Not thread-safe; SIGPIPE must be ignored or blocked.
+class Console {
+ public:
+  static constexpr std::size_t kMaxQueuedBytes = std::size_t{4} << 20;  // per stream
+
+  // `stdout_fd` and `stderr_fd` are not owned and must outlive the console.
+  Console(int stdout_fd, int stderr_fd, std::size_t max_queued = kMaxQueuedBytes);
+  Console(const Console&) = delete;
+  Console& operator=(const Console&) = delete;
+
+  // A worker's output: `chunk` holds `lines` whole lines (0: a redraw); `logged`: a log
+  // file has them too.
+  void write(bool is_stderr, std::string chunk, std::size_t lines, bool logged);
+  // ddprun's own text, for stderr: never dropped to make room.
+  void message(std::string text);
+  // Where the log files are, named by the notices (empty: there are none).
+  void set_log_folder(std::string folder) { log_folder_ = std::move(folder); }
+  const std::string& log_folder() const noexcept { return log_folder_; }
+
+  // The console's descriptors now lead elsewhere (dup2 onto them, as SIGHUP's detach does):
+  // writes go there from now on, what waits included.
+  void retarget();
+
+  // Appends the descriptors that have output waiting: poll them for POLLOUT.
+  void add_write_interest(std::vector<int>& fds) const;
+  // `fd`, one of those, has room (or has failed): writes what it can now.
+  void on_writable(int fd);
+
+  // Whether output waits on a stream that the last give_up did not find stalled (or that
+  // has taken a byte since).
+  bool waiting() const;
+  // Bytes written so far: how a drain sees progress.
+  std::uint64_t bytes_written() const noexcept { return written_; }
+  // Drops what still waits (counted as not shown, reported by the caller) and marks the
+  // streams that held some as stalled, so that the next drain does not wait for them again
+  // until they take a byte.
+  void give_up();
+  // Lines left out of the console since the last call, over both streams.
+  ConsoleQueue::Dropped take_dropped();
+  // Takes what still waits for the console, stdout's before stderr's (ConsoleQueue's
+  // take_unwritten): for a file, when the console will never take it.
+  std::string take_unwritten();
+
+ private:
+  struct Sink {
+    Sink(int target, std::size_t max_queued) : fd(target), output(target), queue(max_queued) {}
+    int fd;
+    NonBlockingOutput output;
+    ConsoleQueue queue;
+    bool stalled = false;
+  };
+  void flush(Sink& sink);
+  void notice_if_dropped();
+
+  std::vector<std::unique_ptr<Sink>> sinks_;  // one, or stdout's and stderr's
+  Sink* out_ = nullptr;
+  Sink* err_ = nullptr;
+  std::string log_folder_;
+  std::uint64_t written_ = 0;
+  bool noticed_ = false;
+};
+
+// A streambuf that hands ddprun's own messages to a Console, a whole line at a time (and
+// what is left on flush), so that they keep their place among the workers' stderr lines
+// and never wait for the console either.
+class ConsoleMessages : public std::streambuf {
+ public:
+  explicit ConsoleMessages(Console& console) : console_(console) {}
+
+ protected:
+  int_type overflow(int_type c) override;
+  std::streamsize xsputn(const char* text, std::streamsize count) override;
+  int sync() override;
+
+ private:
+  void pass_lines();
+  Console& console_;
+  std::string pending_;
+};
+
+// Where one child's output goes.
+struct RelayTarget {
+  std::string prefix;  // put before every console line
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  UniqueFd stdout_log;  // invalid: no log file
+  UniqueFd stderr_log;
+  std::string stdout_log_path;  // for the warning when a log write fails
+  std::string stderr_log_path;
+  // An agent: its lines that are answers to the head's control requests (control.h) go
+  // to the relay's answer handler instead of the console.
+  bool answers = false;
+};
+
+class OutputRelay {
+ public:
+  // `console` must outlive the relay.
+  OutputRelay(RelayConfig config, Console& console) : config_(config), console_(console) {}
+
+  // Adds a child's target; children are numbered in the order they are added.
+  void add(RelayTarget target);
+  // Bytes from child `child`'s stream; an empty `data` is the end of the stream, which
+  // flushes an unterminated last line.
+  void feed(std::size_t child, bool is_stderr, std::string_view data);
+  // The last stderr lines of `child`.
+  const std::deque<std::string>& stderr_tail(std::size_t child) const;
+  // The last line `child` wrote to either stream that was not empty ("" when none).
+  const std::string& last_line(std::size_t child) const { return sources_.at(child).last; }
+  // Where agents' answer lines go (RelayTarget::answers); unset: they are dropped.
+  void set_answer_handler(std::function<void(std::string_view line)> handler) {
+    answer_handler_ = std::move(handler);
+  }
+
+ private:
+  struct Stream {
+    LineSplitter splitter;
+    UniqueFd log;
+    std::string log_path;
+    bool to_console = true;
+  };
+  struct Source {
+    std::string prefix;
+    Stream out;
+    Stream err;
+    TailLines tail{20};
+    std::string last;
+    bool answers = false;
+  };
+  void emit(Source& source, bool is_stderr, const std::vector<std::string>& lines);
+  void write_log(Stream& stream, std::string_view data);
+
+  RelayConfig config_;
+  Console& console_;
+  std::vector<Source> sources_;
+  std::function<void(std::string_view line)> answer_handler_;
+};
+
+}  // namespace ddprun

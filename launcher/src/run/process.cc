@@ -1,0 +1,238 @@
+#include "run/process.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+namespace ddprun {
+namespace {
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+bool ignored_at_start(int sig) {
+  struct sigaction action {};
+  return ::sigaction(sig, nullptr, &action) == 0 && action.sa_handler == SIG_IGN;
+}
+
+// The signals ddprun takes over: child exits, and those it forwards to workers. A SIGHUP
+// that ddprun was started with ignored (nohup, `trap '' HUP`) stays ignored: blocking it
+// would queue it on the signalfd and stop the job.
+sigset_t handled_signals(const std::vector<int>& extra) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
+    sigaddset(&set, sig);
+  }
+  for (int sig : extra) sigaddset(&set, sig);
+  if (ignored_at_start(SIGHUP)) sigdelset(&set, SIGHUP);
+  return set;
+}
+
+// Only async-signal-safe calls between fork and exec.
+void write_stderr_raw(const char* text) noexcept {
+  const auto ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+}  // namespace
+
+Pipe make_pipe(bool nonblocking_read) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+  Pipe pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+  if (!nonblocking_read) return pipe;
+  const int flags = ::fcntl(fds[0], F_GETFL);
+  if (flags < 0 || ::fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0) throw_errno("fcntl");
+  return pipe;
+}
+
+UniqueFd open_log_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw_errno("open " + path);
+  return UniqueFd(fd);
+}
+
+SignalChannel::SignalChannel(const std::vector<int>& extra) {
+  const sigset_t set = handled_signals(extra);
+  if (::sigprocmask(SIG_BLOCK, &set, &original_mask_) != 0) throw_errno("sigprocmask");
+  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) throw_errno("signalfd");
+  fd_ = UniqueFd(fd);
+  // An inherited ignored SIGCHLD would reap the workers behind ddprun's back (waitpid
+  // then fails with ECHILD): children are ddprun's to wait for.
+  ::signal(SIGCHLD, SIG_DFL);
+  // A worker's console may vanish (a closed pipe); that must not kill ddprun.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &original_sigpipe_);
+}
+
+SignalChannel::~SignalChannel() {
+  ::sigaction(SIGPIPE, &original_sigpipe_, nullptr);
+  if (!outcome_decided_) ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+}
+
+int SignalChannel::discard_pending() {
+  outcome_decided_ = true;
+  int count = 0;
+  while (read_signal() != 0) ++count;
+  return count;
+}
+
+int SignalChannel::read_signal() {
+  signalfd_siginfo info{};
+  for (;;) {
+    const ssize_t got = ::read(fd_.get(), &info, sizeof info);
+    if (got == static_cast<ssize_t>(sizeof info)) return static_cast<int>(info.ssi_signo);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == EAGAIN) return 0;
+    throw_errno("read signalfd");
+  }
+}
+
+pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
+  // Everything the child needs is prepared before fork: after it, only async-signal-safe
+  // calls are allowed.
+  std::vector<char*> argv;
+  argv.reserve(spec.argv.size() + 1);
+  for (const auto& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  envp.reserve(spec.env.size() + 1);
+  for (const auto& var : spec.env) envp.push_back(const_cast<char*>(var.c_str()));
+  envp.push_back(nullptr);
+  const UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null.valid()) throw_errno("open /dev/null");
+  const pid_t parent = ::getpid();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (const int cpu : spec.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(cpu), &cpus);
+  }
+
+  const pid_t pid = ::fork();
+  if (pid < 0) throw_errno("fork");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);  // ddprun died before prctl
+    // ddprun's helpers (eu-stack) may read its stack where Yama allows only ancestors.
+    ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+    // Workers start with default dispositions, except a SIGHUP that ddprun itself was
+    // started with ignored (nohup): they inherit that, as nohup's children do.
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
+      if (sig != SIGHUP || !ignored_at_start(SIGHUP)) ::signal(sig, SIG_DFL);
+    }
+    const int stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
+    if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
+        ::dup2(spec.stderr_fd, STDERR_FILENO) < 0 ||
+        (spec.fd3 >= 0 && spec.fd3 != 3 && ::dup2(spec.fd3, 3) < 0)) {
+      ::_exit(127);
+    }
+    if (spec.fd3 == 3) ::fcntl(3, F_SETFD, 0);  // already there: keep it across exec
+    if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      write_stderr_raw("ddprun: error: cannot bind the worker to its CPUs: ");
+      write_stderr_raw(::strerror(errno));
+      write_stderr_raw("\n");
+      ::_exit(127);
+    }
+    ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+    ::execve(spec.path.c_str(), argv.data(), envp.data());
+    write_stderr_raw("ddprun: error: cannot execute ");
+    write_stderr_raw(spec.path.c_str());
+    write_stderr_raw(": ");
+    write_stderr_raw(::strerror(errno));
+    write_stderr_raw("\n");
+    ::_exit(127);
+  }
+  // Also set it here, so the group exists before anyone signals it.
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+void signal_group(pid_t pgid, int signal_number) noexcept {
+  if (pgid > 0) ::kill(-pgid, signal_number);
+}
+
+void signal_process(pid_t pid, int signal_number) noexcept {
+  if (pid > 0) ::kill(pid, signal_number);
+}
+
+Guardian::Guardian(std::string scratch_dir, std::function<void()> at_exit) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  pid_ = ::fork();
+  if (pid_ < 0) throw_errno("fork");
+  if (pid_ == 0) {
+    write_end.reset();
+    // Keep ddprun's stdout and stderr, nothing else: whoever reads ddprun's output sees
+    // its end only once the guardian has finished cleaning up too.
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    const int keep = read_end.get();
+    ::close_range(3, static_cast<unsigned>(keep) - 1, 0);
+    ::close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
+    // Terminal and job-control signals are ddprun's business, not the guardian's.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP}) {
+      ::signal(sig, SIG_IGN);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (::chdir("/") != 0) {
+      // Not fatal: it only keeps the working directory busy.
+    }
+    std::set<pid_t> groups;
+    std::int32_t message = 0;
+    for (;;) {
+      const ssize_t got = ::read(read_end.get(), &message, sizeof message);
+      if (got < 0 && errno == EINTR) continue;
+      if (got != static_cast<ssize_t>(sizeof message)) break;  // EOF: ddprun is gone
+      if (message > 0) groups.insert(message);
+      if (message < 0) groups.erase(-message);
+    }
+    for (pid_t group : groups) ::kill(-group, SIGKILL);
+    if (!scratch_dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(scratch_dir, ignored);
+    }
+    if (at_exit) at_exit();
+    ::_exit(0);
+  }
+  channel_ = std::move(write_end);
+}
+
+Guardian::~Guardian() {
+  channel_.reset();
+  if (pid_ > 0) {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void Guardian::watch(pid_t pgid) noexcept {
+  const std::int32_t message = pgid;
+  write_all(channel_.get(), {reinterpret_cast<const char*>(&message), sizeof message});
+}
+
+void Guardian::forget(pid_t pgid) noexcept {
+  const std::int32_t message = -pgid;
+  write_all(channel_.get(), {reinterpret_cast<const char*>(&message), sizeof message});
+}
+
+}  // namespace ddprun

@@ -1,0 +1,473 @@
+#include "run/process_runner.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "ddprun/common/files.h"
+#include "ddprun/contract/errors.h"
+#include "report/report.h"
+#include "report/stacks.h"
+#include "run/agent_messages.h"
+#include "run/restart_policy.h"
+#include "run/stack_capture.h"
+
+namespace ddprun {
+namespace {
+
+// A message to an agent on its stdin pipe, never waiting: false when the pipe is full (an
+// agent or its link that stopped reading) or broken.
+bool send_to_agent(int input, const std::string& message) {
+  ::fcntl(input, F_SETFL, ::fcntl(input, F_GETFL) | O_NONBLOCK);
+  ssize_t written;
+  do {
+    written = ::write(input, message.data(), message.size());
+  } while (written < 0 && errno == EINTR);
+  return written == static_cast<ssize_t>(message.size());
+}
+
+}  // namespace
+
+ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, ProcessRunnerConfig config)
+    : signals_(signals),
+      guardian_(guardian),
+      config_(config),
+      console_(std::make_unique<Console>(config.relay.console_stdout, config.relay.console_stderr)),
+      message_buffer_(*console_),
+      messages_(&message_buffer_) {
+  start_fresh();
+  events_.output = [this](std::size_t child, bool is_stderr, std::string_view data) {
+    relay_->feed(child, is_stderr, data);
+  };
+  events_.exited = [this](std::size_t child, const ChildExit& exit) {
+    specs_.at(child).exited = true;
+    specs_.at(child).wait_status = exit.wait_status;
+    RunnerEvent event;
+    event.kind = RunnerEvent::Kind::kExited;
+    event.child = child;
+    event.wait_status = exit.wait_status;
+    event.max_rss_kb = exit.max_rss_kb;
+    event.run_seconds = exit.run_seconds;
+    pending_.push_back(event);
+  };
+  events_.signal = [this](int sig) {
+    if (sig == SIGHUP && config_.detach_on_hangup) {
+      detach();
+      return;
+    }
+    if (sig != SIGUSR1 && sig != SIGUSR2 && own_signal_ == 0) own_signal_ = sig;
+    RunnerEvent event;
+    event.kind = RunnerEvent::Kind::kSignal;
+    event.signal_number = sig;
+    pending_.push_back(event);
+  };
+  events_.extra_ready = [this] { read_head(); };
+  events_.write_interest = [this](std::vector<int>& fds) { console_->add_write_interest(fds); };
+  events_.writable = [this](int fd) { console_->on_writable(fd); };
+  events_.read_interest = [this](std::vector<int>& fds) {
+    if (config_.control != nullptr && config_.control->fd() >= 0 && !serving_) {
+      fds.push_back(config_.control->fd());
+    }
+    for (const UniqueFd& peer : attached_) fds.push_back(peer.get());
+  };
+  events_.readable = [this](int fd) {
+    if (config_.control != nullptr && fd == config_.control->fd()) {
+      serve_control();
+      return;
+    }
+    // An attached console said something or left: it only ever listens, so it is let go.
+    std::erase_if(attached_, [fd](const UniqueFd& peer) { return peer.get() == fd; });
+  };
+}
+
+ProcessRunner::~ProcessRunner() {
+  try {
+    messages_.flush();
+    drain_console(config_.console_stall);
+    console_->give_up();
+  } catch (...) {
+    // Leaving: what the console did not take is lost, and nothing else is.
+  }
+}
+
+void ProcessRunner::end_round() {
+  drain_console(config_.console_stall);
+  const auto dropped = console_->take_dropped();
+  if (dropped.lines > 0) {
+    console_->message(
+        format_console_dropped(dropped.lines, dropped.logged_lines, console_->log_folder()));
+  }
+  start_fresh();
+}
+
+std::string ProcessRunner::finish_console(const std::string& spill_path) {
+  drain_console(config_.console_final_stall);
+  if (!console_->waiting()) return {};
+  const std::string rest = console_->take_unwritten();
+  const auto lines = std::count(rest.begin(), rest.end(), '\n');
+  std::string notice;
+  try {
+    write_new_file(spill_path, rest);
+    notice = "ddprun: the console took nothing for " +
+             std::to_string(config_.console_final_stall.count() / 1000) +
+             " s after the job ended: its last " + std::to_string(lines) + " lines are in " +
+             spill_path + "\n";
+  } catch (const std::exception& e) {
+    notice = "ddprun: the console took nothing for " +
+             std::to_string(config_.console_final_stall.count() / 1000) +
+             " s after the job ended; its last " + std::to_string(lines) +
+             " lines are lost: " + e.what() + "\n";
+  }
+  console_->message(notice);
+  drain_console(std::chrono::milliseconds(1000));
+  console_->give_up();
+  return spill_path;
+}
+
+void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
+  messages_.flush();
+  // A signal (or the head's message) that comes meanwhile ends the drain and stays queued
+  // for the policy.
+  const std::size_t events_before = pending_.size();
+  const auto started = RunnerClock::now();
+  auto moved_at = started;
+  while (console_->waiting() && pending_.size() == events_before) {
+    const auto deadline = std::min(moved_at + stall, started + config_.console_drain_limit);
+    if (RunnerClock::now() >= deadline) break;
+    const auto written = console_->bytes_written();
+    children_->wait_once(deadline, config_.head_fd, events_);
+    if (console_->bytes_written() != written) moved_at = RunnerClock::now();
+  }
+}
+
+void ProcessRunner::start_fresh() {
+  children_ = std::make_unique<ChildSet>(signals_, &guardian_);
+  relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
+  relay_->set_answer_handler([this](std::string_view line) {
+    auto answer = parse_agent_answer(line);
+    if (answer && answer->id == request_id_ && serving_) answers_.push_back(std::move(*answer));
+  });
+  specs_.clear();
+}
+
+pid_t ProcessRunner::start(const ChildSpec& spec) {
+  RelayTarget target;
+  if (spec.agent) {
+    // Agents tag and filter their own workers' lines. The head takes its agents' answers
+    // to control requests; an agent passes those of the agents it started on to its head.
+    target.answers = config_.head_fd < 0;
+  } else {
+    if (config_.tag_output)
+      target.prefix = "[" + spec.host + ":" + std::to_string(spec.rank) + "] ";
+    target.stdout_to_console = spec.stdout_to_console;
+    target.stderr_to_console = spec.stderr_to_console;
+    if (!spec.stdout_log.empty()) target.stdout_log = open_log_file(spec.stdout_log);
+    if (!spec.stderr_log.empty()) target.stderr_log = open_log_file(spec.stderr_log);
+    target.stdout_log_path = spec.stdout_log;
+    target.stderr_log_path = spec.stderr_log;
+    const std::string& log = spec.stdout_log.empty() ? spec.stderr_log : spec.stdout_log;
+    if (const auto slash = log.rfind('/'); slash != std::string::npos) {
+      console_->set_log_folder(log.substr(0, slash));
+    }
+  }
+  // A stale file from an earlier run is no report.
+  if (!spec.error_file.empty()) ::unlink(spec.error_file.c_str());
+  if (!spec.progress_file.empty()) ::unlink(spec.progress_file.c_str());
+  if (!spec.python_stack_file.empty()) ::unlink(spec.python_stack_file.c_str());
+  if (!spec.stacks_log.empty()) ::unlink(spec.stacks_log.c_str());
+  if (!spec.trace_file.empty()) ::unlink(spec.trace_file.c_str());
+  SpawnSpec process{spec.path, spec.argv, spec.env};
+  process.fd3 = spec.fd3;
+  process.cpus = spec.cpus;
+  const std::size_t child =
+      children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
+  relay_->add(std::move(target));
+  specs_.push_back({spec.agent, spec.rank, spec.node_rank, spec.host, spec.control_nodes,
+                    spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file});
+  return children_->pid(child);
+}
+
+std::optional<long long> ProcessRunner::progress(std::size_t child) {
+  const std::string& path = specs_.at(child).progress_file;
+  if (path.empty()) return std::nullopt;
+  return parse_progress(read_file_head(path, 64));
+}
+
+std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {
+  auto file = read_trace(specs_.at(child).trace_file);
+  if (!file) return std::nullopt;
+  return TraceSnapshot{*file, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count()};
+}
+
+std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::size_t>& children) {
+  return take_stacks(children, /*keep=*/true);
+}
+
+std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size_t>& children,
+                                                     bool keep) {
+  std::vector<StackTarget> targets;
+  for (const std::size_t child : children) {
+    targets.push_back({children_->pid(child), specs_.at(child).python_stack_file});
+  }
+  // A stop signal meanwhile (a second Ctrl-C) ends the capture: the user wants out.
+  const auto on_signal = [this](int sig) {
+    events_.signal(sig);  // a SIGHUP that detaches is done there, and ends nothing
+    if (sig == SIGHUP && config_.detach_on_hangup) return false;
+    return sig != SIGUSR1 && sig != SIGUSR2;
+  };
+  std::vector<StackCapture> captures =
+      ddprun::capture_stacks(signals_, targets, config_.eu_stack, {}, on_signal);
+  children_->reap_now(events_);  // the capture's loop read the SIGCHLD of any that ended
+  for (std::size_t i = 0; keep && i < children.size(); ++i) {
+    const std::string& log = specs_.at(children[i]).stacks_log;
+    if (log.empty()) continue;
+    try {
+      ::unlink(log.c_str());  // an earlier capture of this round (a stall's)
+      write_new_file(log, format_stack_file(captures[i]));
+    } catch (const std::exception& e) {
+      captures[i].problem += (captures[i].problem.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  return captures;
+}
+
+void ProcessRunner::signal(std::size_t child, int sig) {
+  const pid_t pid = children_->pid(child);
+  if (!specs_.at(child).agent || sig == SIGKILL) {
+    signal_group(pid, sig);
+  } else if (const int messages = children_->stdin_fd(child); messages >= 0) {
+    // ssh delivers no signals: the agent gets them as messages. Never waiting for them:
+    // a pipe that is full (an agent or its link that stopped reading) or broken is a dead
+    // link, and a dead link gets SIGKILL (the agent's node then stops its workers).
+    if (!send_to_agent(messages, agent_signal_message(sig))) signal_group(pid, SIGKILL);
+  } else {
+    signal_process(pid, sig);  // srun and mpirun forward it to their tasks
+  }
+}
+
+RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
+  const bool output_was_open = children_->output_open();
+  while (pending_.empty()) {
+    if (deadline && RunnerClock::now() >= *deadline) return RunnerEvent{};
+    children_->wait_once(deadline, config_.head_fd, events_);
+    // The last output closing is news too: after the last exit it ends the round, which
+    // must not wait out the drain deadline (seen: 2 s when a pipe's end came after its
+    // child's exit).
+    if (pending_.empty() && output_was_open && !children_->output_open()) return RunnerEvent{};
+  }
+  const RunnerEvent event = pending_.front();
+  pending_.pop_front();
+  return event;
+}
+
+void ProcessRunner::read_head() {
+  char buffer[4096];
+  const ssize_t got = ::read(config_.head_fd, buffer, sizeof buffer);
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got <= 0) {
+    config_.head_fd = -1;
+    RunnerEvent event;
+    event.kind = RunnerEvent::Kind::kHeadLost;
+    pending_.push_back(event);
+    return;
+  }
+  for (const auto& line : head_lines_.feed({buffer, static_cast<std::size_t>(got)})) {
+    try {
+      const AgentMessage message = parse_agent_message(line);
+      if (message.signal_number != 0) {
+        RunnerEvent event;
+        event.kind = RunnerEvent::Kind::kSignal;
+        event.signal_number = message.signal_number;
+        pending_.push_back(event);
+      } else if (message.control) {
+        answer_head(*message.control, message.control_id);
+      }
+    } catch (const Error&) {
+      // Not from a head ddprun: ignored; the connection's end still counts.
+    }
+  }
+}
+
+// Control requests -------------------------------------------------------------------
+
+namespace {
+
+constexpr auto kStatusAnswerLimit = std::chrono::milliseconds(3000);
+// An agent's stacks come within CaptureLimits (stack_capture.h: at most about 6 s).
+constexpr auto kStacksAnswerLimit = std::chrono::milliseconds(10000);
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T', ...); '?' when unreadable.
+char proc_state(pid_t pid) {
+  const std::string stat = read_file_head("/proc/" + std::to_string(pid) + "/stat", 512);
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
+}  // namespace
+
+std::vector<RankStatus> ProcessRunner::local_status(bool stacks) {
+  std::vector<RankStatus> ranks;
+  std::vector<std::size_t> running;
+  std::vector<std::size_t> rows;  // child of each row
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const Child& child = specs_[i];
+    if (child.agent) continue;
+    RankStatus& rank = ranks.emplace_back();
+    rank.rank = child.rank;
+    rank.node_rank = child.node_rank;
+    rank.host = child.host;
+    rank.pid = children_->pid(i);
+    rank.state =
+        rank_state(child.exited, child.wait_status, child.exited ? '?' : proc_state(rank.pid));
+    rank.step = progress(i);
+    rank.last_line = relay_->last_line(i);
+    if (!child.exited) running.push_back(i);
+    rows.push_back(i);
+  }
+  if (!stacks) return ranks;
+  std::vector<StackCapture> captures = take_stacks(running, /*keep=*/false);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const auto taken = std::find(running.begin(), running.end(), rows[k]);
+    if (taken != running.end()) {
+      ranks[k].stacks = std::move(captures[static_cast<std::size_t>(taken - running.begin())]);
+    }
+    ranks[k].trace = trace(rows[k]);
+  }
+  return ranks;
+}
+
+std::vector<RankStatus> ProcessRunner::ask_agents(ControlVerb verb,
+                                                  std::vector<std::string>& notes) {
+  request_id_ += 1;
+  answers_.clear();
+  bool unasked = false;
+  const int expected = tell_agents(agent_control_message(verb, request_id_), unasked);
+  if (unasked) {
+    notes.push_back(
+        "the ranks of nodes started by mpirun are not shown (mpirun passes no "
+        "input to them)");
+  }
+  // Events meanwhile (exits, output) are handled and queued as always; a signal ends the
+  // wait, as it ends a console drain.
+  const std::size_t events_before = pending_.size();
+  const auto deadline =
+      now() + (verb == ControlVerb::kStacks ? kStacksAnswerLimit : kStatusAnswerLimit);
+  while (static_cast<int>(answers_.size()) < expected && now() < deadline &&
+         pending_.size() == events_before) {
+    children_->wait_once(deadline, config_.head_fd, events_);
+  }
+  std::vector<RankStatus> ranks;
+  for (AgentAnswer& answer : answers_) {
+    for (RankStatus& rank : answer.ranks) ranks.push_back(std::move(rank));
+  }
+  if (static_cast<int>(answers_.size()) < expected) {
+    notes.push_back(std::to_string(expected - static_cast<int>(answers_.size())) + " of " +
+                    std::to_string(expected) + " other nodes did not answer in time");
+  }
+  answers_.clear();
+  return ranks;
+}
+
+int ProcessRunner::tell_agents(const std::string& message, bool& unasked) {
+  int nodes = 0;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const Child& child = specs_[i];
+    if (!child.agent || child.exited) continue;
+    const int input = children_->stdin_fd(i);
+    if (child.control_nodes == 0 || input < 0) {
+      unasked = true;
+    } else if (send_to_agent(input, message)) {
+      nodes += child.control_nodes;
+    }
+  }
+  return nodes;
+}
+
+void ProcessRunner::answer_head(ControlVerb verb, int id) {
+  if (verb != ControlVerb::kStatus && verb != ControlVerb::kStacks) return;
+  // The agents this one started answer for their own nodes, on the same way up.
+  bool unasked = false;
+  tell_agents(agent_control_message(verb, id), unasked);
+  console_->message(agent_answer_line(id, local_status(verb == ControlVerb::kStacks)));
+}
+
+void ProcessRunner::serve_control() {
+  auto request = config_.control->accept();
+  if (!request) return;
+  const int peer = request->connection.get();
+  serving_ = true;
+  switch (request->verb) {
+    case ControlVerb::kStatus:
+    case ControlVerb::kStacks: {
+      const bool stacks = request->verb == ControlVerb::kStacks;
+      JobStatus status;
+      status.run_id = config_.run_id;
+      status.pid = ::getpid();
+      status.round = round_;
+      status.max_restarts = config_.max_restarts;
+      status.up_seconds = std::chrono::duration<double>(now() - started_at_).count();
+      if (detached_) status.console_file = config_.console_file;
+      status.ranks = local_status(stacks);
+      for (RankStatus& rank : ask_agents(request->verb, status.notes)) {
+        status.ranks.push_back(std::move(rank));
+      }
+      std::stable_sort(status.ranks.begin(), status.ranks.end(),
+                       [](const RankStatus& a, const RankStatus& b) { return a.rank < b.rank; });
+      send_text(peer, stacks ? format_stacks_answer(status) : format_status(status));
+      break;
+    }
+    case ControlVerb::kStop: {
+      send_text(peer, "ddprun: run " + config_.run_id + ": stopping, as on SIGTERM\n");
+      events_.signal(SIGTERM);
+      break;
+    }
+    case ControlVerb::kAttach:
+      if (!detached_) {
+        send_text(peer, "error: run " + config_.run_id +
+                            " is not detached: its console is still where it was started\n");
+      } else if (send_text(peer, "console " + config_.console_file + "\n")) {
+        attached_.push_back(std::move(request->connection));
+      }
+      break;
+  }
+  serving_ = false;
+}
+
+void ProcessRunner::detach() {
+  if (detached_) return;
+  detached_ = true;
+  UniqueFd file(::open(config_.console_file.c_str(),
+                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+  const int error = errno;
+  if (file.valid()) {
+    ::dup2(file.get(), config_.relay.console_stdout);
+    ::dup2(file.get(), config_.relay.console_stderr);
+  } else {
+    // Nowhere to write: the console's output is dropped rather than sent to a dead terminal.
+    UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+    ::dup2(null.get(), config_.relay.console_stdout);
+    ::dup2(null.get(), config_.relay.console_stderr);
+  }
+  console_->retarget();
+  console_->message("ddprun: SIGHUP: detached from the terminal; the job goes on" +
+                    (file.valid()
+                         ? "; its console is in " + config_.console_file + " (ddprun --attach " +
+                               config_.run_id + " follows it)"
+                         : std::string(" (no console file: ") + std::strerror(error) + ")") +
+                    "\n");
+}
+
+void ProcessRunner::release_attached(int exit_code) {
+  messages_.flush();
+  drain_console(config_.console_stall);
+  for (const UniqueFd& peer : attached_)
+    send_text(peer.get(), "exit " + std::to_string(exit_code) + "\n");
+  attached_.clear();
+}
+
+}  // namespace ddprun

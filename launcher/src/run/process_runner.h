@@ -1,0 +1,147 @@
+#pragma once
+// The real Runner: children as processes (child_set.h), their output relayed to the
+// console and log files (output_relay.h), ddprun's signals from the signalfd, and, on an
+// agent, the head's messages on a descriptor. The console never holds up the loop: what
+// it cannot take waits (bounded) and is drained at the end of each round.
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include "report/control.h"
+#include "run/child_set.h"
+#include "run/control_socket.h"
+#include "run/output_relay.h"
+#include "run/runner.h"
+
+namespace ddprun {
+
+struct ProcessRunnerConfig {
+  RelayConfig relay;
+  bool tag_output = false;  // prefix workers' console lines with "[host:rank] "
+  int head_fd = -1;         // agent mode: messages from the head; EOF = the head is gone
+  // The console drain at a round's end (and at exit) goes on while bytes move: it gives up
+  // after `console_stall` in which the console took nothing, or after `console_drain_limit`
+  // in all; a signal or a message from the head ends it too.
+  std::chrono::milliseconds console_stall{2000};
+  std::chrono::milliseconds console_drain_limit{60000};
+  // At the job's end the last lines matter most (a traceback): the drain waits this long
+  // for a console that takes nothing before it spills the rest to a file.
+  std::chrono::milliseconds console_final_stall{5000};
+  std::string eu_stack;  // eu-stack's path for stack captures; empty: not installed
+  // The job's control socket (control_socket.h), served from the loop; null: none. An
+  // agent answers its head's control requests whatever this is.
+  ControlServer* control = nullptr;
+  std::string run_id;    // for status answers
+  int max_restarts = 0;  // for status answers
+  // SIGHUP detaches from the terminal (docs/launching.md): ddprun's stdout and stderr go
+  // on into `console_file` (created 0600), which --attach follows. Otherwise SIGHUP is
+  // passed to the policy as a stop signal.
+  bool detach_on_hangup = false;
+  std::string console_file;
+};
+
+class ProcessRunner : public Runner {
+ public:
+  // `signals` and `guardian` must outlive the runner.
+  ProcessRunner(SignalChannel& signals, Guardian& guardian, ProcessRunnerConfig config);
+  // Drains the console (drain_console) when output still waits.
+  ~ProcessRunner() override;
+  ProcessRunner(const ProcessRunner&) = delete;
+  ProcessRunner& operator=(const ProcessRunner&) = delete;
+
+  RunnerClock::time_point now() const override { return RunnerClock::now(); }
+  pid_t start(const ChildSpec& spec) override;
+  void signal(std::size_t child, int signal_number) override;
+  RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override;
+  bool output_open() const override { return children_->output_open(); }
+  void close_output() override { children_->close_output(events_); }
+  std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) override;
+  std::optional<long long> progress(std::size_t child) override;
+  std::optional<TraceSnapshot> trace(std::size_t child) override;
+  std::deque<std::string> stderr_tail(std::size_t child) const override {
+    return relay_->stderr_tail(child);
+  }
+  // Drains the console (keeping what it could not write for later), then says how many
+  // lines of the round it left out.
+  void end_round() override;
+
+  // ddprun's own messages (rank table, reports): they go to stderr through the console, in
+  // order with the workers' lines and without waiting for a console that is not reading.
+  std::ostream& messages() { return messages_; }
+  // At the job's end: writes what waits for the console while it takes bytes, with
+  // `console_final_stall` as the stall; what it still cannot take then is written to
+  // `spill_path` and a line names it, so that no last line is lost without a word.
+  // Returns the spill's path, or empty when nothing was spilled. Call before exit.
+  std::string finish_console(const std::string& spill_path);
+  // The first signal other than a notice that ddprun itself received (not one its head
+  // sent as a message), or 0.
+  int own_stop_signal() const noexcept { return own_signal_; }
+  // The round now starting (restarts done), for status answers.
+  void set_round(int round) noexcept { round_ = round; }
+  // Whether SIGHUP has detached ddprun from its terminal.
+  bool detached() const noexcept { return detached_; }
+  // Tells every attached console (--attach) the job's exit code and lets it go.
+  void release_attached(int exit_code);
+
+ private:
+  // Writes what waits for the console while it takes bytes, giving up after `stall`
+  // without progress (or ProcessRunnerConfig::console_drain_limit in all, or an event).
+  void drain_console(std::chrono::milliseconds stall);
+  void start_fresh();  // a new child set and relay: children number from 0 again
+  void read_head();
+  // Control requests (control.h): from the socket, or (on an agent) from the head.
+  void serve_control();
+  void answer_head(ControlVerb verb, int id);
+  // This node's workers as a status answer shows them; with `stacks`, the running ones'
+  // stacks (taken at once, nothing stopped) and every one's collective trace.
+  std::vector<RankStatus> local_status(bool stacks);
+  // Asks the agents that take control requests and returns their nodes' ranks (within a
+  // bounded time); `notes` says which did not answer.
+  std::vector<RankStatus> ask_agents(ControlVerb verb, std::vector<std::string>& notes);
+  // Sends `message` to every live agent that takes control requests; returns how many
+  // nodes will answer, and sets `unasked` when an agent takes none (mpirun).
+  int tell_agents(const std::string& message, bool& unasked);
+  std::vector<StackCapture> take_stacks(const std::vector<std::size_t>& children, bool keep);
+  void detach();
+
+  SignalChannel& signals_;
+  Guardian& guardian_;
+  ProcessRunnerConfig config_;
+  int own_signal_ = 0;
+  std::unique_ptr<Console> console_;
+  ConsoleMessages message_buffer_;
+  std::ostream messages_;
+  std::unique_ptr<ChildSet> children_;
+  std::unique_ptr<OutputRelay> relay_;
+  // What the runner keeps of each child's spec, numbered as the child set numbers them.
+  struct Child {
+    bool agent = false;
+    int rank = -1;
+    int node_rank = 0;
+    std::string host;
+    int control_nodes = 0;
+    std::string python_stack_file;
+    std::string stacks_log;
+    std::string progress_file;
+    std::string trace_file;
+    bool exited = false;
+    int wait_status = 0;
+  };
+  std::vector<Child> specs_;
+  int round_ = 0;
+  RunnerClock::time_point started_at_ = RunnerClock::now();
+  bool serving_ = false;  // a request is being answered: the socket waits meanwhile
+  int request_id_ = 0;
+  std::vector<AgentAnswer> answers_;  // the agents' answers to request_id_
+  bool detached_ = false;
+  std::vector<UniqueFd> attached_;  // --attach connections, told the exit code at the end
+  std::deque<RunnerEvent> pending_;
+  ChildEvents events_;
+  LineSplitter head_lines_;
+};
+
+}  // namespace ddprun

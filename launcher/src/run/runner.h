@@ -1,0 +1,99 @@
+#pragma once
+// The line between the job's policy (job.h: when to stop whom, restarts, exit codes) and
+// the mechanism that runs processes (process_runner.h). Policy tests drive the job with a
+// fake runner and a fake clock (tests/launcher/fake_runner.h): no process is started.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/round_result.h"
+
+namespace ddprun {
+
+using RunnerClock = std::chrono::steady_clock;
+
+// One child of a round: a worker of this node, or an agent that starts a node's part
+// elsewhere (ssh running a remote ddprun agent, or srun/mpirun starting one on every node).
+struct ChildSpec {
+  bool agent = false;
+  int node_rank = 0;  // for an agent: its node, or -1 when it stands for all of them
+  int rank = -1;      // workers only
+  int local_rank = 0;
+  std::string host;
+  std::string path;  // resolved executable
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // KEY=VALUE
+  // Agents over ssh: written to its stdin first; then signals travel as messages on the
+  // same pipe (ssh cannot deliver signals). Empty: stdin is /dev/null.
+  std::string hello;
+  // Agents: how many nodes answer a control request sent on its stdin (control.h): its
+  // ssh subtree, or every node under srun; 0 when it takes none (mpirun).
+  int control_nodes = 0;
+  std::string stdout_log;  // workers with --log-dir; empty: no log file
+  std::string stderr_log;
+  std::string error_file;     // TORCHELASTIC_ERROR_FILE; removed before the start
+  std::string progress_file;  // DDPRUN_PROGRESS_FILE; removed before the start
+  // DDPRUN_PYTHON_STACK_FILE (python_stack_hook.h); removed before the start; empty: none.
+  std::string python_stack_file;
+  std::string stacks_log;  // where its stacks are written when captured; empty: nowhere
+  std::string trace_file;  // DDPRUN_TRACE_FILE; removed before the start
+  int fd3 = -1;            // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
+  std::vector<int> cpus;   // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
+  bool stdout_to_console = true;  // workers only: agents filter their own workers
+  bool stderr_to_console = true;
+};
+
+// Something the runner saw while the policy waited.
+struct RunnerEvent {
+  enum class Kind {
+    kExited,    // child `child` ended with `wait_status`
+    kSignal,    // ddprun received `signal_number`, or the head sent it to this agent
+    kHeadLost,  // agent mode: the head's connection closed
+    kDeadline,  // the deadline passed
+  };
+  Kind kind = Kind::kDeadline;
+  std::size_t child = 0;
+  int wait_status = 0;
+  long max_rss_kb = 0;
+  double run_seconds = 0;
+  int signal_number = 0;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual RunnerClock::time_point now() const = 0;
+  // Starts `spec` as the next child (numbered from 0 in each round) and returns its pid.
+  // Throws std::system_error when it cannot.
+  virtual pid_t start(const ChildSpec& spec) = 0;
+  // Signals a live child: a worker's whole process group; an ssh agent by message
+  // (SIGKILL drops the connection instead); srun or mpirun themselves.
+  virtual void signal(std::size_t child, int signal_number) = 0;
+  // Blocks until the next event, or until `deadline` (kDeadline). Output is relayed
+  // meanwhile.
+  virtual RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) = 0;
+  // Whether some child's output is still open (after the last exit: still draining).
+  virtual bool output_open() const = 0;
+  // Stops reading output that has not ended (a grandchild that escaped its process
+  // group may hold a pipe open forever).
+  virtual void close_output() = 0;
+  // Where each of `children` (live workers) is, taken at once within a bounded time
+  // (stack_capture.h); one capture per child, in order.
+  virtual std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) = 0;
+  // The collective trace `child` (a worker, running or not) keeps; nullopt when none.
+  virtual std::optional<TraceSnapshot> trace(std::size_t child) = 0;
+  // The step `child` (a worker) last wrote to its DDPRUN_PROGRESS_FILE; nullopt when none.
+  virtual std::optional<long long> progress(std::size_t child) = 0;
+  // The last stderr lines of `child`.
+  virtual std::deque<std::string> stderr_tail(std::size_t child) const = 0;
+  // Ends the round: forgets its children, so the next round numbers from 0 again.
+  virtual void end_round() = 0;
+};
+
+}  // namespace ddprun
