@@ -167,6 +167,20 @@ struct EpochStats {
   double samples = 0;
 };
 
+// The loop's sizes, fixed for the whole run.
+struct LoopSizes {
+  std::int64_t batch = 0;       // rows per rank per micro-batch
+  std::int64_t per_rank = 0;    // rows per rank per epoch
+  std::int64_t batches = 0;     // micro-batches per rank per epoch
+  std::int64_t accumulate = 1;  // micro-batches per optimizer step
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t max_steps = 0;  // 0: no limit
+  std::int64_t total_steps = 0;
+};
+
+// One training run: set_up() (communicator, data, model, resume, DDP, the start line), then
+// run_epoch() per epoch, each a train_step() per optimizer step, then finish() (the last
+// checkpoint, the preemption exit, the final lines).
 class Trainer {
  public:
   Trainer(const Config& config, const WorkerEnv& env, std::ostream& out)
@@ -175,6 +189,14 @@ class Trainer {
   TrainingResult run();
 
  private:
+  void set_up();
+  void print_start_line(const std::vector<torch::Device>& stage_devices) const;
+  void run_epoch(std::int64_t epoch);
+  // One optimizer step from micro-batch `b` of the epoch; returns the next micro-batch.
+  std::int64_t train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b,
+                          EpochStats& stats, Clock::time_point epoch_start);
+  void save_checkpoint();
+  TrainingResult finish();
   void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
                     const std::vector<RankTimes>& times);
 
@@ -183,15 +205,44 @@ class Trainer {
   std::ostream& out_;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<Communicator> comm_;
+  int rank_ = 0;
+  int world_ = 1;
   DataSplits data_;
   std::shared_ptr<Model> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   TrainingPosition position_;
+  // Installed first in set_up(): a notice during start-up stops the job after its first
+  // step. Removed with the pieces below, before the communicator and the model go.
+  std::optional<StopSignals> stop_signals_;
+  // Each of these holds on to the communicator, the model or the optimizer above.
+  std::unique_ptr<Checkpointer> checkpoints_;
+  DdpOptions ddp_options_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  // ZeRO-1: the optimizer steps this rank's shares; optimizer_ (over the whole model) holds
+  // state only while a checkpoint is saved or resumed, consolidated.
+  std::unique_ptr<ShardedOptimizer> sharded_;
+  std::optional<DistributedSampler> sampler_;
+  LoopSizes sizes_;
+  std::optional<ProgressReporter> progress_;
+  std::optional<ProgressFile> progress_file_;
+  std::optional<StragglerWatch> stragglers_;
+  std::optional<StopCheck> stop_check_;
+  bool step_metrics_ = false;  // metrics.every_steps: rank 0's loss and rate over N steps
+  StepWindow window_;          // its seconds count the steps only, not evaluations
+  bool done_ = false;
+  bool preempted_ = false;
 };
 
 TrainingResult Trainer::run() {
-  // Installed first: a notice during start-up stops the job after its first step.
-  StopSignals stop_signals(stop_signal_numbers(config_.preemption));
+  set_up();
+  for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done_; ++epoch) {
+    run_epoch(epoch);
+  }
+  return finish();
+}
+
+void Trainer::set_up() {
+  stop_signals_.emplace(stop_signal_numbers(config_.preemption));
   const int threads =
       choose_threads(config_.runtime.threads, env_.threads_per_rank, env_.omp_num_threads);
   if (threads > 0) {
@@ -212,8 +263,8 @@ TrainingResult Trainer::run() {
   }
   device_ = stage_devices.front();
   comm_ = Communicator::connect(env_, to_comm_options(config_.runtime), device_);
-  const int rank = comm_->rank();
-  const int world = comm_->world_size();
+  rank_ = comm_->rank();
+  world_ = comm_->world_size();
 
   data_ = load_data(config_.data, config_.train.seed);
   torch::manual_seed(config_.train.seed);  // same initial weights everywhere, before broadcast
@@ -222,218 +273,222 @@ TrainingResult Trainer::run() {
   model_->place(stage_devices);
   model_->set_split_size(config_.model.split_size);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
-  Checkpointer checkpoints(config_, comm_->control(), *model_, *optimizer_, device_, out_);
-  if (const auto resumed = checkpoints.resume()) position_ = *resumed;
+  checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
+                                                device_, out_);
+  if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
 
-  DdpOptions ddp_options = to_ddp_options(config_.runtime);
-  ddp_options.shard_gradients = config_.optimizer.zero_stage == 1;
-  DistributedDataParallel ddp(model_, *comm_, ddp_options);
-  // ZeRO-1: the optimizer steps this rank's shares; optimizer_ (over the whole model) holds
-  // state only while a checkpoint is saved or resumed, consolidated.
-  std::unique_ptr<ShardedOptimizer> sharded;
-  if (ddp_options.shard_gradients) {
-    sharded =
-        std::make_unique<ShardedOptimizer>(ddp, *comm_, [this](std::vector<at::Tensor> shares) {
+  ddp_options_ = to_ddp_options(config_.runtime);
+  ddp_options_.shard_gradients = config_.optimizer.zero_stage == 1;
+  ddp_ = std::make_unique<DistributedDataParallel>(model_, *comm_, ddp_options_);
+  if (ddp_options_.shard_gradients) {
+    sharded_ =
+        std::make_unique<ShardedOptimizer>(*ddp_, *comm_, [this](std::vector<at::Tensor> shares) {
           return make_optimizer(config_.optimizer, std::move(shares));
         });
-    sharded->load_state_from(*optimizer_);
+    sharded_->load_state_from(*optimizer_);
     optimizer_->state().clear();
   }
-  const auto save_checkpoint = [&] {
-    if (sharded) sharded->save_state_into(*optimizer_);
-    checkpoints.save(position_);
-    if (sharded) optimizer_->state().clear();
-  };
-  ddp.set_gradient_sync(!config_.diagnostics.no_gradient_sync);
+  ddp_->set_gradient_sync(!config_.diagnostics.no_gradient_sync);
 
   SamplerOptions so;
   so.dataset_size = data_.train.size();
-  so.num_replicas = world;
-  so.rank = rank;
+  so.num_replicas = world_;
+  so.rank = rank_;
   so.shuffle = config_.data.shuffle;
   so.seed = config_.train.seed;
   so.drop_last = config_.data.drop_last;
-  DistributedSampler sampler(so);
-  const std::int64_t batch = config_.train.batch_size_per_rank;
-  const std::int64_t per_rank = sampler.num_samples();
-  const std::int64_t batches = (per_rank + batch - 1) / batch;
-  const std::int64_t accumulate = config_.train.accumulate_steps;
-  const std::int64_t steps_per_epoch = (batches + accumulate - 1) / accumulate;
-  const std::int64_t max_steps = config_.train.max_steps;
-  const std::int64_t total_steps = max_steps > 0
-                                       ? std::min(max_steps, config_.train.epochs * steps_per_epoch)
-                                       : config_.train.epochs * steps_per_epoch;
-  if (rank == 0) {
-    out_ << "ddp-train: " << config_.model.name << " on " << config_.data.name << ", world "
-         << world << ", " << batch << " samples per rank per "
-         << (accumulate > 1 ? "micro-batch, " + std::to_string(accumulate) + " per step, "
-                            : std::string("step, "))
-         << steps_per_epoch << " steps per epoch, " << at::get_num_threads()
-         << " thread(s) per rank, " << comm_->transport() << ", " << ddp.bucket_count()
-         << " gradient bucket(s)"
-         << (ddp_options.comm_hook.start ? " sent as " + ddp_options.comm_hook.name : "")
-         << (ddp_options.overlap ? "" : ", all-reduce after backward");
-    if (model_->stage_count() > 1) {
-      out_ << ", model in " << model_->stage_count() << " stages on";
-      for (const auto& d : stage_devices) out_ << " " << d.str();
-    }
-    if (config_.model.split_size > 0) out_ << ", micro-batches of " << config_.model.split_size;
-    if (config_.model.batch_norm != "none") {
-      out_ << ", batch norm over "
-           << (config_.model.batch_norm == "sync" ? "all ranks' rows" : "each rank's rows");
-    }
-    out_ << std::endl;
-  }
+  sampler_.emplace(so);
+  LoopSizes& z = sizes_;
+  z.batch = config_.train.batch_size_per_rank;
+  z.per_rank = sampler_->num_samples();
+  z.batches = (z.per_rank + z.batch - 1) / z.batch;
+  z.accumulate = config_.train.accumulate_steps;
+  z.steps_per_epoch = (z.batches + z.accumulate - 1) / z.accumulate;
+  z.max_steps = config_.train.max_steps;
+  z.total_steps = z.max_steps > 0 ? std::min(z.max_steps, config_.train.epochs * z.steps_per_epoch)
+                                  : config_.train.epochs * z.steps_per_epoch;
+  if (rank_ == 0) print_start_line(stage_devices);
 
-  ProgressReporter progress(out_, rank == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
-                            config_.progress.log_every);
-  ProgressFile progress_file(env_.progress_file, std::cerr);
-  StragglerWatch stragglers(comm_->control(), rank, world, env_.host.empty() ? "?" : env_.host,
-                            out_, config_.progress.stragglers);
-  StopCheck stop_check(comm_->control(), config_.preemption.check_every_steps,
-                       !config_.preemption.signals.empty());
-  bool done = false;
-  bool preempted = false;
-  // metrics.every_steps: rank 0's loss and rate over the last N steps.
-  const bool step_metrics =
-      rank == 0 && config_.metrics.every_steps > 0 && !config_.metrics.file.empty();
-  StepWindow window;  // its seconds count the steps only, not evaluations between epochs
-  for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done; ++epoch) {
-    sampler.set_epoch(epoch);
-    const auto idx = sampler.indices();
-    const auto indices = torch::tensor(idx, torch::kLong);
-    const std::int64_t first = epoch == position_.epoch ? position_.batch_in_epoch : 0;
-    EpochStats stats;
-    const auto start = Clock::now();
-    for (std::int64_t b = first; b < batches;) {
-      if (max_steps > 0 && position_.step >= max_steps) {
-        done = true;
-        break;
-      }
-      const auto step_start = Clock::now();
-      // One optimizer step over `micro` batches: the gradients of all but the last add up on
-      // this rank (no_sync), the last one's backward averages their sum across ranks.
-      const std::int64_t micro = std::min(accumulate, batches - b);
-      // Gradients set to none, as PyTorch's zero_grad() does by default: backward then
-      // takes its result as the gradient instead of adding it to zeros, and a parameter that
-      // no rank used stays without one, so the optimizer leaves it alone (no momentum, no
-      // weight decay).
-      for (auto& p : model_->parameters()) p.mutable_grad().reset();
-      ddp.prepare_for_forward();
-      double step_loss = 0, step_rows = 0;
-      for (std::int64_t m = 0; m < micro; ++m) {
-        const auto batch_indices =
-            indices.narrow(0, (b + m) * batch, std::min(batch, per_rank - (b + m) * batch));
-        if (m == 0 && rank == config_.diagnostics.delay_rank &&
-            position_.step >= config_.diagnostics.delay_after_step) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(config_.diagnostics.delay_ms));
-        }
-        const auto samples = gather(data_.train, batch_indices);
-        // The step this rank works on, its data in hand: a rank stuck before this (data,
-        // the delay hook) is behind the ranks that wait for it in the step's all-reduce.
-        if (m == 0) progress_file.reached(position_.step + 1);
-        const auto x = samples.inputs.to(device_);
-        const auto& y = samples.targets;
-        std::optional<NoSyncGuard> local;
-        if (m + 1 < micro) {
-          local.emplace(ddp);
-        } else {
-          ddp.prepare_for_backward();
-        }
-        at::Tensor logits, loss;
-        {
-          CpuAutocast autocast(config_.runtime.autocast == "bf16");
-          logits = model_->forward(x);
-          loss = compute_loss(config_.train.loss, logits.to(torch::kFloat), y.to(logits.device()));
-        }
-        // Each micro-batch's mean loss weighs 1/micro, as PyTorch's recipe divides it.
-        (micro > 1 ? loss / static_cast<double>(micro) : loss).backward();
-        step_loss += loss.item<double>() * static_cast<double>(y.size(0));
-        step_rows += static_cast<double>(y.size(0));
-      }
-      ddp.finish_gradient_sync();
-      // Averaged, the gradients are the same bits on every rank, and so is their norm.
-      const double lr = learning_rate(config_.optimizer, position_.step, total_steps);
-      if (sharded) {
-        if (config_.optimizer.clip_grad_norm > 0) {
-          sharded->clip_grad_norm(config_.optimizer.clip_grad_norm);
-        }
-        sharded->set_lr(lr);
-        sharded->step();
-      } else {
-        if (config_.optimizer.clip_grad_norm > 0) {
-          torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.optimizer.clip_grad_norm);
-        }
-        for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-        optimizer_->step();
-      }
-      b += micro;
+  progress_.emplace(out_, rank_ == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
+                    config_.progress.log_every);
+  progress_file_.emplace(env_.progress_file, std::cerr);
+  stragglers_.emplace(comm_->control(), rank_, world_, env_.host.empty() ? "?" : env_.host, out_,
+                      config_.progress.stragglers);
+  stop_check_.emplace(comm_->control(), config_.preemption.check_every_steps,
+                      !config_.preemption.signals.empty());
+  step_metrics_ = rank_ == 0 && config_.metrics.every_steps > 0 && !config_.metrics.file.empty();
+}
 
-      stats.loss_sum += step_loss;
-      stats.samples += step_rows;
-      position_ = {position_.step + 1, b == batches ? epoch + 1 : epoch, b == batches ? 0 : b};
-      stragglers.stepped(std::chrono::duration<double>(Clock::now() - step_start).count(),
-                         ddp.last_sync_stats().wait_seconds, position_.step);
-      if (step_metrics) {
-        window.loss_sum += step_loss;
-        window.samples += step_rows;
-        window.seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
-        if (position_.step % config_.metrics.every_steps == 0) {
-          window.step = position_.step;
-          window.epoch =
-              static_cast<double>(epoch) + static_cast<double>(b) / static_cast<double>(batches);
-          window.world_size = world;
-          window.lr = lr;
-          append_line(config_.metrics.file, step_metrics_line(window));
-          window = {};
-        }
-      }
-      if (config_.diagnostics.check_replicas)
-        check_replicas(*model_, comm_->control(), position_.step);
-      progress.step(epoch, config_.train.epochs, b, batches,
-                    stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
-                    std::chrono::duration<double>(Clock::now() - start).count(), world);
-      const auto interval = config_.checkpoint.interval_steps;
-      if (interval > 0 && position_.step % interval == 0) {
-        save_checkpoint();
-        progress_file.reached(position_.step);
-      }
-      if (stop_check.after_step()) {
-        done = preempted = true;
-        break;
-      }
-      if (position_.step == config_.diagnostics.hold_after_step) {
-        hold_after_step(out_, rank, position_.step);
-      }
+void Trainer::print_start_line(const std::vector<torch::Device>& stage_devices) const {
+  const std::int64_t accumulate = sizes_.accumulate;
+  out_ << "ddp-train: " << config_.model.name << " on " << config_.data.name << ", world " << world_
+       << ", " << sizes_.batch << " samples per rank per "
+       << (accumulate > 1 ? "micro-batch, " + std::to_string(accumulate) + " per step, "
+                          : std::string("step, "))
+       << sizes_.steps_per_epoch << " steps per epoch, " << at::get_num_threads()
+       << " thread(s) per rank, " << comm_->transport() << ", " << ddp_->bucket_count()
+       << " gradient bucket(s)"
+       << (ddp_options_.comm_hook.start ? " sent as " + ddp_options_.comm_hook.name : "")
+       << (ddp_options_.overlap ? "" : ", all-reduce after backward");
+  if (model_->stage_count() > 1) {
+    out_ << ", model in " << model_->stage_count() << " stages on";
+    for (const auto& d : stage_devices) out_ << " " << d.str();
+  }
+  if (config_.model.split_size > 0) out_ << ", micro-batches of " << config_.model.split_size;
+  if (config_.model.batch_norm != "none") {
+    out_ << ", batch norm over "
+         << (config_.model.batch_norm == "sync" ? "all ranks' rows" : "each rank's rows");
+  }
+  out_ << std::endl;
+}
+
+void Trainer::save_checkpoint() {
+  if (sharded_) sharded_->save_state_into(*optimizer_);
+  checkpoints_->save(position_);
+  if (sharded_) optimizer_->state().clear();
+}
+
+void Trainer::run_epoch(std::int64_t epoch) {
+  sampler_->set_epoch(epoch);
+  const auto indices = torch::tensor(sampler_->indices(), torch::kLong);
+  std::int64_t b = epoch == position_.epoch ? position_.batch_in_epoch : 0;
+  EpochStats stats;
+  const auto start = Clock::now();
+  while (b < sizes_.batches) {
+    if (sizes_.max_steps > 0 && position_.step >= sizes_.max_steps) {
+      done_ = true;
+      break;
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    progress.end_epoch();
-    // A preempted epoch is reported when it is finished, after the resume.
-    stragglers.flush(position_.step);
-    const std::vector<RankTimes> times = stragglers.take_epoch();
-    if (!preempted && (stats.samples > 0 || !done)) report_epoch(epoch, stats, seconds, times);
-    progress_file.reached(position_.step);
+    b = train_step(epoch, indices, b, stats, start);
+    if (stop_check_->after_step()) {
+      done_ = preempted_ = true;
+      break;
+    }
+    if (position_.step == config_.diagnostics.hold_after_step) {
+      hold_after_step(out_, rank_, position_.step);
+    }
   }
-  if (rank == 0 && world > 1 && config_.progress.stragglers && !config_.progress.quiet) {
-    out_ << stragglers.table() << std::flush;
-  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  progress_->end_epoch();
+  // A preempted epoch is reported when it is finished, after the resume.
+  stragglers_->flush(position_.step);
+  const std::vector<RankTimes> times = stragglers_->take_epoch();
+  if (!preempted_ && (stats.samples > 0 || !done_)) report_epoch(epoch, stats, seconds, times);
+  progress_file_->reached(position_.step);
+}
 
+std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b,
+                                 EpochStats& stats, Clock::time_point epoch_start) {
+  const std::int64_t batch = sizes_.batch, per_rank = sizes_.per_rank, batches = sizes_.batches;
+  const auto step_start = Clock::now();
+  // One optimizer step over `micro` batches: the gradients of all but the last add up on
+  // this rank (no_sync), the last one's backward averages their sum across ranks.
+  const std::int64_t micro = std::min(sizes_.accumulate, batches - b);
+  // Gradients set to none, as PyTorch's zero_grad() does by default: backward then takes
+  // its result as the gradient instead of adding it to zeros, and a parameter that no rank
+  // used stays without one, so the optimizer leaves it alone (no momentum, no weight decay).
+  for (auto& p : model_->parameters()) p.mutable_grad().reset();
+  ddp_->prepare_for_forward();
+  double step_loss = 0, step_rows = 0;
+  for (std::int64_t m = 0; m < micro; ++m) {
+    const auto batch_indices =
+        indices.narrow(0, (b + m) * batch, std::min(batch, per_rank - (b + m) * batch));
+    if (m == 0 && rank_ == config_.diagnostics.delay_rank &&
+        position_.step >= config_.diagnostics.delay_after_step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(config_.diagnostics.delay_ms));
+    }
+    const auto samples = gather(data_.train, batch_indices);
+    // The step this rank works on, its data in hand: a rank stuck before this (data, the
+    // delay hook) is behind the ranks that wait for it in the step's all-reduce.
+    if (m == 0) progress_file_->reached(position_.step + 1);
+    const auto x = samples.inputs.to(device_);
+    const auto& y = samples.targets;
+    std::optional<NoSyncGuard> local;
+    if (m + 1 < micro) {
+      local.emplace(*ddp_);
+    } else {
+      ddp_->prepare_for_backward();
+    }
+    at::Tensor logits, loss;
+    {
+      CpuAutocast autocast(config_.runtime.autocast == "bf16");
+      logits = model_->forward(x);
+      loss = compute_loss(config_.train.loss, logits.to(torch::kFloat), y.to(logits.device()));
+    }
+    // Each micro-batch's mean loss weighs 1/micro, as PyTorch's recipe divides it.
+    (micro > 1 ? loss / static_cast<double>(micro) : loss).backward();
+    step_loss += loss.item<double>() * static_cast<double>(y.size(0));
+    step_rows += static_cast<double>(y.size(0));
+  }
+  ddp_->finish_gradient_sync();
+  // Averaged, the gradients are the same bits on every rank, and so is their norm.
+  const double lr = learning_rate(config_.optimizer, position_.step, sizes_.total_steps);
+  if (sharded_) {
+    if (config_.optimizer.clip_grad_norm > 0) {
+      sharded_->clip_grad_norm(config_.optimizer.clip_grad_norm);
+    }
+    sharded_->set_lr(lr);
+    sharded_->step();
+  } else {
+    if (config_.optimizer.clip_grad_norm > 0) {
+      torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.optimizer.clip_grad_norm);
+    }
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    optimizer_->step();
+  }
+  b += micro;
+
+  stats.loss_sum += step_loss;
+  stats.samples += step_rows;
+  position_ = {position_.step + 1, b == batches ? epoch + 1 : epoch, b == batches ? 0 : b};
+  stragglers_->stepped(std::chrono::duration<double>(Clock::now() - step_start).count(),
+                       ddp_->last_sync_stats().wait_seconds, position_.step);
+  if (step_metrics_) {
+    window_.loss_sum += step_loss;
+    window_.samples += step_rows;
+    window_.seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    if (position_.step % config_.metrics.every_steps == 0) {
+      window_.step = position_.step;
+      window_.epoch =
+          static_cast<double>(epoch) + static_cast<double>(b) / static_cast<double>(batches);
+      window_.world_size = world_;
+      window_.lr = lr;
+      append_line(config_.metrics.file, step_metrics_line(window_));
+      window_ = {};
+    }
+  }
+  if (config_.diagnostics.check_replicas) check_replicas(*model_, comm_->control(), position_.step);
+  progress_->step(epoch, config_.train.epochs, b, batches,
+                  stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
+                  std::chrono::duration<double>(Clock::now() - epoch_start).count(), world_);
+  const auto interval = config_.checkpoint.interval_steps;
+  if (interval > 0 && position_.step % interval == 0) {
+    save_checkpoint();
+    progress_file_->reached(position_.step);
+  }
+  return b;
+}
+
+TrainingResult Trainer::finish() {
+  if (rank_ == 0 && world_ > 1 && config_.progress.stragglers && !config_.progress.quiet) {
+    out_ << stragglers_->table() << std::flush;
+  }
   // The last step is always checkpointed (with checkpoint.dir), unless it already was.
   const bool save_last =
-      !config_.checkpoint.dir.empty() && checkpoints.last_step() != position_.step;
-  if (preempted) {
+      !config_.checkpoint.dir.empty() && checkpoints_->last_step() != position_.step;
+  if (preempted_) {
     // Stopping now: a stop signal from here on (the launcher stopping this node because
     // another node already exited 75) must not kill the checkpoint write or the exit.
-    stop_signals.keep_until_exit();
+    stop_signals_->keep_until_exit();
     const int sig = StopSignals::received();
-    if (rank == 0) {
+    if (rank_ == 0) {
       out_ << "ddp-train: stopping after step " << position_.step << " (epoch "
            << position_.epoch + 1 << ", batch " << position_.batch_in_epoch
            << ") on a preemption notice ("
            << (sig != 0 ? signal_name(sig) : "received by another rank") << ")" << std::endl;
     }
     if (save_last) save_checkpoint();
-    if (rank == 0) {
+    if (rank_ == 0) {
       out_ << "ddp-train: preempted after step " << position_.step
            << (config_.checkpoint.dir.empty() ? ", no checkpoint.dir: nothing saved"
                                               : ", checkpoint in " + config_.checkpoint.dir)
@@ -443,18 +498,17 @@ TrainingResult Trainer::run() {
   }
 
   if (save_last) save_checkpoint();
-  if (!config_.diagnostics.final_params_file.empty() && rank == 0) {
-    write_final_params(config_.diagnostics.final_params_file, *model_, position_.step, world);
+  if (!config_.diagnostics.final_params_file.empty() && rank_ == 0) {
+    write_final_params(config_.diagnostics.final_params_file, *model_, position_.step, world_);
   }
-  if (rank == 0) {
-    const auto state = optimizer_state_bytes(sharded ? sharded->optimizer() : *optimizer_);
+  if (rank_ == 0) {
+    const auto state = optimizer_state_bytes(sharded_ ? sharded_->optimizer() : *optimizer_);
     out_ << "ddp-train: done after " << position_.step << " steps; optimizer state " << state
-         << " bytes on rank 0" << (sharded ? " (ZeRO-1: its share)" : "") << std::endl;
+         << " bytes on rank 0" << (sharded_ ? " (ZeRO-1: its share)" : "") << std::endl;
   }
   return {false, position_.step};
 }
 
-// Collective: the sums and the evaluation are all-reduced; rank 0 reports.
 void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
                            const std::vector<RankTimes>& times) {
   auto sums = torch::tensor({local.loss_sum, local.samples}, torch::kDouble);
@@ -472,7 +526,7 @@ void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double s
   summary.seconds = seconds;
   summary.test_accuracy = eval.accuracy;
   summary.test_loss = eval.loss;
-  summary.world_size = comm_->world_size();
+  summary.world_size = world_;
   for (const RankTimes& t : times) {
     if (t.steps == 0) continue;  // one rank, or not gathered
     summary.compute_per_step.push_back(t.compute_per_step());
