@@ -14,7 +14,9 @@
 # package gives its consumers (INTERFACE_COMPILE_DEFINITIONS in Caffe2Targets.cmake and
 # TORCH_CXX_FLAGS in TorchConfig.cmake), read from the package itself. Then g++
 # -fsyntax-only -std=c++20 with the project's warnings as errors runs on every worker source
-# that includes LibTorch. Needs network access to a Debian mirror; nothing is installed.
+# that includes LibTorch, and on torch_compat.cc once more without USE_C10D_NCCL (the
+# branches a CPU LibTorch takes; scripts/check-libtorch2.sh's CPU headers add nothing else,
+# and .ci/run builds and runs everything against the CPU LibTorch 2.6). Needs network access to a Debian mirror; nothing is installed.
 # Nothing is linked: that would take libtorch-cuda-2.6 (0.5 GB) and the CUDA libraries it
 # needs (about 1.2 GB more), and cuDNN, which it also needs, is not in the archive at all
 # (nvidia-cudnn only downloads it from NVIDIA when installed).
@@ -135,5 +137,10 @@ flags="$flags -Icommon/include -Ibuild/contract/include"
 # shellcheck disable=SC2086
 printf '%s\n' $files | xargs -P "$jobs" -I{} sh -c \
   "echo '  {}'; $cxx $flags {} || { echo 'check-cuda-build: FAILED {}' >&2; exit 255; }"
+# The branches a LibTorch without NCCL takes (trixie's CPU libtorch-dev ships the same
+# headers): torch_compat.cc, the one file that tests USE_C10D_NCCL, once more without it.
+# shellcheck disable=SC2086
+$cxx $flags -UUSE_C10D_NCCL worker/lib/src/torch_compat.cc ||
+  { echo 'check-cuda-build: FAILED worker/lib/src/torch_compat.cc without USE_C10D_NCCL' >&2; exit 1; }
 echo "check-cuda-build: $(echo "$files" | wc -w) files compile against CUDA LibTorch" \
-  "$torch_version with NCCL ($(($(date +%s) - start)) s)"
+  "$torch_version with NCCL, and torch_compat.cc without it ($(($(date +%s) - start)) s)"
