@@ -3,7 +3,7 @@
 being a DDP step, waits for every rank's gradients), and to the end of the whole run.
 
 ddp-train under ddprun against the same model in Python (torch DDP, gloo) under torchrun
-(Debian's, through bench/torchrun_wrapper.py): the Fashion-MNIST MLP, Adam, batch 64,
+(Debian's, through tests/support/torchrun_wrapper.py): the Fashion-MNIST MLP, Adam, batch 64,
 2 ranks, one thread each, both loading the data before the first step.
 
 Usage: bench/first_step.py [--reps 5] [--out bench/results/first_step.json]
@@ -19,6 +19,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Debian's torchrun through the tests' wrapper (tests/support), which the benchmarks share.
+TORCHRUN_WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "support", "torchrun_wrapper.py")
 
 
 def worker():
@@ -80,7 +83,7 @@ def main():
     cpp = ["build/bin/ddprun", "-q", "--nproc-per-node", "2", "--", "build/bin/ddp-train",
            "--config", "configs/fashion_mlp.json", "--max-steps", "1", "--log-every", "1",
            "--threads", "1"]
-    py = ["/usr/bin/python3", os.path.join(HERE, "torchrun_wrapper.py"), "--standalone",
+    py = ["/usr/bin/python3", TORCHRUN_WRAPPER, "--standalone",
           "--monitor_interval", "0.01", "--nproc_per_node", "2", os.path.abspath(__file__),
           "--worker"]
     samples = {"ddprun_ddp_train": [], "torchrun_python": []}

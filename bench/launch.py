@@ -2,7 +2,7 @@
 """Launch benchmark: wall time to start N workers that exit at once (/bin/true) and wait.
 
 ddprun against the floor (a shell loop that forks N and waits) and, when installed,
-mpirun and torchrun (Debian's, through bench/torchrun_wrapper.py), measured in the same run; reports medians with min and max and ratios.
+mpirun and torchrun (Debian's, through tests/support/torchrun_wrapper.py), measured in the same run; reports medians with min and max and ratios.
 Usage: bench/launch.py [--ddprun build/bin/ddprun] [--reps 15] [--n 1 8 32]
 """
 import argparse
@@ -13,6 +13,9 @@ import shutil
 import statistics
 import subprocess
 import time
+# Debian's torchrun through the tests' wrapper (tests/support), which the benchmarks share.
+TORCHRUN_WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "support", "torchrun_wrapper.py")
 
 
 def measure(command, reps, timeout_s=20):
@@ -46,7 +49,7 @@ def main():
         "floor": lambda n: ["sh", "-c", f"for i in $(seq {n}); do /bin/true & done; wait"],
         "ddprun": lambda n: [args.ddprun, "--nproc-per-node", str(n), "/bin/true"],
     }
-    wrapper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_wrapper.py")
+    wrapper = TORCHRUN_WRAPPER
     if os.path.exists("/usr/bin/python3") and not args.skip_torchrun:
         # Its default monitor interval (5 s in 1.13) dominates; a short one is its best case.
         peers["torchrun_fast_monitor"] = lambda n: [

@@ -21,13 +21,16 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Debian's torchrun through the tests' wrapper (tests/support), which the benchmarks share.
+TORCHRUN_WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "support", "torchrun_wrapper.py")
 
 
 def launchers(ddprun, n):
     """Argv prefixes that start n copies of the program that follows."""
     found = {"ddprun": [ddprun, "-q", "--nproc-per-node", str(n), "--"]}
     if os.path.exists("/usr/bin/python3"):
-        found["torchrun"] = ["/usr/bin/python3", os.path.join(HERE, "torchrun_wrapper.py"),
+        found["torchrun"] = ["/usr/bin/python3", TORCHRUN_WRAPPER,
                              "--standalone", "--monitor_interval", "0.01", "--nproc_per_node",
                              str(n), "--no_python"]
     if shutil.which("mpirun"):

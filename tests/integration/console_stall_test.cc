@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "child_process.h"
 #include "launcher_harness.h"
 
-extern char** environ;
 
 namespace ddprun::testing {
 namespace {
@@ -78,24 +78,12 @@ class Started {
  public:
   Started(const std::vector<std::string>& args, int stdout_fd, int stderr_fd) {
     ::fcntl(ready_.write_end, F_SETFD, 0);  // passed down to the workers on purpose
-    std::vector<std::string> env_strings;
-    for (char** var = environ; *var != nullptr; ++var) env_strings.emplace_back(*var);
-    env_strings.push_back("TEST_READY_FD=" + std::to_string(ready_.write_end));
-    std::vector<std::string> argv_strings{ddprun_bin()};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv, envp;
-    for (auto& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
+    std::vector<std::string> argv{ddprun_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto env =
+        support::environment_with({"TEST_READY_FD=" + std::to_string(ready_.write_end)});
     started_at_ = Clock::now();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(stdout_fd, 1);
-      ::dup2(stderr_fd, 2);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
+    pid_ = support::spawn_child(argv, env, stdout_fd, stderr_fd);
     ready_.close_write();
     pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
   }

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "child_process.h"
 #include "launcher_harness.h"
 
 namespace ddprun::testing {
@@ -203,25 +204,18 @@ TEST(Control, SighupStopsTheJobWhenSignalsToHandleNamesIt) {
   EXPECT_EQ(job.finish(seconds(30)).exit_code, 128 + SIGHUP);
 }
 
-// Starts `argv` as user and group 65534 (nobody) through setpriv; returns its pid.
+// Starts `argv` as user and group 65534 (nobody) through setpriv, in / (which nobody may
+// enter), with its output in `out_file`; returns its pid.
 pid_t start_as_nobody(const std::vector<std::string>& argv, const std::string& runtime_dir,
                       const std::string& out_file) {
-  std::vector<std::string> full = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                                   "--clear-groups"};
+  std::vector<std::string> full = {
+      "/usr/bin/env",  "-C", "/", "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+      "--clear-groups"};
   full.insert(full.end(), argv.begin(), argv.end());
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setenv("XDG_RUNTIME_DIR", runtime_dir.c_str(), 1);
-    const int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    ::dup2(out, 1);
-    ::dup2(out, 2);
-    ::chdir("/");
-    std::vector<char*> args;
-    for (auto& arg : full) args.push_back(arg.data());
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
+  const int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  const pid_t pid = support::spawn_child(
+      full, support::environment_with({"XDG_RUNTIME_DIR=" + runtime_dir}), out, out);
+  ::close(out);
   return pid;
 }
 

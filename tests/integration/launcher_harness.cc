@@ -12,7 +12,7 @@
 #include <regex>
 #include <sstream>
 
-extern char** environ;
+#include "child_process.h"
 
 namespace ddprun::testing {
 
@@ -27,31 +27,15 @@ Launched::Launched(const std::vector<std::string>& args, const std::vector<std::
                    bool ready_pipe) {
   int out[2], err[2], ready[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) std::abort();
-  if (ready_pipe && ::pipe(ready) != 0) std::abort();  // inherited on purpose
-  std::vector<std::string> env_strings;
-  for (char** var = environ; *var != nullptr; ++var) env_strings.emplace_back(*var);
-  for (const auto& var : extra_env) {
-    // An extra variable replaces the inherited one of its name (PATH, say).
-    const std::string prefix = var.substr(0, var.find('=') + 1);
-    std::erase_if(env_strings, [&](const std::string& s) { return s.starts_with(prefix); });
-    env_strings.push_back(var);
+  if (ready_pipe) {
+    if (::pipe2(ready, O_CLOEXEC) != 0) std::abort();
+    ::fcntl(ready[1], F_SETFD, 0);  // the write end is passed down on purpose
   }
-  if (ready_pipe) env_strings.push_back("TEST_READY_FD=" + std::to_string(ready[1]));
-  std::vector<std::string> argv_strings{ddprun_bin()};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv, envp;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    if (ready_pipe) ::close(ready[0]);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
+  std::vector<std::string> extra = extra_env;
+  if (ready_pipe) extra.push_back("TEST_READY_FD=" + std::to_string(ready[1]));
+  std::vector<std::string> argv{ddprun_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_ = support::spawn_child(argv, support::environment_with(extra), out[1], err[1]);
   ::close(out[1]);
   ::close(err[1]);
   out_fd_ = out[0];

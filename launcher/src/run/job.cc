@@ -40,7 +40,7 @@ bool is_notice_signal(int sig) {
 // forward, and whether a preemption notice went out (the workers then stop on their own
 // at an agreed step). Every transition is in `handle` and the deadline checks of
 // `wait_for_all`; none does I/O (the Runner does), so every sequence of events can be
-// explored with a fake runner (tests/launcher/supervision_sequences_test.cc).
+// explored with a fake runner (tests/launcher/job_sequences_test.cc).
 //
 //   kRunning  --worker fails-------------> kFailing   (SIGTERM to the rest; restartable)
 //   kRunning  --exit timeout-------------> kTimedOut  (SIGTERM to the rest; restartable)

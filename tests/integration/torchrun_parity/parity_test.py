@@ -4,7 +4,7 @@
 For each row of corpus.json the line is made runnable on this machine (one node, at most two
 processes, ports replaced by one free port, the training script or module replaced by
 dump_worker.py at the same path), then run twice with the same arguments after the launcher
-name: once as Debian's torchrun (torch 1.13.1, through bench/torchrun_wrapper.py) and once as
+name: once as Debian's torchrun (torch 1.13.1, through tests/support/torchrun_wrapper.py) and once as
 ddprun. Every worker writes what it saw (argv, interpreter, buffering, environment) and the two
 runs are compared rank by rank, variable by variable.
 

@@ -22,6 +22,7 @@
 #include <set>
 #include <sstream>
 
+#include "child_process.h"
 #include "ddprun/contract/errors.h"
 
 namespace {
@@ -75,18 +76,7 @@ class Job {
         "PATH=/usr/bin:/bin"};
     std::vector<std::string> argv = {DDP_TRAIN_BIN, "--init-method", "file://" + store_};
     argv.insert(argv.end(), args_.begin(), args_.end());
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(write_fd_, STDOUT_FILENO);
-      ::dup2(write_fd_, STDERR_FILENO);
-      std::vector<char*> a, e;
-      for (auto& s : argv) a.push_back(s.data());
-      for (auto& s : env) e.push_back(s.data());
-      a.push_back(nullptr);
-      e.push_back(nullptr);
-      ::execve(a[0], a.data(), e.data());
-      ::_exit(127);
-    }
+    const pid_t pid = ddprun::support::spawn_child(argv, env, write_fd_, write_fd_);
     pids_[static_cast<std::size_t>(rank)] = pid;
     // Every rank started: only they hold the pipe now, so their exit ends the output.
     if (std::find(pids_.begin(), pids_.end(), -1) == pids_.end()) {
