@@ -21,7 +21,6 @@
 #include "child_process.h"
 #include "launcher_harness.h"
 
-
 namespace ddprun::testing {
 namespace {
 
