@@ -24,6 +24,7 @@
 
 #include "child_process.h"
 #include "ddprun/contract/errors.h"
+#include "training_fixture.h"
 
 namespace {
 
@@ -167,21 +168,8 @@ class Job {
   std::string output_;
 };
 
-class PreemptionTest : public ::testing::Test {
+class PreemptionTest : public ddprun::support::TrainingFolder {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ddprun-preempt-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // The toy config (3 epochs of 10 steps on 2 ranks) with `extra` merged in, as a file.
   std::string config(const std::string& name, const json& extra) const {
     json c = json::parse(R"({
@@ -200,18 +188,6 @@ class PreemptionTest : public ::testing::Test {
     return file;
   }
 
-  static json read_json(const std::string& file) {
-    std::ifstream in(file);
-    return json::parse(in);
-  }
-
-  static std::string read_text(const std::string& file) {
-    std::ifstream in(file);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
   // Runs to the end (expecting exit 0 from both ranks) and returns the final parameters.
   json run_to_end(const std::string& config_file, const std::string& tag) {
     const std::string params = path(tag + ".params.json");
@@ -221,7 +197,6 @@ class PreemptionTest : public ::testing::Test {
     return fs::exists(params) ? read_json(params)["params"] : json();
   }
 
-  fs::path dir_;
   json transport_ = json::object();  // merged into every config
 };
 

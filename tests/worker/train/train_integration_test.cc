@@ -13,6 +13,8 @@
 #include <map>
 #include <sstream>
 
+#include "training_fixture.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -20,21 +22,8 @@ using nlohmann::json;
 
 const std::string kToyConfig = std::string(DDPRUN_WORKER_TEST_DIR) + "/configs/toy_small.json";
 
-class TrainTest : public ::testing::Test {
+class TrainTest : public ddprun::support::TrainingFolder {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ddprun-train-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // Runs `ddprun --nproc-per-node N -- ddp-train --config toy ARGS`; returns the exit status
   // and leaves stdout+stderr in log_.
   int train(int nproc, const std::string& args, const std::string& log_name,
@@ -47,34 +36,8 @@ class TrainTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
-  std::string log() const {
-    std::ifstream in(log_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string log() const { return read_text(log_); }
 
-  static json read_json(const std::string& file) {
-    std::ifstream in(file);
-    return json::parse(in);
-  }
-
-  // Largest absolute difference between two final-parameter files; -1 if they differ in
-  // names or shapes.
-  static double max_abs_diff(const json& a, const json& b) {
-    double worst = 0;
-    for (const auto& [name, pa] : a["params"].items()) {
-      if (!b["params"].contains(name)) return -1;
-      const auto& pb = b["params"][name];
-      if (pa["shape"] != pb["shape"]) return -1;
-      const auto va = pa["values"].get<std::vector<double>>();
-      const auto vb = pb["values"].get<std::vector<double>>();
-      for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(va[i] - vb[i]));
-    }
-    return worst;
-  }
-
-  fs::path dir_;
   std::string log_;
 };
 
