@@ -12,6 +12,8 @@
 #include "ddprun/worker/atomic_file.h"
 #include "ddprun/worker/errors.h"
 
+#include "temp_dir.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -26,15 +28,7 @@ struct SmallNet : torch::nn::Module {
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    base_ = std::filesystem::temp_directory_path() /
-            ("ddprun-ckpt-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(base_);
-    std::filesystem::create_directories(base_);
-    dir_ = (base_ / "ckpt").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(base_); }
+  void SetUp() override { dir_ = (base_ / "ckpt").string(); }
 
   static unsigned mode_of(const std::string& path) {
     struct stat st {};
@@ -49,7 +43,8 @@ class CheckpointTest : public ::testing::Test {
     opt.step();
   }
 
-  std::filesystem::path base_;
+  ddprun::support::TempDir folder_;
+  std::filesystem::path base_ = folder_.path();
   std::string dir_;
 };
 

@@ -10,6 +10,8 @@
 
 #include "ddprun/worker/errors.h"
 
+#include "temp_dir.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -24,14 +26,6 @@ std::string idx_bytes(std::vector<std::uint32_t> dims, const std::string& data, 
 
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ddprun-idx-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::string write_plain(const std::string& name, const std::string& bytes) {
     const auto path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << bytes;
@@ -53,7 +47,8 @@ class IdxTest : public ::testing::Test {
     return "(no error)";
   }
 
-  std::filesystem::path dir_;
+  ddprun::support::TempDir folder_;
+  std::filesystem::path dir_ = folder_.path();
 };
 
 TEST_F(IdxTest, ReadsPlainAndGzippedAlike) {
