@@ -46,6 +46,8 @@ phase "trixie checks"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$(nproc)"
 phase "ASan launcher build"
+# Not again under ASan: the install tests (they build and run ddprun of their own) and the
+# recorded mpirun table (mpirun's time); both ran in the first ctest.
 ctest --preset asan -j 2
 phase "ASan launcher tests"
 # The worker library and ddp-train (shared-memory all-reduce, DDP, checkpoints, preemption)
