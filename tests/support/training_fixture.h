@@ -20,9 +20,12 @@ namespace ddprun::support {
 class TrainingFolder : public ::testing::Test {
  protected:
   void SetUp() override {
+    // One folder: a parameterized test's name ("Name/Param") would nest two, and removing
+    // the inner one left the outer behind in /tmp after every run.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
     dir_ = std::filesystem::temp_directory_path() /
-           ("ddprun-train-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("ddprun-train-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
