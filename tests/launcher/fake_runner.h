@@ -60,7 +60,15 @@ class FakeRunner : public Runner {
     int round;
     bool exit;
     std::size_t child;
-    int status_or_signal;
+    int status_or_signal;  // -1: agent `child` reported `reported`
+    Ms at;
+    long order;
+    std::optional<NodeEvent> reported = std::nullopt;
+  };
+  // What the policy told its head (Runner::announce).
+  struct Announced {
+    int round;
+    NodeEvent event;
     Ms at;
     long order;
   };
@@ -76,6 +84,20 @@ class FakeRunner : public Runner {
 
   // ddprun receives `sig` (or, with 0, loses its head) `at` after round `round` starts.
   void signal_at(int round, Ms at, int sig) { external_.push_back({round, at, sig}); }
+  // Agent `child` reports `event` of its node `at` after round `round` starts.
+  void report_at(int round, Ms at, std::size_t child, NodeEvent event) {
+    external_.push_back({round, at, 0, false, child, std::move(event)});
+  }
+  // The head sends `sig` with `cause` (agent mode) `at` after round `round` starts.
+  void head_signal_at(int round, Ms at, int sig, std::optional<NodeEvent> cause) {
+    External e{round, at, sig};
+    e.from_head = true;
+    e.cause = std::move(cause);
+    external_.push_back(std::move(e));
+  }
+
+  std::vector<Announced> announced;
+  std::vector<std::optional<NodeEvent>> stop_causes;  // each round's last set_stop_cause
 
   std::vector<Sent> sent;                       // every signal the policy sent
   std::vector<Happened> happened;               // every event the policy was given
@@ -93,6 +115,18 @@ class FakeRunner : public Runner {
   }
 
   RunnerClock::time_point now() const override { return now_; }
+
+  void announce(const NodeEvent& event) override {
+    announced.push_back({round_, event, elapsed(), order_++});
+  }
+  void set_stop_cause(const NodeEvent& cause) override {
+    stop_causes.resize(static_cast<std::size_t>(round_) + 1);
+    stop_causes[static_cast<std::size_t>(round_)] = cause;
+  }
+  const NodeEvent* stop_cause() const {
+    const auto r = static_cast<std::size_t>(round_);
+    return r < stop_causes.size() && stop_causes[r] ? &*stop_causes[r] : nullptr;
+  }
 
   pid_t start(const ChildSpec& spec) override {
     if (started.size() <= static_cast<std::size_t>(round_)) {
@@ -118,8 +152,11 @@ class FakeRunner : public Runner {
     const bool stop = sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
     if (sig == SIGKILL || (stop && !child.behaviour.ignores_stop)) {
       child.exit_at = now_;
-      child.exit_status =
-          child.behaviour.exits_like_agent && sig != SIGKILL ? exited(128 + sig) : killed(sig);
+      // An agent exits with the code of the cause it was given, else 128 + the signal.
+      const NodeEvent* cause = stop_cause();
+      child.exit_status = !child.behaviour.exits_like_agent || sig == SIGKILL ? killed(sig)
+                          : cause != nullptr                                  ? exited(cause->code)
+                                                                              : exited(128 + sig);
     } else if ((sig == SIGUSR1 || sig == SIGUSR2) && child.behaviour.status_on_notice) {
       child.exit_at = now_;
       child.exit_status = *child.behaviour.status_on_notice;
@@ -172,9 +209,19 @@ class FakeRunner : public Runner {
     }
     External& e = external_[*external];
     e.delivered = true;
+    if (e.reported) {
+      if (!children_.at(e.child).alive) return wait(deadline);  // an agent that has ended
+      happened.push_back({round_, false, e.child, -1, elapsed(), order_++, e.reported});
+      event.kind = RunnerEvent::Kind::kNodeEvent;
+      event.child = e.child;
+      event.node_event = *e.reported;
+      return event;
+    }
     happened.push_back({round_, false, 0, e.signal_number, elapsed(), order_++});
     event.kind = e.signal_number == 0 ? RunnerEvent::Kind::kHeadLost : RunnerEvent::Kind::kSignal;
     event.signal_number = e.signal_number;
+    event.from_head = e.from_head;
+    event.cause = e.cause;
     return event;
   }
 
@@ -239,6 +286,10 @@ class FakeRunner : public Runner {
     Ms at;
     int signal_number;
     bool delivered = false;
+    std::size_t child = 0;                             // with `reported`
+    std::optional<NodeEvent> reported = std::nullopt;  // an agent's report, not a signal
+    bool from_head = false;
+    std::optional<NodeEvent> cause = std::nullopt;  // with from_head
   };
   static constexpr RunnerClock::time_point kStart{};
   RunnerClock::time_point now_ = kStart;

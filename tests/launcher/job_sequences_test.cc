@@ -1,7 +1,9 @@
 // The supervision policy (job.h) against every sequence of up to kDepth events, in each
 // mode (a node of its own, a head with an agent child, an agent under a head), with the
 // workers' answers to notices, with or without --exit-timeout, with --stall-timeout (the
-// workers' progress may stop) and stacks taken. After each sequence the
+// workers' progress may stop) and stacks taken; workers may exit 75 unprompted, the agent
+// child may report its node's failure, stop or notice the moment it happens, and the head
+// may stop an agent with another node's failure as the cause. After each sequence the
 // invariants of docs/fault-tolerance.md ("The policy's invariants") are checked. The fake
 // runner makes each sequence a few microseconds; the whole file runs in seconds.
 #include <gtest/gtest.h>
@@ -36,6 +38,10 @@ constexpr Ms kStep{100};  // event i happens at (i + 1) steps
 constexpr Ms kExitTimeout{250};
 // --stall-timeout: workers write a step every 10 ms until a stall event freezes them.
 constexpr Ms kStallTimeout{220};
+// A reporting agent ends this long after its report (exit 1 after a failure, 143 after a
+// stop), unless an exit of its own comes first.
+constexpr Ms kReportToExit{50};
+constexpr int kCauseCode = 3;  // the code of the failure a head names when it stops an agent
 
 enum class Mode { kLocal, kHead, kAgent };
 
@@ -52,7 +58,9 @@ const char* mode_name(Mode mode) {
 }
 
 struct Event {
-  enum class Kind { kExit, kSignal, kDrainTime, kHeadLost, kStall };
+  // kReport: the agent child reports its node failed (value 0), was stopped by SIGTERM (1)
+  // or got a notice (2). kHeadStop: the head stops this agent for another node's failure.
+  enum class Kind { kExit, kSignal, kDrainTime, kHeadLost, kStall, kReport, kHeadStop };
   Kind kind = Kind::kSignal;
   std::size_t child = 0;
   int value = 0;  // the wait status of kExit, the signal of kSignal
@@ -86,7 +94,8 @@ bool is_agent_child(Mode mode, std::size_t child) {
 std::vector<Event> alphabet(Mode mode, bool stall) {
   std::vector<Event> events;
   for (std::size_t child = 0; child < child_count(mode); ++child) {
-    std::vector<int> statuses = {exited(0), exited(1), killed(SIGKILL)};
+    // A worker that exits 75 unprompted (no notice) has failed.
+    std::vector<int> statuses = {exited(0), exited(1), killed(SIGKILL), exited(kExitPreempted)};
     if (is_agent_child(mode, child)) {
       // Its node finished; a peer node failed; a worker there was killed (the agent
       // reports 128 + 9); the node was lost (ssh's 255); the node drained.
@@ -99,8 +108,12 @@ std::vector<Event> alphabet(Mode mode, bool stall) {
   }
   if (mode == Mode::kAgent) {
     events.push_back({Event::Kind::kHeadLost, 0, 0});
+    events.push_back({Event::Kind::kHeadStop, 0, SIGTERM});
   } else {
     events.push_back({Event::Kind::kDrainTime, 0, 0});
+  }
+  if (mode == Mode::kHead) {
+    for (int report : {0, 1, 2}) events.push_back({Event::Kind::kReport, 1, report});
   }
   if (stall) events.push_back({Event::Kind::kStall, 0, 0});
   return events;
@@ -121,6 +134,12 @@ std::string describe(const Event& e) {
       return "head lost";
     case Event::Kind::kStall:
       return "progress stops";
+    case Event::Kind::kReport:
+      return std::string("agent reports its node ") + (e.value == 0   ? "failed"
+                                                       : e.value == 1 ? "stopped"
+                                                                      : "got a notice");
+    case Event::Kind::kHeadStop:
+      return "head stops it for another node's failure";
   }
   return "?";
 }
@@ -162,7 +181,9 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
     const Ms at = kStep * static_cast<int>(i + 1);
     switch (e.kind) {
       case Event::Kind::kExit:
-        exits.at(e.child) = std::make_pair(at, e.value);
+        if (!exits.at(e.child) || exits.at(e.child)->first > at) {
+          exits.at(e.child) = std::make_pair(at, e.value);
+        }
         break;
       case Event::Kind::kSignal:
         runner.signal_at(0, at, e.value);
@@ -176,6 +197,29 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
       case Event::Kind::kStall:
         stall_at = at;
         break;
+      case Event::Kind::kReport: {
+        NodeEvent report;
+        report.node = 1;
+        report.kind = e.value == 0   ? NodeEvent::Kind::kFailed
+                      : e.value == 1 ? NodeEvent::Kind::kStopped
+                                     : NodeEvent::Kind::kNotice;
+        report.signal = e.value == 1 ? SIGTERM : e.value == 2 ? SIGUSR1 : 0;
+        report.code = e.value == 0 ? 1 : e.value == 1 ? 128 + SIGTERM : 0;
+        runner.report_at(0, at, e.child, report);
+        // The agent ends soon after a failure or a stop it reported, as a real one does.
+        auto& exit = exits.at(e.child);
+        if (e.value != 2 && (!exit || exit->first > at + kReportToExit)) {
+          exit = std::make_pair(at + kReportToExit, exited(report.code));
+        }
+        break;
+      }
+      case Event::Kind::kHeadStop: {
+        NodeEvent cause;
+        cause.node = 2;
+        cause.code = kCauseCode;
+        runner.head_signal_at(0, at, e.value, cause);
+        break;
+      }
     }
   }
   runner.waits_forever_after = Ms(20000);  // the events end by 0.7 s, the grace 0.35 s after
@@ -252,7 +296,10 @@ struct Round0 {
   // it (an agent reports that as 128 + the signal).
   bool drained(const FakeRunner::Happened& h) const {
     const int status = h.status_or_signal;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitPreempted) return true;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitPreempted) {
+      // A worker's 75 is a drain only after a notice went out; an agent's is its node's.
+      return is_agent_child(mode, h.child) || notice_sent_before(h.child, h.order);
+    }
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     if (is_agent_child(mode, h.child) && WIFEXITED(status) && WEXITSTATUS(status) > 128) {
       sig = WEXITSTATUS(status) - 128;
@@ -277,20 +324,46 @@ int code_of(int status) {
 }
 
 // The invariants; returns the first one broken, or empty.
-std::string check(const FakeRunner& runner, const Config& config, const Outcome& outcome) {
+std::string check(const FakeRunner& runner, const Config& config, const Outcome& outcome,
+                  const std::vector<Event>& events) {
   const Round0 round0{runner, config.mode};
   std::vector<FakeRunner::Happened> exits;
-  std::optional<FakeRunner::Happened> first_stop;  // a stop signal, or the head lost
+  std::optional<FakeRunner::Happened> first_stop;  // a stop signal, the head lost, a node's stop
+  std::optional<FakeRunner::Happened> failure_report;  // the agent's report of its failure
   std::vector<FakeRunner::Happened> stops;
+  std::optional<Ms> notice_at;  // the round's first notice: a signal, a report, the drain time
+  const auto reported = [](const FakeRunner::Happened& h, NodeEvent::Kind kind) {
+    return h.reported && h.reported->kind == kind;
+  };
   for (const auto& h : runner.happened) {
     if (h.round != 0) continue;
     if (h.exit) {
       exits.push_back(h);
-    } else if (h.status_or_signal == 0 || is_stop(h.status_or_signal)) {
+    } else if (h.status_or_signal == 0 || is_stop(h.status_or_signal) ||
+               reported(h, NodeEvent::Kind::kStopped)) {
       stops.push_back(h);
       if (!first_stop) first_stop = h;
+    } else if (reported(h, NodeEvent::Kind::kFailed) && !failure_report) {
+      failure_report = h;
+    }
+    if (is_notice(h.status_or_signal) || reported(h, NodeEvent::Kind::kNotice)) {
+      if (!notice_at) notice_at = h.at;
     }
   }
+  bool drain_at_round_end = false;  // the drain time and the round's end at once: either way
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind != Event::Kind::kDrainTime || runner.round_ends.empty()) continue;
+    const Ms at = kStep * static_cast<int>(i + 1);
+    if (at < runner.round_ends[0] && (!notice_at || at < *notice_at)) notice_at = at;
+    drain_at_round_end = at == runner.round_ends[0];
+  }
+  // The head stopped this agent for another node's failure, before any other stop.
+  const bool head_stop_first =
+      first_stop && !first_stop->reported &&
+      std::any_of(events.begin(), events.end(), [&](const Event& e) {
+        return e.kind == Event::Kind::kHeadStop && first_stop->status_or_signal == e.value &&
+               first_stop->at == kStep * static_cast<int>(&e - events.data() + 1);
+      });
   // The first stop the policy sent by itself (after a failure or the exit timeout).
   std::optional<FakeRunner::Sent> first_policy_stop;
   for (const auto& s : runner.sent) {
@@ -308,7 +381,34 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
       break;
     }
   }
+  // A node's report of its failure is the root when it came first: the agent's exit that
+  // follows carries its code.
+  if (failure_report && failure_report->order < stop_order &&
+      (!root || failure_report->order < root->order)) {
+    const auto agent_exit = std::find_if(exits.begin(), exits.end(), [&](const auto& h) {
+      return h.child == failure_report->child;
+    });
+    // Every other live child hears at once: the nodes fail together within one grace.
+    for (std::size_t child = 0; child < child_count(config.mode); ++child) {
+      if (child == failure_report->child) continue;
+      const bool exited_before = std::any_of(exits.begin(), exits.end(), [&](const auto& h) {
+        return h.child == child && h.order < failure_report->order;
+      });
+      const bool told = std::any_of(runner.sent.begin(), runner.sent.end(), [&](const auto& s) {
+        return s.round == 0 && s.child == child && s.signal_number == SIGTERM &&
+               s.at == failure_report->at;
+      });
+      if (!exited_before && !told) {
+        return "a node's failure report did not stop child " + std::to_string(child) + " at once";
+      }
+    }
+    if (agent_exit != exits.end()) {
+      root = *agent_exit;
+      root->order = failure_report->order;
+    }
+  }
   const bool timed_out = !root && first_policy_stop && first_policy_stop->order < stop_order;
+  const bool agent = config.mode == Mode::kAgent;
   const bool all_clean =
       !outcome.waits_forever && exits.size() == child_count(config.mode) &&
       std::all_of(exits.begin(), exits.end(), [&](const auto& h) { return round0.clean(h); });
@@ -331,6 +431,7 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   // Agents get the stack allowance after the grace (theirs, to send their stacks).
   const Ms allowance =
       config.mode == Mode::kHead ? JobSettings().round.agent_stack_allowance : Ms(0);
+  if (failure_report && (!ending || failure_report->at < *ending)) ending = failure_report->at;
   if (ending && runner.round_ends[0] > *ending + kGrace + allowance + Ms(1000)) {
     return "round 0 ended " + std::to_string(runner.round_ends[0].count()) +
            " ms in, later than the grace after the event that ended it";
@@ -356,7 +457,8 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
 
   // Every stop signal reaches every child that has not exited (or SIGKILL does).
   for (const auto& stop : stops) {
-    const int forwarded = stop.status_or_signal == 0 ? SIGTERM : stop.status_or_signal;
+    const int forwarded =
+        stop.status_or_signal == 0 || stop.reported ? SIGTERM : stop.status_or_signal;
     for (std::size_t child = 0; child < child_count(config.mode); ++child) {
       const bool exited_before = std::any_of(exits.begin(), exits.end(), [&](const auto& h) {
         return h.child == child && h.order < stop.order;
@@ -383,17 +485,34 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
     if (rounds != 1) return "a drained round was restarted";
     return {};
   }
-  // A stop signal never leads to a restart, and the exit code is 128 + the signal.
+  // A stop signal (here, or a node's reported stop) never leads to a restart, and the exit
+  // code is 128 + the signal, or the code of the failure elsewhere that the head named.
   if (first_stop) {
-    const int cause = first_stop->status_or_signal == 0 ? SIGHUP : first_stop->status_or_signal;
+    const int cause = first_stop->status_or_signal == 0 ? SIGHUP
+                      : first_stop->reported            ? first_stop->reported->signal
+                                                        : first_stop->status_or_signal;
     if (rounds != 1) return "a round started after a stop signal";
+    if (head_stop_first) {
+      if (outcome.exit_code != kCauseCode) {
+        return "stopped for another node's failure but exited " + std::to_string(outcome.exit_code);
+      }
+      return {};
+    }
     if (outcome.exit_code != 128 + cause) {
       return "stopped by " + std::to_string(cause) + " but exited " +
              std::to_string(outcome.exit_code);
     }
     return {};
   }
-  const bool agent = config.mode == Mode::kAgent;
+  // A notice is never lost: a failed round that had one ends the job drained, with no
+  // round after it whose workers would never hear of it.
+  if (!agent && notice_at && (root || timed_out) && !drain_at_round_end) {
+    if (rounds != 1 || outcome.exit_code != kExitPreempted) {
+      return "a failure with a notice in its round ended with rounds " + std::to_string(rounds) +
+             ", exit " + std::to_string(outcome.exit_code) + " (not a drained end)";
+    }
+    return {};
+  }
   if (root) {
     // --restart-on signals: a signal death, here or behind an agent, is one.
     const bool restart = !agent && (!config.restart_on_signals || signal_death(config.mode, *root));
@@ -437,7 +556,7 @@ void explore(const Config& config, const std::vector<Event>& events_so_far, std:
     FakeRunner runner;
     const Outcome outcome = run_sequence(runner, config, events_so_far);
     ++out.sequences;
-    const std::string broken = check(runner, config, outcome);
+    const std::string broken = check(runner, config, outcome, events_so_far);
     // One example of each kind of violation.
     if (!broken.empty() &&
         out.kinds.insert(broken.substr(0, broken.find_first_of("0123456789"))).second) {
@@ -483,8 +602,12 @@ TEST_P(SupervisionSequences, EverySequenceKeepsTheInvariants) {
         if (mode == Mode::kAgent && signals) continue;  // agents never restart
         Config config{mode, notice, exit_timeout, signals};
         Exploration result;
-        // The exit timeout and --restart-on add less: one event fewer for them.
-        const std::size_t d = depth() - ((exit_timeout || signals) && depth() > 4 ? 1 : 0);
+        // The exit timeout and --restart-on add less: one event fewer for them; so do the
+        // workers' answer to a notice in head mode, whose alphabet (the agent's reports) is
+        // the largest.
+        const bool fewer =
+            exit_timeout || signals || (mode == Mode::kHead && notice == exited(kExitPreempted));
+        const std::size_t d = depth() - (fewer && depth() > 4 ? 1 : 0);
         explore(config, {}, d, alphabet(mode, !exit_timeout), result);
         total += result.sequences;
         for (const std::string& v : result.violations) ADD_FAILURE() << v;

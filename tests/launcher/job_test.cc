@@ -516,9 +516,67 @@ TEST(JobPolicy, APreemptedWorkerDoesNotStopItsPeersButAFailureAmongThemStillCoun
     if (child == 1) return exits_after(Ms(20), exited(6));
     return exits_after(Ms(8), exited(kExitPreempted));
   };
+  runner.signal_at(0, Ms(1), SIGUSR1);
+  JobSettings settings;
+  settings.max_restarts = 1;
+  const JobRun job = run(runner, settings);
+  // The failure is reported, but the notice ends the job drained: no restart.
+  EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
+  EXPECT_EQ(runner.started.size(), 1u);
+  EXPECT_NE(job.messages.find("exit code 6"), std::string::npos) << job.messages;
+  for (const auto& sent : runner.sent_to(2)) EXPECT_EQ(sent.signal_number, SIGUSR1);
+}
+
+TEST(JobPolicy, AnExit75WithoutANoticeIsAFailure) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 0 ? exits_after(Ms(5), exited(kExitPreempted))
+                      : exits_after(Ms(500), exited(0));
+  };
   const JobRun job = run(runner, {});
-  EXPECT_EQ(job.exit_code, 6);
-  EXPECT_TRUE(runner.sent_to(2).empty());  // exited 75 at 8 ms, before the failure
+  EXPECT_EQ(job.exit_code, kExitPreempted);
+  ASSERT_FALSE(runner.sent_to(1).empty());  // the others are stopped, as after any failure
+  EXPECT_EQ(runner.sent_to(1).front().signal_number, SIGTERM);
+  EXPECT_NE(job.messages.find("rank 0"), std::string::npos) << job.messages;
+}
+
+TEST(JobPolicy, ADrainingRankIsNeverCutShortByTheExitTimeout) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    // Rank 0 drains at once; rank 1 takes 2 s to save its checkpoint.
+    FakeBehaviour b;
+    b.status_on_notice = child == 0 ? std::optional<int>(exited(kExitPreempted)) : std::nullopt;
+    if (child == 1) b.exit_after = Ms(2000);
+    b.exit_status = exited(kExitPreempted);
+    return b;
+  };
+  runner.signal_at(0, Ms(10), SIGUSR1);
+  JobSettings settings;
+  settings.round.exit_timeout = Ms(100);
+  settings.max_restarts = 1;
+  const JobRun job = run(runner, settings, 2);
+  EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
+  for (const auto& sent : runner.sent_to(1)) EXPECT_EQ(sent.signal_number, SIGUSR1);
+  EXPECT_EQ(runner.started.size(), 1u);
+}
+
+TEST(JobPolicy, ANoticeDuringAFailedRoundsTeardownEndsTheJobDrained) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    if (child == 0) return exits_after(Ms(10), exited(1));
+    FakeBehaviour b;  // takes its grace to stop
+    b.ignores_stop = true;
+    return b;
+  };
+  runner.signal_at(0, Ms(50), SIGUSR1);
+  JobSettings settings;
+  settings.max_restarts = 3;
+  settings.round.shutdown_grace = Ms(1000);
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, kExitPreempted) << job.messages;
+  EXPECT_EQ(runner.started.size(), 1u);  // no new round
+  EXPECT_NE(job.messages.find("not restarting: a preemption notice (SIGUSR1)"), std::string::npos)
+      << job.messages;
 }
 
 TEST(JobPolicy, LosingTheHeadStopsThisNodesWorkers) {

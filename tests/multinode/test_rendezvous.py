@@ -59,7 +59,7 @@ def conn():
 s = conn()
 if s: s.sendall(os.urandom(8192)); s.close()
 s = conn()
-if s: s.sendall(b'{"ddprun_join": 1, "run": "another-job", "node": 1, "round": 0, "nproc": 2, "host": "x"}\n')
+if s: s.sendall(b'{"ddprun_join": 1, "run": "another-job", "node": 1, "round": 0, "nproc": 2, "host": "x", "nnodes": 3}\n')
 silent = conn()      # never sends: the host must not wait for it
 time.sleep(8)
 print("hostile client done", flush=True)

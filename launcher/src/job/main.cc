@@ -189,8 +189,9 @@ int run(Options options, Environment env) {
   runner_config.console_file = (runner_config.control != nullptr ? control_dir : tmpdir(env)) +
                                "/" + control_name.substr(0, control_name.size() - 5) + "-" +
                                std::to_string(::getpid()) + ".console";
-  const JobSettings settings = job_settings(options, job_end, now_unix, RunnerClock::now(),
-                                            colour_wanted(STDERR_FILENO, env));
+  JobSettings settings = job_settings(options, job_end, now_unix, RunnerClock::now(),
+                                      colour_wanted(STDERR_FILENO, env));
+  settings.round.node_rank = inputs.cluster.this_node.value_or(0);
   if (settings.round.drain_at && !options.quiet) {
     std::cerr << format_drain_line(*job_end, options.drain_before_s, options.drain_signal,
                                    now_unix);
@@ -214,11 +215,11 @@ int run(Options options, Environment env) {
     signals.discard_pending();  // as below: the outcome is decided
     return code;
   }
-  std::optional<RendezvousHost> rendezvous;
-  std::vector<JoinedPeer> peers;  // this round's: their sockets live until the next round
+  std::optional<RendezvousHost> rendezvous;  // keeps every node's connection for the job
   if (meet) {
     rendezvous.emplace(rendezvous_port, inputs.run_id, token,
-                       static_cast<int>(inputs.cluster.nodes.size()));
+                       static_cast<int>(inputs.cluster.nodes.size()),
+                       this_node_nproc(options, inputs, env));
     inputs.master_port = pick_free_port();  // the workers': another one every round
     inputs.fixed_port = false;
   }
@@ -233,14 +234,19 @@ int run(Options options, Environment env) {
         RoundSetup setup =
             prepare_round(options, inputs, round_state, env, round, previous, program_path, self);
         if (rendezvous) {
-          peers = gather_peers(*rendezvous, round, RendezvousClock::now() + join_timeout, signals,
-                               options.signals_to_handle, runner_config.detach_on_hangup,
-                               runner.messages());
-          add_peer_relays(setup, peers, round, round_state.master_port, self, env);
+          if (auto end = gather_nodes(*rendezvous, round, RendezvousClock::now() + join_timeout,
+                                      signals, options.signals_to_handle,
+                                      runner_config.detach_on_hangup, runner.messages())) {
+            setup.end_code = end->code;
+            setup.end_message = std::move(end->message);
+            return setup;
+          }
+          add_peer_relays(setup, *rendezvous, round, round_state.master_port, self, env);
         }
         return setup;
       },
       runner.messages());
+  if (rendezvous) rendezvous->end_job({code, ""});  // every node exits with the job's code
   // A console that stalls across the job's end: what it did not take goes to a file.
   // (The pid keeps two runs of one job id apart.)
   runner.finish_console(spill_path);

@@ -4,25 +4,66 @@
 
 #include <algorithm>
 #include <csignal>
+#include <iostream>
 
+#include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "job/round_setup.h"
+#include "plan/plan.h"
 #include "plan/rank_environment.h"
 
 namespace ddprun {
+namespace {
 
-void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, int round,
-                     int master_port, const std::string& self, const Environment& env) {
-  for (const JoinedPeer& peer : peers) {
+bool is_notice(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+// What this node tells the others when ddprun itself gets `sig` outside a round.
+NodeEvent own_event(int sig, bool stop, int node) {
+  NodeEvent event;
+  event.kind = stop ? NodeEvent::Kind::kStopped : NodeEvent::Kind::kNotice;
+  event.node = node;
+  event.signal = sig;
+  event.code = stop ? 128 + sig : kExitPreempted;
+  event.what = (stop ? "stopped by " : "a preemption notice, ") + signal_name(sig);
+  return event;
+}
+
+// How a gathering that a stop or a notice (here or on a node) ends, ends the job.
+GatherEnd end_for(const NodeEvent& event, bool here) {
+  const std::string where = here ? "this node" : "node " + std::to_string(event.node);
+  if (event.kind == NodeEvent::Kind::kNotice) {
+    return {kExitPreempted, "ddprun: " + where + " got " + event.what.substr(2) +
+                                " while the nodes gathered; no round starts, exit " +
+                                std::to_string(kExitPreempted) +
+                                ": run the same command again to resume from the last "
+                                "checkpoint\n"};
+  }
+  return {event.code, "ddprun: " + where + " was " + event.what +
+                          " while the nodes gathered; stopped every node\n"};
+}
+
+}  // namespace
+
+int this_node_nproc(const Options& options, const PlanInputs& inputs, const Environment& env) {
+  const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
+  return plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc;
+}
+
+void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, int master_port,
+                     const std::string& self, const Environment& env) {
+  const auto peers = host.peers();
+  for (const JoinedPeer* peer : peers) {
     ChildSpec relay;
     relay.agent = true;
-    relay.node_rank = peer.join.node_rank;
-    relay.host = peer.join.host;
+    relay.node_rank = peer->join.node_rank;
+    relay.host = peer->join.host;
     relay.path = self;
     relay.argv = {self, "--peer-relay"};
     relay.env = merge_environment(env, {});
-    relay.hello = format_round_start({round, master_port, peer.join.node_rank});
-    relay.fd3 = peer.socket.get();
+    relay.hello = format_round_start({round, master_port, peer->join.node_rank});
+    relay.fd3 = peer->socket.get();
     setup.children.push_back(std::move(relay));
   }
   if (!peers.empty()) {
@@ -32,25 +73,35 @@ void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, in
   }
 }
 
-std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
-                                     RendezvousClock::time_point deadline, SignalChannel& signals,
-                                     const std::vector<int>& extra, bool hangup_detaches,
-                                     std::ostream& log) {
+std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
+                                      RendezvousClock::time_point deadline, SignalChannel& signals,
+                                      const std::vector<int>& extra, bool hangup_detaches,
+                                      std::ostream& log) {
   bool hung_up = false;
   for (;;) {
-    auto joined = host.gather(round, deadline, signals.fd(), log);
-    if (joined) {
+    NodeEvent ended;
+    const auto gathered = host.gather(round, deadline, signals.fd(), log, ended);
+    if (gathered == RendezvousHost::Gathered::kAllJoined) {
       if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
-      return std::move(*joined);
+      return std::nullopt;
+    }
+    if (gathered == RendezvousHost::Gathered::kNodeEnded) {
+      const GatherEnd end = end_for(ended, false);
+      host.end_job({end.code, "node " + std::to_string(ended.node) + " was " + ended.what +
+                                  " while the nodes gathered"});
+      return end;
     }
     const int sig = signals.read_signal();
     if (sig == SIGHUP && hangup_detaches) {
       hung_up = true;  // a closed terminal: the job goes on
       continue;
     }
-    if (sig != 0 && is_stop_signal(sig, extra)) {
-      ::raise(sig);  // blocked: pending again, for the round
-      return {};
+    const bool stop = sig != 0 && is_stop_signal(sig, extra);
+    if (stop || is_notice(sig)) {
+      const NodeEvent event = own_event(sig, stop, 0);
+      const GatherEnd end = end_for(event, true);
+      host.end_job({end.code, "node 0 was " + event.what + " while the nodes gathered"});
+      return end;
     }
   }
 }
@@ -58,70 +109,112 @@ std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
 int run_peer_job(const PeerJob& job, int port, const std::string& token,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path) {
-  int last = 0;
-  bool hung_up = false;  // a SIGHUP while joining, with detach_on_hangup: for the round
-  for (int round = 0;; ++round) {
-    JoinRequest join;
-    join.run_id = job.inputs.run_id;
-    join.token = token;
-    join.node_rank = job.inputs.rank_by_arrival && round == 0 ? -1 : *job.inputs.cluster.this_node;
-    join.round = round;
-    join.host = job.inputs.host.hostname;
-    // Signals while joining: a stop ends the job here; a SIGHUP that detaches is kept for
-    // the round's runner; anything else (a notice, a child's end) leaves the join waiting.
-    int stop = 0;
-    const auto on_interrupt = [&] {
-      const int sig = signals.read_signal();
-      if (sig == SIGHUP && job.runner_config.detach_on_hangup) {
-        hung_up = true;
-        return true;
+  const std::string where = job.inputs.master_addr + ":" + std::to_string(port);
+  int node = job.inputs.rank_by_arrival ? -1 : *job.inputs.cluster.this_node;
+  bool hung_up = false;  // a SIGHUP while waiting, with detach_on_hangup: for the round
+  int stop = 0;
+  // Signals outside a round: a stop ends this node and, through node 0, the job; a notice
+  // goes to node 0, which ends the job drained; a SIGHUP that detaches is kept for the
+  // round's runner.
+  const OnInterrupt on_interrupt = [&] {
+    PeerInterrupt what;
+    const int sig = signals.read_signal();
+    if (sig == SIGHUP && job.runner_config.detach_on_hangup) {
+      hung_up = true;
+    } else if (sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
+      stop = sig;
+      what.stop = true;
+      what.tell = own_event(sig, true, std::max(node, 0));
+    } else if (is_notice(sig)) {
+      what.tell = own_event(sig, false, std::max(node, 0));
+    }
+    return what;
+  };
+  JoinRequest join;
+  join.run_id = job.inputs.run_id;
+  join.token = token;
+  join.node_rank = node;
+  join.host = job.inputs.host.hostname;
+  join.nnodes = static_cast<int>(job.inputs.cluster.nodes.size());
+  join.nproc = this_node_nproc(job.options, job.inputs, job.env);
+  const UniqueFd socket =
+      join_host(job.inputs.master_addr, port, join, RendezvousClock::now() + join_timeout,
+                signals.fd(), on_interrupt);
+  if (!socket.valid()) return 128 + stop;
+  std::optional<int> last;  // the last round's code
+  // Round 0 comes once every node has joined; later ones once node 0 has decided.
+  std::optional<RendezvousClock::time_point> deadline =
+      RendezvousClock::now() + join_timeout + std::chrono::seconds(2);
+  for (;;) {
+    const auto word = wait_for_host(socket.get(), where, deadline, signals.fd(), on_interrupt);
+    deadline.reset();
+    if (!word && stop != 0) return 128 + stop;
+    if (!word && !last) {
+      throw ConfigError("node 0's ddprun at " + where + " closed the connection before round 0",
+                        "it refused this node's join or ended: node 0's output says why");
+    }
+    if (!word) return *last;  // node 0 is gone
+    if (word->end) {
+      if (!word->end->why.empty()) {
+        std::cerr << "ddprun: node 0 ended the job: " << word->end->why << "\n";
       }
-      if (sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
-        stop = sig;
-        return false;
-      }
-      return true;
-    };
-    std::optional<PeerRound> peer =
-        join_round(job.inputs.master_addr, port, join, RendezvousClock::now() + join_timeout,
-                   signals.fd(), on_interrupt);
-    if (!peer) return stop != 0 ? 128 + stop : last;  // stopped, or node 0 ended the job
+      return word->end->code;
+    }
+    const RoundStart& start = *word->start;
     if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
     hung_up = false;
-    if (peer->start.node_rank != *job.inputs.cluster.this_node) {
+    if (start.node_rank != *job.inputs.cluster.this_node) {
       // Placed by order of arrival (the same place for every later round).
       if (!job.inputs.rank_by_arrival ||
-          peer->start.node_rank >= static_cast<int>(job.inputs.cluster.nodes.size())) {
+          start.node_rank >= static_cast<int>(job.inputs.cluster.nodes.size())) {
         throw ConfigError("node 0's ddprun placed this node at rank " +
-                          std::to_string(peer->start.node_rank) + ", not " +
+                          std::to_string(start.node_rank) + ", not " +
                           std::to_string(*job.inputs.cluster.this_node));
       }
       place_by_hand_node(job.inputs.cluster, job.inputs.master_addr, job.inputs.host.hostname,
-                         peer->start.node_rank);
+                         start.node_rank);
     }
+    node = start.node_rank;
     RoundState state = first_round_state(job.inputs);
-    state.master_port = peer->start.master_port;
+    state.master_port = start.master_port;
     state.fixed_port = true;  // node 0's choice for this round
     ProcessRunnerConfig config = job.runner_config;
-    config.head_fd = peer->socket.get();
+    config.head_fd = socket.get();
+    config.head_events_fd = socket.get();
     ProcessRunner runner(signals, guardian, config);
     JobSettings settings = job.settings;
     settings.agent = true;  // one round: node 0 decides on the next
     settings.max_restarts = 0;
-    const int code = run_job(
-        runner, settings,
-        [&](int, const RoundResult*) {
-          return prepare_round(job.options, job.inputs, state, job.env, peer->start.round, nullptr,
-                               job.program_path, job.self);
-        },
-        runner.messages());
+    settings.round.node_rank = node;
+    int code = 0;
+    try {
+      code = run_job(
+          runner, settings,
+          [&](int, const RoundResult*) {
+            return prepare_round(job.options, job.inputs, state, job.env, start.round, nullptr,
+                                 job.program_path, job.self);
+          },
+          runner.messages());
+    } catch (const Error& e) {
+      // Node 0 names this node's own error, and stops every node without a restart.
+      NodeEvent failed;
+      failed.kind = NodeEvent::Kind::kSetupFailed;
+      failed.node = node;
+      failed.code = e.exit_code();
+      failed.what = e.what();
+      runner.announce(failed);
+      const std::string report = format_exit_report(e.exit_code());
+      (void)::send(socket.get(), report.data(), report.size(), MSG_NOSIGNAL);
+      throw;
+    }
     const std::string report = format_exit_report(code);
-    (void)::send(peer->socket.get(), report.data(), report.size(), MSG_NOSIGNAL);
-    runner.finish_console(round == 0 ? spill_path : spill_path + "." + std::to_string(round));
+    (void)::send(socket.get(), report.data(), report.size(), MSG_NOSIGNAL);
+    runner.finish_console(start.round == 0 ? spill_path
+                                           : spill_path + "." + std::to_string(start.round));
     last = code;
     if (const int sig = runner.own_stop_signal();
         sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
-      return code;  // told to stop here: never join another round
+      return code;  // told to stop here (node 0 heard at once): never another round
     }
   }
 }

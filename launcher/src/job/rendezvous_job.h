@@ -1,9 +1,11 @@
 #pragma once
-// The rounds of one ddprun per node that meet its peers (rendezvous.h): node 0 adds a relay
-// child for every peer that joined a round; every other node joins each round, runs it as
-// the host's agent would, and reports its exit code.
+// The rounds of one ddprun per node that meet its peers (rendezvous.h): node 0 gathers the
+// nodes before every round and adds a relay child for each; every other node joins once,
+// runs each round as the host's agent would, reports its events and exit code, and ends
+// with the job's code when node 0 says so.
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,22 +22,30 @@ namespace ddprun {
 // and mpirun pass the environment on); joins without it are refused.
 inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
 
-// Node 0: waits for the other nodes to join `round` (RendezvousHost::gather) until
-// `deadline`. A stop signal meanwhile ends the wait: it is raised again, so that the round
-// (which then starts with this node's workers alone) stops at once; other signals (a
-// child's end, a notice) do not. Throws what gather throws.
-// With `hangup_detaches` (ProcessRunnerConfig::detach_on_hangup), a SIGHUP meanwhile does not
-// stop the gathering: it is raised again once the peers are in, for the round's runner to
-// detach on.
-std::vector<JoinedPeer> gather_peers(RendezvousHost& host, int round,
-                                     RendezvousClock::time_point deadline, SignalChannel& signals,
-                                     const std::vector<int>& extra, bool hangup_detaches,
-                                     std::ostream& log);
+// Node 0 before `round`: waits until every other node is connected (RendezvousHost::gather)
+// until `deadline`. Returns nullopt when they are; otherwise the job ends before the round,
+// with the code and message returned: a stop signal here or on a node (128 + it), or a
+// notice here or on a node (75: the job is requeued and resumes from its last checkpoint).
+// Every connected node is told. With `hangup_detaches` (ProcessRunnerConfig::detach_on_hangup),
+// a SIGHUP meanwhile is raised again once the nodes are in, for the round's runner to
+// detach on. Throws what gather throws.
+struct GatherEnd {
+  int code = 0;
+  std::string message;
+};
+std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
+                                      RendezvousClock::time_point deadline, SignalChannel& signals,
+                                      const std::vector<int>& extra, bool hangup_detaches,
+                                      std::ostream& log);
 
-// Node 0: adds to `setup` one relay child per joined peer (`self --peer-relay`, the
-// peer's socket as its descriptor 3), whose first message is the round's start.
-void add_peer_relays(RoundSetup& setup, const std::vector<JoinedPeer>& peers, int round,
-                     int master_port, const std::string& self, const Environment& env);
+// How many workers this node runs (its --nproc-per-node, resolved): every node must run
+// as many.
+int this_node_nproc(const Options& options, const PlanInputs& inputs, const Environment& env);
+
+// Node 0: adds to `setup` one relay child per connected node (`self --peer-relay`, its
+// socket as descriptor 3), whose first message is the round's start.
+void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, int master_port,
+                     const std::string& self, const Environment& env);
 
 // What a peer's rounds need from main.
 struct PeerJob {
@@ -48,10 +58,11 @@ struct PeerJob {
   const ProcessRunnerConfig& runner_config;
 };
 
-// Another node: joins node 0's rendezvous on `port` before every round, runs the round
-// (signals from node 0 arrive on the connection), reports its exit code, and joins the
-// next, until node 0 ends the job. Returns ddprun's exit code: the last round's, or 128 +
-// a stop signal ddprun itself received. Throws ConfigError when node 0 never answers.
+// Another node: joins node 0's rendezvous on `port`, runs each round node 0 starts
+// (signals from node 0 arrive on the connection), reports its events at once and its exit
+// code at each round's end, until node 0 ends the job. Returns ddprun's exit code: the
+// job's as node 0 gives it, 128 + a stop signal ddprun itself received, or the last
+// round's when node 0 is gone. Throws ConfigError when node 0 never answers or refuses.
 int run_peer_job(const PeerJob& job, int port, const std::string& token,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path);

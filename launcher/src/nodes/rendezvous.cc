@@ -2,17 +2,20 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
 #include "nodes/ports.h"
+#include "report/control.h"
 
 namespace ddprun {
 namespace {
@@ -21,8 +24,6 @@ namespace {
 // flood): a real node sends its join as soon as it connects.
 constexpr std::size_t kMaxPending = 512;
 constexpr int kMaxLoggedRefusals = 5;
-// A joiner waits this much beyond the host's own join window for its verdict to arrive.
-constexpr std::chrono::seconds kVerdictMargin{2};
 
 // Equal strings, in a time that does not depend on where they differ.
 bool same_secret(std::string_view a, std::string_view b) {
@@ -48,6 +49,23 @@ bool write_all_fd(int fd, std::string_view data) {
     data.remove_prefix(static_cast<std::size_t>(put));
   }
   return true;
+}
+
+// A string from the network as it may be printed: control bytes shown as '?'.
+std::string printable_host(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    out += byte < 0x20 || byte == 0x7f ? '?' : c;
+  }
+  return out;
+}
+
+// "the limit is 1024 descriptors".
+std::string descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "the descriptor limit";
+  return "the limit is " + std::to_string(limit.rlim_cur) + " open descriptors";
 }
 
 int ms_until(RendezvousClock::time_point when) {
@@ -83,8 +101,9 @@ std::optional<std::string> string_field(const nlohmann::json& doc, const char* k
 }  // namespace
 
 std::string format_join(const JoinRequest& join) {
-  nlohmann::json doc = {{"ddprun_join", 1},    {"run", join.run_id},  {"node", join.node_rank},
-                        {"round", join.round}, {"nproc", join.nproc}, {"host", join.host}};
+  nlohmann::json doc = {{"ddprun_join", 1},     {"run", join.run_id},  {"node", join.node_rank},
+                        {"round", join.round},  {"nproc", join.nproc}, {"host", join.host},
+                        {"nnodes", join.nnodes}};
   if (!join.token.empty()) doc["token"] = join.token;
   return doc.dump() + "\n";
 }
@@ -101,9 +120,10 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   const auto round = int_field(*doc, "round", 0, 1 << 20);
   const auto nproc = int_field(*doc, "nproc", 1, 1 << 16);
   const auto host = string_field(*doc, "host", 255);
+  const auto nnodes = int_field(*doc, "nnodes", 1, 1 << 20);
   const auto token = doc->contains("token") ? string_field(*doc, "token", 1024)
                                             : std::optional<std::string>(std::string());
-  if (!run || !node || !round || !nproc || !host || !token) {
+  if (!run || !node || !round || !nproc || !host || !token || !nnodes) {
     why = "a join with a missing or malformed field";
     return std::nullopt;
   }
@@ -113,6 +133,7 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   join.nproc = *nproc;
   join.host = *host;
   join.token = *token;
+  join.nnodes = *nnodes;
   return join;
 }
 
@@ -143,76 +164,223 @@ std::optional<int> parse_exit_report(std::string_view line) {
   return int_field(*doc, "exit", 0, 255);
 }
 
-RendezvousHost::RendezvousHost(int port, std::string run_id, std::string token, int nodes)
+std::string format_job_end(const JobEnd& end) {
+  return nlohmann::json{{"end", end.code}, {"why", end.why}}.dump(
+             -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+std::optional<JobEnd> parse_job_end(std::string_view line) {
+  const auto doc = json_object(line);
+  if (!doc) return std::nullopt;
+  const auto code = int_field(*doc, "end", 0, 255);
+  const auto why = string_field(*doc, "why", 1024);
+  if (!code || !why) return std::nullopt;
+  return JobEnd{*code, printable_host(*why)};
+}
+
+RendezvousHost::RendezvousHost(int port, std::string run_id, std::string token, int nodes,
+                               int nproc)
     : listener_(listen_on(port)),
       port_(port),
       run_id_(std::move(run_id)),
       token_(std::move(token)),
-      nodes_(nodes) {
+      nodes_(nodes),
+      nproc_(nproc) {
   if (!listener_.valid()) {
     const std::string holder = describe_port_user(port);
-    throw UsageError("cannot listen on master port " + std::to_string(port) +
+    throw UsageError("cannot listen on port " + std::to_string(port) +
                          " for the other nodes' ddprun" + (holder.empty() ? "" : ": " + holder),
                      "free the port, or give another --master-port (the same on every node)");
   }
   set_blocking(listener_.get(), false);
+  joined_.resize(static_cast<std::size_t>(nodes_));
 }
 
-std::optional<std::vector<JoinedPeer>> RendezvousHost::gather(int round,
-                                                              RendezvousClock::time_point deadline,
-                                                              int interrupt_fd, std::ostream& log) {
-  if (gathering_ != round) {
-    gathering_ = round;
-    pending_.clear();
-    joined_.clear();
-    joined_.resize(static_cast<std::size_t>(nodes_));
+std::vector<const JoinedPeer*> RendezvousHost::peers() const {
+  std::vector<const JoinedPeer*> out;
+  for (const auto& peer : joined_) {
+    if (peer) out.push_back(&*peer);
   }
-  std::vector<Pending>& pending = pending_;
-  std::vector<std::optional<JoinedPeer>>& joined = joined_;
-  int missing = static_cast<int>(
-      std::count_if(joined.begin() + 1, joined.end(), [](const auto& peer) { return !peer; }));
+  return out;
+}
+
+std::string RendezvousHost::describe() const {
+  std::string joined;
+  std::string awaited;
+  for (int node = 1; node < nodes_; ++node) {
+    const auto& peer = joined_[static_cast<std::size_t>(node)];
+    std::string& list = peer ? joined : awaited;
+    list += (list.empty() ? "" : ", ") + std::to_string(node);
+    if (peer) list += " (" + printable_host(peer->join.host) + ")";
+  }
+  return "joined: " + (joined.empty() ? std::string("none") : joined) +
+         "; awaited: " + (awaited.empty() ? std::string("none") : awaited);
+}
+
+void RendezvousHost::end_job(const JobEnd& end) {
+  const std::string line = format_job_end(end);
+  for (auto& peer : joined_) {
+    if (peer) (void)write_all_fd(peer->socket.get(), line);
+    peer.reset();
+  }
+}
+
+bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event) {
+  char chunk[512];
+  for (;;) {
+    // Whole lines first: one may have come with the join itself.
+    for (auto newline = peer.buffer.find('\n'); newline != std::string::npos;
+         newline = peer.buffer.find('\n')) {
+      const std::string line = peer.buffer.substr(0, newline);
+      peer.buffer.erase(0, newline + 1);
+      // Exit reports of a round whose relay was killed are old news; events decide.
+      if (auto reported = parse_node_event_line(line); reported && !event) event = reported;
+    }
+    if (peer.buffer.size() > kMaxJoinBytes) return false;  // not a ddprun
+    const ssize_t got = ::recv(peer.socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (got <= 0) return false;
+    peer.buffer.append(chunk, static_cast<std::size_t>(got));
+  }
+}
+
+void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) {
+  Pending& p = pending_[index];
+  const auto newline = p.buffer.find('\n');
   const auto refuse = [&](const std::string& why) {
-    if (refused_++ < kMaxLoggedRefusals)
-      log << "ddprun: rendezvous: refused a connection: " << why << "\n";
+    ++refused_;
+    if (refused_ <= kMaxLoggedRefusals || refused_ % 100 == 0) {
+      log << "ddprun: rendezvous: refused a connection: " << why
+          << (refused_ > kMaxLoggedRefusals ? " (" + std::to_string(refused_) + " refused so far)"
+                                            : "")
+          << "\n";
+    }
   };
-  while (missing > 0) {
+  std::string why;
+  const auto join = parse_join(std::string_view(p.buffer).substr(0, newline), why);
+  if (!join) {
+    refuse(why);
+    p.fd.reset();
+    return;
+  }
+  if (join->run_id != run_id_) {
+    refuse("a join for run '" + printable_host(join->run_id.substr(0, 64)) + "', not this one");
+    p.fd.reset();
+    return;
+  }
+  if (!token_.empty() && !same_secret(join->token, token_)) {
+    refuse("node " + std::to_string(join->node_rank) + " gave the wrong DDPRUN_RDZV_TOKEN");
+    p.fd.reset();
+    return;
+  }
+  // A node of this run: a refusal says why, to it and here.
+  const std::string who =
+      "node " +
+      (join->node_rank < 0 ? std::string("(any rank)") : std::to_string(join->node_rank)) + " (" +
+      printable_host(join->host) + ")";
+  std::string mismatch;
+  if (join->nnodes != nodes_) {
+    mismatch = who + " has " + std::to_string(join->nnodes) + " nodes (--nnodes), node 0 has " +
+               std::to_string(nodes_);
+  } else if (join->nproc != nproc_) {
+    mismatch = who + " has " + std::to_string(join->nproc) +
+               " workers (--nproc-per-node), node 0 has " + std::to_string(nproc_) +
+               "; every node needs as many";
+  } else if (join->node_rank != -1 && (join->node_rank < 1 || join->node_rank >= nodes_)) {
+    mismatch = who + ": node rank " + std::to_string(join->node_rank) + " is not one of 1-" +
+               std::to_string(nodes_ - 1);
+  } else if (join->round != 0) {
+    mismatch = who + " asked for round " + std::to_string(join->round) + " (a newer ddprun than" +
+               " node 0's?)";
+  }
+  int place = join->node_rank;
+  if (mismatch.empty() && place == -1) {  // by order of arrival: the lowest rank still free
+    place = 1;
+    while (place < nodes_ && joined_[static_cast<std::size_t>(place)]) ++place;
+    if (place == nodes_) mismatch = who + " joined, but every node rank is taken";
+  }
+  if (!mismatch.empty()) {
+    refuse(mismatch);
+    (void)write_all_fd(p.fd.get(), format_job_end({kExitLauncherError, "refused: " + mismatch}));
+    p.fd.reset();
+    return;
+  }
+  auto& slot = joined_[static_cast<std::size_t>(place)];
+  if (slot) {
+    log << "ddprun: rendezvous: node " << place << " (" << printable_host(join->host)
+        << ") joined again; its earlier connection is closed\n";
+  } else if (round > 0) {
+    log << "ddprun: rendezvous: node " << place << " (" << printable_host(join->host)
+        << ") joined before round " << round << "\n";
+  }
+  JoinRequest placed = *join;
+  placed.node_rank = place;
+  set_blocking(p.fd.get(), true);
+  slot = JoinedPeer{placed, std::move(p.fd), p.buffer.substr(newline + 1)};
+}
+
+RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,
+                                                int interrupt_fd, std::ostream& log,
+                                                NodeEvent& ended) {
+  const auto missing = [&] {
+    return std::count_if(joined_.begin() + 1, joined_.end(),
+                         [](const auto& peer) { return !peer; });
+  };
+  for (;;) {
+    // The nodes kept from earlier rounds: one that left is dropped (it may join again);
+    // one stopped or noticed meanwhile ends the job.
+    for (std::size_t node = 1; node < joined_.size(); ++node) {
+      auto& peer = joined_[node];
+      if (!peer) continue;
+      std::optional<NodeEvent> event;
+      const bool still = read_connected(*peer, event);
+      if (event &&
+          (event->kind == NodeEvent::Kind::kStopped || event->kind == NodeEvent::Kind::kNotice)) {
+        ended = *event;
+        return Gathered::kNodeEnded;
+      }
+      if (!still) {
+        log << "ddprun: node " << node << " (" << printable_host(peer->join.host)
+            << ") left before round " << round << " started; waiting for it to join again\n";
+        peer.reset();
+      }
+    }
+    if (missing() == 0) return Gathered::kAllJoined;
     const auto now = RendezvousClock::now();
     if (now >= deadline) {
       std::string absent;
       for (int node = 1; node < nodes_; ++node) {
-        if (!joined[static_cast<std::size_t>(node)]) absent += " " + std::to_string(node);
+        if (!joined_[static_cast<std::size_t>(node)]) absent += " " + std::to_string(node);
       }
-      const std::string what = "only " + std::to_string(nodes_ - missing) + " of " +
+      const std::string what = "only " + std::to_string(nodes_ - missing()) + " of " +
                                std::to_string(nodes_) + " nodes joined round " +
                                std::to_string(round) + " of the rendezvous on port " +
                                std::to_string(port_) + " in time; missing node(s):" + absent;
-      // The nodes that came learn why they will not start.
-      const std::string reason = nlohmann::json{{"error", what}}.dump() + "\n";
-      for (const auto& peer : joined) {
-        if (peer) write_all_fd(peer->socket.get(), reason);
-      }
+      end_job({kExitLauncherError, what});  // the nodes that came learn why
       throw ConfigError(what,
                         "start ddprun on every node with the same options, or raise --rdzv-conf "
                         "join_timeout");
     }
     std::vector<pollfd> fds = {{listener_.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
     auto wake = deadline;
-    for (const Pending& p : pending) {
+    for (const Pending& p : pending_) {
       fds.push_back({p.fd.get(), POLLIN, 0});
       wake = std::min(wake, p.until);
+    }
+    for (const auto& peer : joined_) {
+      if (peer) fds.push_back({peer->socket.get(), POLLIN, 0});
     }
     const int ready = ::poll(fds.data(), fds.size(), ms_until(wake));
     if (ready < 0 && errno != EINTR)
       throw std::system_error(errno, std::generic_category(), "poll");
-    if (ready <= 0) {
-      // Timeouts only: drop the joins that took too long (a slow or half-open client).
-    } else if (fds[1].revents != 0) {
-      return std::nullopt;
-    }
-    // Read what came, in the order of the descriptors polled.
-    for (std::size_t k = 2; ready > 0 && k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      Pending& p = pending[k - 2];
+    // What came with the interruption is read first: nothing waits on it.
+    const bool interrupted = ready > 0 && fds[1].revents != 0;
+    // Read what came on the pending connections, in the order polled.
+    for (std::size_t k = 0; ready > 0 && k < pending_.size(); ++k) {
+      if (fds[k + 2].revents == 0) continue;
+      Pending& p = pending_[k];
       char chunk[512];
       const ssize_t got = ::recv(p.fd.get(), chunk, sizeof chunk, 0);
       if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -221,151 +389,122 @@ std::optional<std::vector<JoinedPeer>> RendezvousHost::gather(int round,
         continue;
       }
       p.buffer.append(chunk, static_cast<std::size_t>(got));
-      const auto newline = p.buffer.find('\n');
-      if (newline == std::string::npos) {
-        if (p.buffer.size() > kMaxJoinBytes) {
-          refuse("a line longer than " + std::to_string(kMaxJoinBytes) + " bytes");
-          p.fd.reset();
+      if (p.buffer.find('\n') != std::string::npos) {
+        take_join(k, round, log);
+        p.fd.reset();  // closed, or moved into joined_
+      } else if (p.buffer.size() > kMaxJoinBytes) {
+        ++refused_;
+        if (refused_ <= kMaxLoggedRefusals) {
+          log << "ddprun: rendezvous: refused a connection: a line longer than " << kMaxJoinBytes
+              << " bytes\n";
         }
-        continue;
+        p.fd.reset();
       }
-      std::string why;
-      const auto join = parse_join(std::string_view(p.buffer).substr(0, newline), why);
-      if (!join) {
-        refuse(why);
-      } else if (join->run_id != run_id_) {
-        refuse("a join for run '" + join->run_id.substr(0, 64) + "', not this one");
-      } else if (!token_.empty() && !same_secret(join->token, token_)) {
-        refuse("node " + std::to_string(join->node_rank) + " gave the wrong DDPRUN_RDZV_TOKEN");
-      } else if (join->round != round) {
-        refuse("node " + std::to_string(join->node_rank) + " asked for round " +
-               std::to_string(join->round) + ", not " + std::to_string(round));
-      } else if (join->node_rank == -1 && missing == 0) {
-        refuse("a join for any rank, and none is left");
-      } else if (join->node_rank != -1 && (join->node_rank < 1 || join->node_rank >= nodes_)) {
-        refuse("node rank " + std::to_string(join->node_rank) + " is not one of 1-" +
-               std::to_string(nodes_ - 1));
-      } else if (join->node_rank != -1 && joined[static_cast<std::size_t>(join->node_rank)]) {
-        refuse("node " + std::to_string(join->node_rank) + " joined twice");
-      } else {
-        JoinRequest placed = *join;
-        if (placed.node_rank == -1) {  // by order of arrival: the lowest rank still free
-          placed.node_rank = 1;
-          while (joined[static_cast<std::size_t>(placed.node_rank)]) ++placed.node_rank;
-        }
-        set_blocking(p.fd.get(), true);
-        joined[static_cast<std::size_t>(placed.node_rank)] = JoinedPeer{placed, std::move(p.fd)};
-        --missing;
-      }
-      p.fd.reset();  // closed, or moved into `joined`
     }
     // New connections (the listener is non-blocking: accept until none is left).
     if (ready > 0 && fds[0].revents != 0) {
       for (;;) {
         const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        if (pending.size() >= kMaxPending) {
-          const auto oldest = std::min_element(
-              pending.begin(), pending.end(),
-              [](const Pending& a, const Pending& b) { return a.until < b.until; });
-          pending.erase(oldest);
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE) {
+            throw ConfigError("node 0's ddprun ran out of file descriptors while " +
+                                  std::to_string(nodes_ - 1) + " nodes joined (" +
+                                  descriptor_limit() + ")",
+                              "raise the limit (ulimit -n) on node 0: it needs about 2 per node");
+          }
+          break;
         }
-        pending.push_back({UniqueFd(fd), {}, RendezvousClock::now() + kJoinReadTimeout});
+        if (pending_.size() >= kMaxPending) {
+          const auto oldest = std::min_element(
+              pending_.begin(), pending_.end(),
+              [](const Pending& a, const Pending& b) { return a.until < b.until; });
+          pending_.erase(oldest);
+        }
+        pending_.push_back({UniqueFd(fd), {}, RendezvousClock::now() + kJoinReadTimeout});
       }
     }
     const auto later = RendezvousClock::now();
-    for (Pending& p : pending) {
+    for (Pending& p : pending_) {
       if (p.fd.valid() && later >= p.until) {
-        refuse("no complete join within " + std::to_string(kJoinReadTimeout.count() / 1000) + " s");
+        ++refused_;
+        if (refused_ <= kMaxLoggedRefusals) {
+          log << "ddprun: rendezvous: refused a connection: no complete join within "
+              << kJoinReadTimeout.count() / 1000 << " s\n";
+        }
         p.fd.reset();
       }
     }
-    std::erase_if(pending, [](const Pending& p) { return !p.fd.valid(); });
+    std::erase_if(pending_, [](const Pending& p) { return !p.fd.valid(); });
+    if (interrupted) return Gathered::kInterrupted;
   }
-  std::vector<JoinedPeer> peers;
-  for (auto& peer : joined) {
-    if (peer) peers.push_back(std::move(*peer));
-  }
-  gathering_ = -1;
-  pending_.clear();
-  joined_.clear();
-  return peers;
 }
 
-std::optional<PeerRound> join_round(const std::string& host, int port, const JoinRequest& join,
-                                    RendezvousClock::time_point deadline, int interrupt_fd,
-                                    const std::function<bool()>& on_interrupt) {
-  // Whether to stop waiting: something came on `interrupt_fd` that on_interrupt does not
-  // let pass.
-  const auto stop_for = [&] { return !on_interrupt || !on_interrupt(); };
-  const auto interrupted = [&](int timeout_ms) {
-    pollfd wait{interrupt_fd, POLLIN, 0};
-    return ::poll(&wait, 1, timeout_ms) > 0 && stop_for();
-  };
+UniqueFd join_host(const std::string& host, int port, const JoinRequest& join,
+                   RendezvousClock::time_point deadline, int interrupt_fd,
+                   const OnInterrupt& on_interrupt) {
   const std::string where = host + ":" + std::to_string(port);
-  // The host gives up on missing nodes join_timeout after it starts listening, which may be
-  // after this node started waiting: once connected, wait for its verdict that long from
-  // now, so that every node reports the host's reason (the missing nodes), not a timeout.
-  const auto window = deadline - RendezvousClock::now();
+  std::optional<NodeEvent> tell;  // a notice that came before the connection: sent after the join
   for (;;) {
-    if (interrupted(0)) return std::nullopt;
+    pollfd wait{interrupt_fd, POLLIN, 0};
+    if (::poll(&wait, 1, 0) > 0) {
+      const PeerInterrupt what = on_interrupt();
+      if (what.stop) return UniqueFd();
+      if (what.tell) tell = what.tell;
+    }
     UniqueFd sock = connect_tcp(host, port, 1000);
     if (!sock.valid()) {
-      // After round 0 the host listens for the whole job: nobody there means it is over.
-      if (join.round > 0) return std::nullopt;
       if (RendezvousClock::now() >= deadline) {
         throw ConfigError("node 0's ddprun did not answer at " + where + " in time",
                           "start ddprun on node 0 too, with the same --master-addr and "
                           "--master-port, or raise --rdzv-conf join_timeout");
       }
-      if (interrupted(200)) return std::nullopt;  // nobody listens yet: try again soon
+      pollfd again{interrupt_fd, POLLIN, 0};
+      (void)::poll(&again, 1, 200);  // nobody listens yet: try again soon
       continue;
     }
     set_blocking(sock.get(), true);
-    if (!write_all_fd(sock.get(), format_join(join))) {
-      if (join.round > 0) return std::nullopt;
+    if (!write_all_fd(sock.get(), format_join(join))) continue;
+    if (tell) (void)write_all_fd(sock.get(), node_event_line(*tell));
+    return sock;
+  }
+}
+
+std::optional<HostWord> wait_for_host(int socket, const std::string& where,
+                                      std::optional<RendezvousClock::time_point> deadline,
+                                      int interrupt_fd, const OnInterrupt& on_interrupt) {
+  // Read a byte at a time: what follows the line is the round's own.
+  std::string line;
+  for (;;) {
+    pollfd fds[2] = {{socket, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, deadline ? ms_until(*deadline) : -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      throw ConfigError("node 0's ddprun at " + where + " started no round in time",
+                        "a node may be missing: raise --rdzv-conf join_timeout, or check "
+                        "every node's ddprun");
+    }
+    if (fds[1].revents != 0) {
+      const PeerInterrupt what = on_interrupt();
+      if (what.tell) (void)write_all_fd(socket, node_event_line(*what.tell));
+      if (what.stop) return std::nullopt;
       continue;
     }
-    // The round's start, read a byte at a time: what follows it is the round's own.
-    const auto answer_by = std::max(deadline, RendezvousClock::now() + window) + kVerdictMargin;
-    std::string line;
-    for (;;) {
-      pollfd fds[2] = {{sock.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
-      const int ready = ::poll(fds, 2, ms_until(answer_by));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0) {
-        throw ConfigError("node 0's ddprun at " + where + " did not start round " +
-                              std::to_string(join.round) + " in time",
-                          "a node may be missing: raise --rdzv-conf join_timeout, or check "
-                          "every node's ddprun");
-      }
-      if (fds[1].revents != 0) {
-        if (stop_for()) return std::nullopt;
-        continue;  // the same connection: the join stands
-      }
-      char c = 0;
-      const ssize_t got = ::recv(sock.get(), &c, 1, 0);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        if (join.round > 0) return std::nullopt;  // the host ended the job
-        throw ConfigError("node 0's ddprun at " + where + " refused this node's join",
-                          "every node needs the same --run-id (or job), node count and "
-                          "DDPRUN_RDZV_TOKEN; node 0's output says why");
-      }
-      if (c == '\n') break;
+    char c = 0;
+    const ssize_t got = ::recv(socket, &c, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return std::nullopt;  // the host is gone
+    if (c != '\n') {
       line += c;
       if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
+      continue;
     }
-    const auto start = parse_round_start(line);
-    if (const auto doc = json_object(line); !start && doc && doc->contains("error")) {
-      const auto why = string_field(*doc, "error", 1024);
-      throw ConfigError("node 0's ddprun at " + where + " gave up: " + why.value_or("?"));
+    HostWord word;
+    word.start = parse_round_start(line);
+    if (!word.start) word.end = parse_job_end(line);
+    if (!word.start && !word.end) {
+      throw ConfigError("node 0's ddprun at " + where + " sent something else than a round start");
     }
-    if (!start || start->round != join.round) {
-      throw ConfigError("node 0's ddprun at " + where + " sent something else than round " +
-                        std::to_string(join.round) + "'s start");
-    }
-    return PeerRound{std::move(sock), *start};
+    return word;
   }
 }
 
@@ -389,7 +528,17 @@ int run_peer_relay() {
       }
     }
     if (fds[1].revents != 0) {
-      const ssize_t got = ::recv(kSocket, buffer, sizeof buffer, 0);
+      // Never past the end of a line: after the exit report the connection goes on to the
+      // host (the next round, or what the node says between rounds).
+      ssize_t got = ::recv(kSocket, buffer, sizeof buffer, MSG_PEEK);
+      if (got > 0) {
+        const auto* end =
+            static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
+        got = ::recv(kSocket, buffer,
+                     end != nullptr ? static_cast<std::size_t>(end - buffer + 1)
+                                    : static_cast<std::size_t>(got),
+                     0);
+      }
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
         const char lost[] = "ddprun: lost the connection to a node's ddprun\n";
@@ -397,12 +546,21 @@ int run_peer_relay() {
         return 255;
       }
       from_peer.append(buffer, static_cast<std::size_t>(got));
-      const auto newline = from_peer.find('\n');
-      if (newline != std::string::npos) {
-        const auto code = parse_exit_report(std::string_view(from_peer).substr(0, newline));
+      // The node's events (its failure, a stop, a notice) as they happen, to node 0's
+      // round on this relay's stderr; then its exit code.
+      for (auto newline = from_peer.find('\n'); newline != std::string::npos;
+           newline = from_peer.find('\n')) {
+        const std::string line = from_peer.substr(0, newline);
+        from_peer.erase(0, newline + 1);
+        if (const auto event = parse_node_event_line(line)) {
+          const std::string clean = node_event_line(*event);
+          if (!write_all(STDERR_FILENO, clean)) return 255;
+          continue;
+        }
+        const auto code = parse_exit_report(line);
         return code ? *code : 255;
       }
-      if (from_peer.size() > 256) return 255;
+      if (from_peer.size() > kMaxJoinBytes) return 255;
     }
   }
 }

@@ -1,22 +1,27 @@
 #pragma once
 // The launchers' rendezvous (docs/multinode.md, "One ddprun per node, agreeing on every
 // round"). With one ddprun per node (srun, mpirun, by hand) and --max-restarts, node 0's
-// ddprun, the host, listens on the agreed master port; before each round every other
-// node's ddprun, a peer, joins it with one JSON line and gets back the round's number and
-// the workers' master port (fresh every round, so no worker of an earlier round can reach
-// the new store). From then on the connection carries what an ssh agent's standard input
-// carries, signals as {"signal": N}, and the peer's exit code ({"exit": N}) back at the
-// round's end. The host makes each joined peer an agent child of its round, through a
-// small relay process (run_peer_relay), so the round's policy (job.h) treats a node
-// behind a connection exactly as one behind ssh: the first failure anywhere stops every
-// node, and every node starts the next round together.
+// ddprun, the host, listens on the launchers' rendezvous port; every other node's ddprun,
+// a peer, joins it once with one JSON line and keeps that connection for the whole job.
+// Before each round the host waits until every node is connected, then starts the round
+// on each connection (its number and the workers' master port, fresh every round, so no
+// worker of an earlier round can reach the new store). During a round the connection
+// carries what an ssh agent's standard input carries, signals as {"signal": N} (with the
+// cause when the job is stopped for another node's failure), and back the node's events
+// the moment they happen (its failure, a stop, a notice: NodeEvent) and its exit code
+// ({"exit": N}) at the round's end. The host makes each connection an agent child of its
+// round, through a small relay process (run_peer_relay), so the round's policy (job.h)
+// treats a node behind a connection exactly as one behind ssh. Between rounds the host
+// still reads every connection: a node that leaves is dropped and may join again (its
+// ddprun restarted), a node stopped or noticed there ends the job on every node. At the
+// job's end every node is told the job's exit code ({"end": N, "why": ...}).
 //
 // It listens on the network. A join must fit in kMaxJoinBytes, arrive within
 // kJoinReadTimeout of the connection, name this run (and carry DDPRUN_RDZV_TOKEN when the
-// host has one), this round and a node rank the host waits for; anything else (random
-// bytes, another job, a slow or half-open client) is closed without a reply and without
-// disturbing the job. Nothing a peer sends is run or reaches a worker's command or
-// environment.
+// host has one); anything else (random bytes, another job, a slow or half-open client) is
+// closed without a reply and without disturbing the job. A join of this run whose node
+// count, worker count or node rank does not fit is refused with a reply naming both
+// values. Nothing a peer sends is run or reaches a worker's command or environment.
 
 #include <chrono>
 #include <functional>
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "ddprun/common/unique_fd.h"
+#include "report/round_result.h"
 
 namespace ddprun {
 
@@ -37,9 +43,10 @@ struct JoinRequest {
   std::string run_id;
   std::string token;   // DDPRUN_RDZV_TOKEN, or empty
   int node_rank = -1;  // -1: any, by order of arrival (c10d by hand, no --node-rank)
-  int round = 0;
-  int nproc = 1;
+  int round = 0;       // 0: a ddprun that has run no round (a node's ddprun restarted too)
+  int nproc = 1;       // its workers; every node must have as many (its WORLD_SIZE)
   std::string host;
+  int nnodes = 0;  // the node count it was started with
 };
 std::string format_join(const JoinRequest& join);
 // The join in `line` (without its newline); nullopt, with `why`, for anything else.
@@ -56,61 +63,101 @@ std::optional<RoundStart> parse_round_start(std::string_view line);
 std::string format_exit_report(int code);
 std::optional<int> parse_exit_report(std::string_view line);
 
+// Host -> peer: the job is over (or never starts), with this exit code and why.
+struct JobEnd {
+  int code = 0;
+  std::string why;  // empty: the job's own end, which every node printed itself
+};
+std::string format_job_end(const JobEnd& end);
+std::optional<JobEnd> parse_job_end(std::string_view line);
+
 using RendezvousClock = std::chrono::steady_clock;
 
-// A peer that joined a round: its socket (blocking, close-on-exec) and what it said.
+// A peer that joined: its socket (blocking, close-on-exec) and what it said.
 struct JoinedPeer {
   JoinRequest join;
   UniqueFd socket;
+  std::string buffer;  // what it sent between rounds that is not a whole line yet
 };
 
 class RendezvousHost {
  public:
   // Listens on `port` on every interface. Throws UsageError when the port is taken.
-  RendezvousHost(int port, std::string run_id, std::string token, int nodes);
+  // Every node must have `nodes` nodes and `nproc` workers.
+  RendezvousHost(int port, std::string run_id, std::string token, int nodes, int nproc);
 
-  // Accepts joins for `round` until nodes 1..N-1 have all joined, and returns them in node
-  // rank order; a join for any rank (-1) gets the lowest one still free. Throws ConfigError naming
-  // who joined and who did not at `deadline`. Returns nullopt as soon as `interrupt_fd` (the
-  // signalfd) is readable: the caller reads the signal, and a call for the same round goes
-  // on with the joins already in (none is lost to a signal). Bad joins are logged to `log`
-  // (one line each, at most a few) and closed.
-  std::optional<std::vector<JoinedPeer>> gather(int round, RendezvousClock::time_point deadline,
-                                                int interrupt_fd, std::ostream& log);
+  enum class Gathered {
+    kAllJoined,    // nodes 1..N-1 are connected: peers() has them
+    kInterrupted,  // `interrupt_fd` is readable: read the signal, then call again
+    kNodeEnded,    // a connected node was stopped or got a notice: `ended` says which
+  };
+  // Before `round`: reads the connections kept from earlier rounds (a node whose
+  // connection ended is dropped and may join again) and accepts joins until nodes
+  // 1..N-1 are all connected; a join for any rank (-1) gets the lowest one still free,
+  // and a node that joins again replaces its earlier connection. Throws ConfigError naming
+  // who joined and who did not at `deadline`, after telling the joined nodes. Joins are never
+  // lost to an interruption. Bad joins are logged to `log` (one line each, at most a few,
+  // then every hundredth with the count) and closed.
+  Gathered gather(int round, RendezvousClock::time_point deadline, int interrupt_fd,
+                  std::ostream& log, NodeEvent& ended);
+  // The connected nodes, in node rank order (after kAllJoined: all of them).
+  std::vector<const JoinedPeer*> peers() const;
+  // Tells every connected node the job's end and closes the connections.
+  void end_job(const JobEnd& end);
+  // Who joined and who is awaited, for a status answer: "node 1 (n2) joined; awaiting 2".
+  std::string describe() const;
   int port() const noexcept { return port_; }
+  int refused() const noexcept { return refused_; }
 
  private:
+  // Reads what a connected node sent between rounds; false when it left.
+  bool read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event);
+  void take_join(std::size_t pending, int round, std::ostream& log);
+
   UniqueFd listener_;
   int port_;
   std::string run_id_;
   std::string token_;
   int nodes_;
+  int nproc_;
   int refused_ = 0;  // bad joins so far, for the log's bound
-  // The round being gathered, kept across calls that a signal interrupted.
   struct Pending {
     UniqueFd fd;
     std::string buffer;
     RendezvousClock::time_point until;
   };
-  int gathering_ = -1;
   std::vector<Pending> pending_;
-  std::vector<std::optional<JoinedPeer>> joined_;
+  std::vector<std::optional<JoinedPeer>> joined_;  // by node rank; 0 is this node
 };
 
-// Peer: connects to `host`:`port` (retrying while nobody listens yet, until `deadline`),
-// sends `join`, and waits for the round's start. Returns the socket and the start, or
-// nullopt when the host ended the job (it refused, or closed the connection, after the
-// first round), or when `interrupt_fd` is readable and `on_interrupt` (when given) says
-// not to wait on: it reads what came (a signal) and returns true to go on waiting on the
-// same connection (a join is made once; making it again would be refused as a second).
-// Throws ConfigError when round 0 finds no host by `deadline`.
-struct PeerRound {
-  UniqueFd socket;
-  RoundStart start;
+// What a peer does when `interrupt_fd` becomes readable while it waits for the host: the
+// callback reads what came (a signal) and says whether to stop waiting, and what to tell
+// the host first (its stop or its notice).
+struct PeerInterrupt {
+  bool stop = false;
+  std::optional<NodeEvent> tell;
 };
-std::optional<PeerRound> join_round(const std::string& host, int port, const JoinRequest& join,
-                                    RendezvousClock::time_point deadline, int interrupt_fd,
-                                    const std::function<bool()>& on_interrupt = {});
+using OnInterrupt = std::function<PeerInterrupt()>;
+
+// What the host said next: a round to run, or the job's end.
+struct HostWord {
+  std::optional<RoundStart> start;
+  std::optional<JobEnd> end;
+};
+
+// Peer: connects to `host`:`port` (retrying while nobody listens yet, until `deadline`)
+// and sends `join`. Returns the connection, or an invalid one when `on_interrupt` said to
+// stop first. Throws ConfigError when no host answers by `deadline`.
+UniqueFd join_host(const std::string& host, int port, const JoinRequest& join,
+                   RendezvousClock::time_point deadline, int interrupt_fd,
+                   const OnInterrupt& on_interrupt);
+// Peer: waits on `socket` for the host's next word, until `deadline` (none: for ever). Its
+// events go to the host as on_interrupt says. Returns nullopt when on_interrupt said to stop,
+// or when the host closed the connection (it is gone: the job is over). Throws
+// ConfigError when the host refused the join or said nothing in time.
+std::optional<HostWord> wait_for_host(int socket, const std::string& where,
+                                      std::optional<RendezvousClock::time_point> deadline,
+                                      int interrupt_fd, const OnInterrupt& on_interrupt);
 
 // `ddprun --peer-relay`, started by the host for one peer with the peer's socket as
 // descriptor 3: copies its standard input (the round's start, then signals) to the socket,

@@ -238,4 +238,75 @@ std::optional<AgentAnswer> parse_agent_answer(std::string_view line) {
   }
 }
 
+namespace {
+
+constexpr std::pair<NodeEvent::Kind, const char*> kEventNames[] = {
+    {NodeEvent::Kind::kFailed, "failed"},
+    {NodeEvent::Kind::kStopped, "stopped"},
+    {NodeEvent::Kind::kNotice, "notice"},
+    {NodeEvent::Kind::kSetupFailed, "setup_failed"},
+};
+constexpr std::size_t kMaxEventText = 512;
+
+}  // namespace
+
+std::string node_event_json(const NodeEvent& event) {
+  const char* name = "failed";
+  for (const auto& [kind, text] : kEventNames) {
+    if (kind == event.kind) name = text;
+  }
+  return nlohmann::json{{"event", name},
+                        {"node", event.node},
+                        {"code", event.code},
+                        {"signal", event.signal},
+                        {"what", event.what}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<NodeEvent> parse_node_event_json(std::string_view json) {
+  const auto doc = nlohmann::json::parse(json, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("event")) return std::nullopt;
+  const auto in_range = [&](const char* key, int low, int high) -> std::optional<int> {
+    const auto it = doc.find(key);
+    if (it == doc.end() || !it->is_number_integer()) return std::nullopt;
+    const auto value = it->get<long long>();
+    if (value < low || value > high) return std::nullopt;
+    return static_cast<int>(value);
+  };
+  NodeEvent event;
+  bool known = false;
+  for (const auto& [kind, text] : kEventNames) {
+    if (doc["event"].is_string() && doc["event"].get<std::string>() == text) {
+      event.kind = kind;
+      known = true;
+    }
+  }
+  const auto node = in_range("node", 0, 1 << 20);
+  const auto code = in_range("code", 0, 255);
+  const auto sig = in_range("signal", 0, 64);
+  const auto what = doc.find("what");
+  if (!known || !node || !code || !sig || what == doc.end() || !what->is_string()) {
+    return std::nullopt;
+  }
+  event.node = *node;
+  event.code = *code;
+  event.signal = *sig;
+  for (const char c : what->get<std::string>()) {
+    if (event.what.size() >= kMaxEventText) break;
+    const auto byte = static_cast<unsigned char>(c);
+    event.what += byte < 0x20 || byte == 0x7f ? '?' : c;
+  }
+  return event;
+}
+
+std::string node_event_line(const NodeEvent& event) {
+  return std::string(kAgentAnswerMarker) + node_event_json(event) + "\n";
+}
+
+std::optional<NodeEvent> parse_node_event_line(std::string_view line) {
+  const auto start = line.find(kAgentAnswerMarker);
+  if (start == std::string_view::npos) return std::nullopt;
+  return parse_node_event_json(line.substr(start + kAgentAnswerMarker.size()));
+}
+
 }  // namespace ddprun

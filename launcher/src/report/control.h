@@ -84,4 +84,15 @@ struct AgentAnswer {
 // nullopt when `line` is not an answer (no marker, or JSON that does not fit).
 std::optional<AgentAnswer> parse_agent_answer(std::string_view line);
 
+// A node's event (round_result.h) as one JSON object: {"event":"failed","node":N,...}.
+std::string node_event_json(const NodeEvent& event);
+// nullopt for anything else. `what` comes back without control bytes and cut to 512 bytes:
+// it is printed.
+std::optional<NodeEvent> parse_node_event_json(std::string_view json);
+// Agent -> head, the moment it happens: the marker, then node_event_json, on the channel
+// that carries the agent's answers.
+std::string node_event_line(const NodeEvent& event);
+// The event in `line` (an agent answer line that holds an event); nullopt for anything else.
+std::optional<NodeEvent> parse_node_event_line(std::string_view line);
+
 }  // namespace ddprun

@@ -46,6 +46,18 @@ struct RankResult {
   std::optional<TraceSnapshot> trace;
 };
 
+// What a node says the moment it happens, to its head (and what a head tells its nodes as
+// the cause of a stop): the job's first failure, a stop by a signal, a preemption notice,
+// or workers that could not be started (docs/multinode.md, "When a node leaves").
+struct NodeEvent {
+  enum class Kind { kFailed, kStopped, kNotice, kSetupFailed };
+  Kind kind = Kind::kFailed;
+  int node = 0;      // the node where it happened
+  int code = 0;      // the exit code it gives the job (kStopped: 128 + the signal)
+  int signal = 0;    // kStopped, kNotice
+  std::string what;  // one line for people: "rank 3 (node2) exit code 1", an error's text
+};
+
 enum class Outcome {
   kSucceeded,     // every worker exited 0
   kWorkerFailed,  // a worker failed first; the others were stopped
@@ -57,9 +69,17 @@ enum class Outcome {
 
 struct RoundResult {
   Outcome outcome = Outcome::kSucceeded;
-  int stop_signal = 0;                       // with kStopped and kPreempted
-  bool lost_head = false;                    // agent: the head's connection closed
-  bool drained = false;                      // the walltime notice went out this round
+  int stop_signal = 0;     // with kStopped and kPreempted
+  bool lost_head = false;  // agent: the head's connection closed
+  bool drained = false;    // the walltime notice went out this round
+  // With kStopped: what stopped it when it came from elsewhere (another node's failure or
+  // stop, which the head named in its stop message, or a node's own report to this head);
+  // the job's exit code is its code.
+  std::optional<NodeEvent> cause;
+  // The first preemption notice of the round, whenever it came (before or after a stop or
+  // failure decision): a failed round that had one ends the job drained (75) instead of
+  // starting another round, whose workers would never hear of it.
+  int notice = 0;
   std::optional<std::size_t> first_failure;  // index into ranks, with kWorkerFailed
   // With kTimedOut: the child that exited first, and those still running at the timeout.
   std::optional<std::size_t> first_exit;

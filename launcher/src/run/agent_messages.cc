@@ -25,8 +25,10 @@ std::string agent_hello(const Environment& forwarded) {
   return hello.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-std::string agent_signal_message(int signal_number) {
-  return "{\"signal\":" + std::to_string(signal_number) + "}\n";
+std::string agent_signal_message(int signal_number, const NodeEvent* cause) {
+  if (cause == nullptr) return "{\"signal\":" + std::to_string(signal_number) + "}\n";
+  return "{\"signal\":" + std::to_string(signal_number) + ",\"cause\":" + node_event_json(*cause) +
+         "}\n";
 }
 
 AgentMessage parse_agent_message(std::string_view line) {
@@ -42,6 +44,10 @@ AgentMessage parse_agent_message(std::string_view line) {
     const auto& value = doc["signal"];
     if (!value.is_number_integer() || value.get<int>() < 1 || value.get<int>() > 64) throw bad();
     message.signal_number = value.get<int>();
+    if (doc.contains("cause")) {
+      message.cause = parse_node_event_json(doc["cause"].dump());
+      if (!message.cause) throw bad();
+    }
     return message;
   }
   if (doc.contains("control")) {

@@ -18,13 +18,16 @@ bool valid_variable_name(std::string_view name);
 // What the head tells an agent on its standard input before anything else (one JSON
 // line): the environment to add. Signals follow as {"signal": N} lines.
 std::string agent_hello(const Environment& forwarded);
-std::string agent_signal_message(int signal_number);
+// With `cause`: why the head stops the job (another node's failure or stop), so that the
+// agent's node reports it and exits with its code.
+std::string agent_signal_message(int signal_number, const NodeEvent* cause = nullptr);
 
 // One message from the head: an environment (hello), a signal to forward, or a control
 // request to answer (control.h: agent_control_message).
 struct AgentMessage {
   Environment env;
   int signal_number = 0;
+  std::optional<NodeEvent> cause;  // with a stop signal: why
   std::optional<ControlVerb> control;
   int control_id = 0;
 };

@@ -10,6 +10,7 @@
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "report/error_digest.h"
+#include "report/labels.h"
 #include "report/report.h"
 #include "report/stacks.h"
 
@@ -36,6 +37,15 @@ bool is_notice_signal(int sig) {
   return sig == SIGUSR1 || sig == SIGUSR2;
 }
 
+// The exit code a child's end gives the job: its own, or 128 + its signal.
+int code_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+constexpr std::size_t kNoChild = static_cast<std::size_t>(-1);
+
 // The supervision of one round. Its state is two things: the phase, which only moves
 // forward, and whether a preemption notice went out (the workers then stop on their own
 // at an agreed step). Every transition is in `handle` and the deadline checks of
@@ -51,7 +61,14 @@ bool is_notice_signal(int sig) {
 //                                                    only after agent_stack_allowance)
 //   kStopping --a second SIGINT----------> SIGKILL at once
 //   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
-//                                          or killed by the notice, is drained, not failed)
+//                                          or killed by the notice, is drained, not failed;
+//                                          an exit 75 without a notice is a failure)
+//   any       --SIGUSR1/2-----------------> notice_seen_: a failed round ends drained, no restart
+//
+// An agent tells its head at once (Runner::announce) when its round fails, when ddprun
+// itself is stopped or gets a notice; the head acts on such a report from an agent child as
+// on its own failure, stop or notice, and its stop signals then carry the cause, so that
+// every node fails together within one grace and exits with the job's code.
 class Round {
  public:
   enum class Phase { kRunning, kFailing, kTimedOut, kStalled, kStopping };
@@ -70,6 +87,7 @@ class Round {
         rank.host = spec.host;
         rank.error_file = spec.error_file;
         rank.progress_file = spec.progress_file;
+        reported_.emplace_back();
         rank.pid = runner_.start(spec);
         rank.started = true;
       }
@@ -91,9 +109,9 @@ class Round {
                                                   [](auto& r) { return r.started && !r.exited; }));
   }
 
-  void signal_live(int sig) {
+  void signal_live(int sig, std::size_t except = kNoChild) {
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].started && !ranks_[i].exited) runner_.signal(i, sig);
+      if (i != except && ranks_[i].started && !ranks_[i].exited) runner_.signal(i, sig);
     }
   }
 
@@ -139,19 +157,51 @@ class Round {
     }
   }
 
-  // Sends `sig` to every live child; SIGKILL follows when the grace from the first stop ends.
-  void stop_live(int sig) {
+  // Sends `sig` to every live child but `except`; SIGKILL follows when the grace from the
+  // first stop ends.
+  void stop_live(int sig, std::size_t except = kNoChild) {
     if (killed_) return;  // nothing left to ask: SIGKILL went out
-    signal_live(sig);
+    signal_live(sig, except);
     if (!kill_deadline_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
+  }
+
+  // An agent of one node (not srun or mpirun standing for every node).
+  bool one_node_agent(std::size_t child) const {
+    return ranks_[child].agent && ranks_[child].node_rank >= 0;
+  }
+
+  // What this round's first failure tells the head and the other nodes.
+  NodeEvent failure_event(std::size_t child) const {
+    if (reported_[child]) return *reported_[child];
+    const RankResult& rank = ranks_[child];
+    NodeEvent event;
+    event.node = rank.agent && rank.node_rank >= 0 ? rank.node_rank : policy_.node_rank;
+    event.code = rank.exited ? code_of(rank.wait_status) : kExitTimedOut;
+    const std::string how = rank.exited ? describe_wait_status(rank.wait_status) : "timed out";
+    event.what = rank.agent ? child_label(rank) + "'s ddprun: " + how
+                            : "rank " + std::to_string(rank.rank) + " (" + rank.host + ") " + how;
+    return event;
+  }
+
+  // The round fails: `child` failed first (a worker here, or an agent that ended or reported
+  // its node's failure). The head hears at once, and the other nodes hear why they stop.
+  void fail(std::size_t child) {
+    phase_ = Phase::kFailing;
+    first_failure_ = child;
+    const NodeEvent event = failure_event(child);
+    runner_.announce(event);
+    runner_.set_stop_cause(event);
+    stop_live(SIGTERM, one_node_agent(child) ? child : kNoChild);  // a node stops its own
   }
 
   // A child that the notice ended: it exited 75 (a worker, or an agent whose node drained),
   // or the notice's default action killed it (a worker here, or one behind an agent, which
   // reports 128 + the signal).
+  // An exit 75 with no notice out is a failure: an agent's 75, though, is its node's
+  // drain, which its own round already judged.
   bool drained_by_notice(const RankResult& child) const {
     const int status = child.wait_status;
-    if (exited_with(status, kExitPreempted)) return true;
+    if (exited_with(status, kExitPreempted)) return child.agent || !notice_signals_.empty();
     if (notice_signals_.empty()) return false;
     const auto noticed = [&](int sig) {
       return std::find(notice_signals_.begin(), notice_signals_.end(), sig) !=
@@ -186,16 +236,28 @@ class Round {
       }
       if (policy_.drain_at && !drain_sent_ && now >= *policy_.drain_at) {
         drain_sent_ = true;
-        if (!none_live && phase_ == Phase::kRunning) send_notice(policy_.drain_signal);
+        if (!none_live && phase_ == Phase::kRunning) {
+          send_notice(policy_.drain_signal);
+        } else if (notice_seen_ == 0) {
+          notice_seen_ = policy_.drain_signal;  // too late to drain: no round after this one
+        }
         continue;
       }
       if (exit_deadline_ && now >= *exit_deadline_) {
         exit_deadline_.reset();
-        if (!none_live && phase_ == Phase::kRunning) {
+        // A rank still saving after a notice is never cut short.
+        if (!none_live && phase_ == Phase::kRunning && notice_signals_.empty()) {
           phase_ = Phase::kTimedOut;
           for (std::size_t i = 0; i < ranks_.size(); ++i) {
             if (ranks_[i].started && !ranks_[i].exited) still_running_.push_back(i);
           }
+          NodeEvent timed_out;
+          timed_out.node = policy_.node_rank;
+          timed_out.code = kExitTimedOut;
+          timed_out.what = "ranks still running " + format_seconds(*policy_.exit_timeout) +
+                           " after another exited (--exit-timeout)";
+          runner_.announce(timed_out);
+          runner_.set_stop_cause(timed_out);
           stop_live(SIGTERM);
         }
         continue;
@@ -242,6 +304,12 @@ class Round {
     }
     if (!written || now - last_advance_ < *policy_.stall_timeout) return;
     phase_ = Phase::kStalled;
+    NodeEvent stalled;
+    stalled.node = policy_.node_rank;
+    stalled.code = kExitTimedOut;
+    stalled.what = "no progress for " + format_seconds(*policy_.stall_timeout);
+    runner_.announce(stalled);
+    runner_.set_stop_cause(stalled);
     long long lowest = LLONG_MAX;
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].agent || !ranks_[i].started || ranks_[i].exited) continue;
@@ -259,10 +327,13 @@ class Round {
     stop_live(SIGTERM);
   }
 
-  // Forwards a notice. Only one that went out while the round ran drains it: after a stop
-  // decision the stop decides, and a worker the notice kills then is just stopped.
-  void send_notice(int sig) {
-    signal_live(sig);
+  // Forwards a notice (not back to `except`, the agent that reported it). Only one that
+  // went out while the round ran drains it: after a stop decision the stop decides, and a
+  // worker the notice kills then is just stopped. Either way a failed round then ends the
+  // job drained instead of starting another (notice_seen_).
+  void send_notice(int sig, std::size_t except = kNoChild) {
+    signal_live(sig, except);
+    if (notice_seen_ == 0) notice_seen_ = sig;
     if (phase_ == Phase::kRunning &&
         std::find(notice_signals_.begin(), notice_signals_.end(), sig) == notice_signals_.end()) {
       notice_signals_.push_back(sig);
@@ -275,7 +346,10 @@ class Round {
         on_exit(event);
         break;
       case RunnerEvent::Kind::kSignal:
-        on_signal(event.signal_number);
+        on_signal(event);
+        break;
+      case RunnerEvent::Kind::kNodeEvent:
+        on_node_event(event.child, event.node_event);
         break;
       case RunnerEvent::Kind::kHeadLost:
         // This node's workers must not outlive the head.
@@ -301,11 +375,45 @@ class Round {
     stop_live(forward);
   }
 
-  void on_signal(int sig) {
-    if (is_stop_signal(sig, policy_.extra_stop_signals)) {
+  void on_signal(const RunnerEvent& event) {
+    const int sig = event.signal_number;
+    const bool stop = is_stop_signal(sig, policy_.extra_stop_signals);
+    if (!event.from_head) {  // ddprun's own: the head (when there is one) must know at once
+      NodeEvent own;
+      own.kind = stop ? NodeEvent::Kind::kStopped : NodeEvent::Kind::kNotice;
+      own.node = policy_.node_rank;
+      own.signal = sig;
+      own.code = stop ? 128 + sig : kExitPreempted;
+      own.what = (stop ? "stopped by " : "a preemption notice, ") + signal_name(sig);
+      runner_.announce(own);
+    } else if (stop && event.cause && stop_signal_ == 0) {
+      cause_ = event.cause;
+    }
+    if (stop) {
       on_stop(sig, sig);
     } else {
       send_notice(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+    }
+  }
+
+  // What agent `child` reported of its node (or of one below it).
+  void on_node_event(std::size_t child, const NodeEvent& event) {
+    switch (event.kind) {
+      case NodeEvent::Kind::kFailed:
+        if (!reported_[child]) reported_[child] = event;
+        if (phase_ == Phase::kRunning && !killed_) fail(child);
+        break;
+      case NodeEvent::Kind::kStopped:
+      case NodeEvent::Kind::kSetupFailed:
+        runner_.announce(event);
+        if (stop_signal_ == 0) cause_ = event;
+        runner_.set_stop_cause(event);
+        on_stop(event.kind == NodeEvent::Kind::kStopped ? event.signal : SIGTERM, SIGTERM);
+        break;
+      case NodeEvent::Kind::kNotice:
+        runner_.announce(event);
+        send_notice(event.signal, one_node_agent(child) ? child : kNoChild);
+        break;
     }
   }
 
@@ -320,16 +428,13 @@ class Round {
     const bool drained = drained_by_notice(rank);
     any_drained_ = any_drained_ || drained;
     const bool failed = !exited_with(event.wait_status, 0) && !drained;
-    if (policy_.exit_timeout && !first_exit_) {
+    // A drained rank starts no exit timer: its peers are saving the same checkpoint.
+    if (policy_.exit_timeout && !first_exit_ && !drained) {
       first_exit_ = event.child;
       exit_deadline_ = runner_.now() + *policy_.exit_timeout;
     }
     // Children that ddprun stopped itself are no root cause.
-    if (failed && phase_ == Phase::kRunning && !killed_) {
-      phase_ = Phase::kFailing;
-      first_failure_ = event.child;
-      stop_live(SIGTERM);
-    }
+    if (failed && phase_ == Phase::kRunning && !killed_) fail(event.child);
   }
 
   RoundResult finish() {
@@ -364,6 +469,8 @@ class Round {
     }
     result.lost_head = lost_head_;
     result.drained = drain_sent_;
+    result.cause = cause_;
+    result.notice = notice_seen_;
     result.stacks_when = stacks_when_;
     return result;
   }
@@ -377,7 +484,11 @@ class Round {
   bool drain_sent_ = false;  // the walltime notice went out (policy.drain_at)
   bool any_drained_ = false;
   std::vector<int> notice_signals_;  // notices that went out this round
+  int notice_seen_ = 0;              // the round's first notice, whenever it came
   int stop_signal_ = 0;
+  std::optional<NodeEvent> cause_;  // a stop's cause from elsewhere (RoundResult::cause)
+  // What each agent child reported of its node's failure; nullopt: nothing.
+  std::vector<std::optional<NodeEvent>> reported_;
   std::optional<std::size_t> first_failure_;
   std::optional<std::size_t> first_exit_;
   std::vector<std::size_t> still_running_;
@@ -413,7 +524,7 @@ int exit_code_for(const RoundResult& result) {
     case Outcome::kSucceeded:
       return kExitOk;
     case Outcome::kStopped:
-      return 128 + result.stop_signal;
+      return result.cause ? result.cause->code : 128 + result.stop_signal;
     case Outcome::kPreempted:
       return kExitPreempted;
     case Outcome::kTimedOut:
@@ -442,6 +553,24 @@ std::optional<long long> reported_step(const RoundResult& result) {
   return best;
 }
 
+// Why this node stopped when the cause came from elsewhere (RoundResult::cause).
+std::string format_stop_cause(const NodeEvent& cause) {
+  const std::string node = "node " + std::to_string(cause.node);
+  switch (cause.kind) {
+    case NodeEvent::Kind::kFailed:
+      return "ddprun: stopped this node's workers: " + node + " failed first (" + cause.what +
+             "); exit " + std::to_string(cause.code) + "\n";
+    case NodeEvent::Kind::kStopped:
+      return "ddprun: " + node + " was " + cause.what + "; stopped every node, not restarting\n";
+    case NodeEvent::Kind::kSetupFailed:
+      return "ddprun: error: " + node + " could not start its workers: " + cause.what +
+             "; stopped every node, not restarting\n";
+    case NodeEvent::Kind::kNotice:
+      break;
+  }
+  return "ddprun: stopped: " + node + ": " + cause.what + "\n";
+}
+
 // The report of the round's first failure and the digest of every rank's errors.
 std::string failure_lines(const RoundResult& result, bool colour) {
   std::vector<std::string> error_files;
@@ -463,6 +592,10 @@ int run_job(Runner& runner, const JobSettings& settings,
   std::optional<RoundResult> previous;
   for (int round = 0;; ++round) {
     const RoundSetup setup = make_round(round, previous ? &*previous : nullptr);
+    if (setup.end_code) {
+      messages << setup.end_message;
+      return *setup.end_code;
+    }
     if (settings.summaries || !setup.notice.empty()) messages << setup.notice;
     if (settings.summaries) messages << setup.summary;
     const RoundResult& result = previous.emplace(run_round(runner, setup.children, settings.round));
@@ -489,6 +622,12 @@ int run_job(Runner& runner, const JobSettings& settings,
       const auto step = reported_step(result);
       const bool progressed = step && (!best_step || *step > *best_step);
       if (progressed) best_step = step;
+      if (result.notice != 0 && !settings.agent) {
+        messages << "ddprun: not restarting: a preemption notice (" << signal_name(result.notice)
+                 << ") came during the round; exit " << kExitPreempted
+                 << ": run the same command again to resume from the last checkpoint\n";
+        return kExitPreempted;
+      }
       if (round < settings.max_restarts && !settings.agent) {
         std::string why;
         if (!restart_covers(settings.restart, result, why)) {
@@ -526,11 +665,15 @@ int run_job(Runner& runner, const JobSettings& settings,
     } else if (result.outcome == Outcome::kStopped) {
       // A failure before the stop is still worth its report; the stop decides the rest.
       if (result.first_failure) messages << failure_lines(result, settings.colour);
-      messages << "ddprun: stopped by " << signal_name(result.stop_signal)
-               << (result.first_failure ? " while stopping the workers after a failure; not "
-                                          "restarting"
-                                        : "")
-               << "\n";
+      if (result.cause) {
+        messages << format_stop_cause(*result.cause);
+      } else {
+        messages << "ddprun: stopped by " << signal_name(result.stop_signal)
+                 << (result.first_failure ? " while stopping the workers after a failure; not "
+                                            "restarting"
+                                          : "")
+                 << "\n";
+      }
     }
     return exit_code_for(result);
   }

@@ -45,6 +45,8 @@ struct RoundPolicy {
   // stacks of all are taken. Checked every `stall_check_every`.
   std::optional<std::chrono::milliseconds> stall_timeout;
   std::chrono::milliseconds stall_check_every{1000};
+  // This node, named in what the round tells its head (Runner::announce).
+  int node_rank = 0;
 };
 
 // Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`
@@ -57,7 +59,8 @@ RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
                       const RoundPolicy& policy);
 
 // The code ddprun exits with after `result`: 0 on success; the failing worker's exit code,
-// or 128 + its signal; kExitPreempted; 128 + the signal that stopped ddprun.
+// or 128 + its signal; kExitPreempted; 128 + the signal that stopped ddprun, or the code of
+// the cause another node gave for the stop.
 int exit_code_for(const RoundResult& result);
 
 struct JobSettings {
@@ -76,6 +79,10 @@ struct RoundSetup {
   std::string summary;  // printed before the round when settings.summaries
   std::string notice;   // printed before the round always (e.g. a spare node taking over)
   std::string log_dir;  // named after a final failure; empty: no log folder
+  // Set when the job ends before this round starts (the nodes' gathering was stopped, or
+  // a notice came meanwhile): run_job prints `end_message` and returns this code.
+  std::optional<int> end_code = std::nullopt;
+  std::string end_message = std::string();
 };
 
 // Runs rounds made by `make_round(round number, previous round)` until one succeeds, is stopped or

@@ -168,11 +168,11 @@ void OutputRelay::feed(std::size_t child, bool is_stderr, std::string_view data)
   Source& source = sources_.at(child);
   Stream& stream = is_stderr ? source.err : source.out;
   if (data.empty()) {
-    emit(source, is_stderr, stream.splitter.finish());
+    emit(child, is_stderr, stream.splitter.finish());
     return;
   }
   if (stream.log.valid()) write_log(stream, data);
-  emit(source, is_stderr, stream.splitter.feed(data));
+  emit(child, is_stderr, stream.splitter.feed(data));
   if (config_.console_is_tty && stream.to_console) {
     if (auto redraw = stream.splitter.take_redraw()) {
       // An empty redraw (only "erase line") clears the line for what comes next.
@@ -194,8 +194,9 @@ void OutputRelay::write_log(Stream& stream, std::string_view data) {
                    (stream.to_console ? "on the console only" : "lost") + "\n");
 }
 
-void OutputRelay::emit(Source& source, bool is_stderr, const std::vector<std::string>& given) {
+void OutputRelay::emit(std::size_t child, bool is_stderr, const std::vector<std::string>& given) {
   if (given.empty()) return;
+  Source& source = sources_.at(child);
   std::vector<std::string> kept;
   const std::vector<std::string>* batch = &given;
   if (source.answers) {
@@ -203,7 +204,7 @@ void OutputRelay::emit(Source& source, bool is_stderr, const std::vector<std::st
       if (line.find(kAgentAnswerMarker) == std::string::npos) {
         kept.push_back(line);
       } else if (answer_handler_) {
-        answer_handler_(line);
+        answer_handler_(child, line);
       }
     }
     batch = &kept;

@@ -147,8 +147,9 @@ class OutputRelay {
   const std::deque<std::string>& stderr_tail(std::size_t child) const;
   // The last line `child` wrote to either stream that was not empty ("" when none).
   const std::string& last_line(std::size_t child) const { return sources_.at(child).last; }
-  // Where agents' answer lines go (RelayTarget::answers); unset: they are dropped.
-  void set_answer_handler(std::function<void(std::string_view line)> handler) {
+  // Where agents' answer lines go (RelayTarget::answers), with the child that wrote them;
+  // unset: they are dropped.
+  void set_answer_handler(std::function<void(std::size_t child, std::string_view line)> handler) {
     answer_handler_ = std::move(handler);
   }
 
@@ -167,13 +168,13 @@ class OutputRelay {
     std::string last;
     bool answers = false;
   };
-  void emit(Source& source, bool is_stderr, const std::vector<std::string>& lines);
+  void emit(std::size_t child, bool is_stderr, const std::vector<std::string>& lines);
   void write_log(Stream& stream, std::string_view data);
 
   RelayConfig config_;
   Console& console_;
   std::vector<Source> sources_;
-  std::function<void(std::string_view line)> answer_handler_;
+  std::function<void(std::size_t child, std::string_view line)> answer_handler_;
 };
 
 }  // namespace ddprun

@@ -1,6 +1,7 @@
 #include "run/process_runner.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,6 +95,7 @@ ProcessRunner::~ProcessRunner() {
 }
 
 void ProcessRunner::end_round() {
+  stop_cause_.reset();
   drain_console(config_.console_stall);
   const auto dropped = console_->take_dropped();
   if (dropped.lines > 0) {
@@ -146,7 +148,15 @@ void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
 void ProcessRunner::start_fresh() {
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
   relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
-  relay_->set_answer_handler([this](std::string_view line) {
+  relay_->set_answer_handler([this](std::size_t child, std::string_view line) {
+    if (auto event = parse_node_event_line(line)) {
+      RunnerEvent reported;
+      reported.kind = RunnerEvent::Kind::kNodeEvent;
+      reported.child = child;
+      reported.node_event = std::move(*event);
+      pending_.push_back(std::move(reported));
+      return;
+    }
     auto answer = parse_agent_answer(line);
     if (answer && answer->id == request_id_ && serving_) answers_.push_back(std::move(*answer));
   });
@@ -244,10 +254,23 @@ void ProcessRunner::signal(std::size_t child, int sig) {
     // ssh delivers no signals: the agent gets them as messages. Never waiting for them:
     // a pipe that is full (an agent or its link that stopped reading) or broken is a dead
     // link, and a dead link gets SIGKILL (the agent's node then stops its workers).
-    if (!send_to_agent(messages, agent_signal_message(sig))) signal_group(pid, SIGKILL);
+    const bool stop = sig != SIGUSR1 && sig != SIGUSR2;
+    const NodeEvent* cause = stop && stop_cause_ ? &*stop_cause_ : nullptr;
+    if (!send_to_agent(messages, agent_signal_message(sig, cause))) signal_group(pid, SIGKILL);
   } else {
     signal_process(pid, sig);  // srun and mpirun forward it to their tasks
   }
+}
+
+void ProcessRunner::announce(const NodeEvent& event) {
+  if (config_.head_fd < 0) return;  // no head to tell
+  const std::string line = node_event_line(event);
+  if (config_.head_events_fd < 0) {
+    console_->message(line);  // an ssh agent: with its answers, on its stderr
+    return;
+  }
+  // A connection that takes no bytes is a lost head, which the head's end shows anyway.
+  (void)::send(config_.head_events_fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
@@ -283,6 +306,8 @@ void ProcessRunner::read_head() {
         RunnerEvent event;
         event.kind = RunnerEvent::Kind::kSignal;
         event.signal_number = message.signal_number;
+        event.from_head = true;
+        event.cause = message.cause;
         pending_.push_back(event);
       } else if (message.control) {
         answer_head(*message.control, message.control_id);

@@ -23,6 +23,9 @@ struct ProcessRunnerConfig {
   RelayConfig relay;
   bool tag_output = false;  // prefix workers' console lines with "[host:rank] "
   int head_fd = -1;         // agent mode: messages from the head; EOF = the head is gone
+  // Agent mode: where this node's events go (announce), when not with its answers on the
+  // console (an ssh agent's stderr): a per-node ddprun's connection to node 0.
+  int head_events_fd = -1;
   // The console drain at a round's end (and at exit) goes on while bytes move: it gives up
   // after `console_stall` in which the console took nothing, or after `console_drain_limit`
   // in all; a signal or a message from the head ends it too.
@@ -56,6 +59,8 @@ class ProcessRunner : public Runner {
   RunnerClock::time_point now() const override { return RunnerClock::now(); }
   pid_t start(const ChildSpec& spec) override;
   void signal(std::size_t child, int signal_number) override;
+  void announce(const NodeEvent& event) override;
+  void set_stop_cause(const NodeEvent& cause) override { stop_cause_ = cause; }
   RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override;
   bool output_open() const override { return children_->output_open(); }
   void close_output() override { children_->close_output(events_); }
@@ -138,7 +143,8 @@ class ProcessRunner : public Runner {
   int request_id_ = 0;
   std::vector<AgentAnswer> answers_;  // the agents' answers to request_id_
   bool detached_ = false;
-  std::vector<UniqueFd> attached_;  // --attach connections, told the exit code at the end
+  std::vector<UniqueFd> attached_;       // --attach connections, told the exit code at the end
+  std::optional<NodeEvent> stop_cause_;  // this round's (set_stop_cause)
   std::deque<RunnerEvent> pending_;
   ChildEvents events_;
   LineSplitter head_lines_;

@@ -52,10 +52,11 @@ struct ChildSpec {
 // Something the runner saw while the policy waited.
 struct RunnerEvent {
   enum class Kind {
-    kExited,    // child `child` ended with `wait_status`
-    kSignal,    // ddprun received `signal_number`, or the head sent it to this agent
-    kHeadLost,  // agent mode: the head's connection closed
-    kDeadline,  // the deadline passed
+    kExited,     // child `child` ended with `wait_status`
+    kSignal,     // ddprun received `signal_number`, or the head sent it to this agent
+    kHeadLost,   // agent mode: the head's connection closed
+    kDeadline,   // the deadline passed
+    kNodeEvent,  // agent `child` reported `node_event` (its node, or one below it)
   };
   Kind kind = Kind::kDeadline;
   std::size_t child = 0;
@@ -63,6 +64,10 @@ struct RunnerEvent {
   long max_rss_kb = 0;
   double run_seconds = 0;
   int signal_number = 0;
+  bool from_head = false;  // kSignal: the head sent it (as a message), not the system
+  // kSignal from the head: why the head stops the job (another node's failure or stop).
+  std::optional<NodeEvent> cause;
+  NodeEvent node_event;  // kNodeEvent
 };
 
 class Runner {
@@ -92,6 +97,11 @@ class Runner {
   virtual std::optional<long long> progress(std::size_t child) = 0;
   // The last stderr lines of `child`.
   virtual std::deque<std::string> stderr_tail(std::size_t child) const = 0;
+  // Tells this node's head `event` at once (an agent; nothing without a head).
+  virtual void announce(const NodeEvent& event) = 0;
+  // From now until the round's end, stop signals to agents carry `cause`, so that their
+  // nodes report the job's cause and exit code, not the signal.
+  virtual void set_stop_cause(const NodeEvent& cause) = 0;
   // Ends the round: forgets its children, so the next round numbers from 0 again.
   virtual void end_round() = 0;
 };
