@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Nodes that leave, one ddprun per node started by hand (3 simulated nodes, Python workers):
+
+  --case failtogether  a rank on the last node is SIGKILLed while every rank needs SAVE_S
+                       seconds to exit on SIGTERM: the last ddprun exits within SAVE_S + 1.5 s
+                       of the kill (the failure travels at once: one grace, not two), every
+                       node with the job's code (137).
+  --case notice        SIGUSR1 to node 0's ddprun while it waits for a late node: both
+                       started nodes end 75 and no worker ever starts.
+  --case stop          SIGTERM to node 1's ddprun with --max-restarts 2: node 0 ends within
+                       its grace + 2 s, spends no restart and says that node 1 was stopped.
+
+  PYTHONPATH=tests tests/multinode/test_departures.py --ddprun BIN --case CASE
+Exit 77: skipped (not root, no namespaces); under CI=true that is a failure.
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from simcluster.jobs import check_leftovers, job_env, run_on_cluster  # noqa: E402
+
+NPROC = 2
+PORT = 29541
+SAVE_S = 2.0
+GRACE_S = 5
+WORKER_PY = r"""
+import os, signal, sys, time
+d, rank = os.environ["DEPART_DIR"], os.environ["RANK"]
+save_s = float(os.environ.get("SAVE_S", "0"))
+def on_term(sig, frame):
+    time.sleep(save_s)  # an emergency checkpoint
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+open(os.path.join(d, "started." + rank), "w").close()
+if os.environ.get("KILL_RANK") == rank:
+    world = int(os.environ["WORLD_SIZE"])
+    while sum(f.startswith("started.") for f in os.listdir(d)) < world:
+        time.sleep(0.02)
+    with open(os.path.join(d, "killed_at"), "w") as f:
+        f.write(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+while True:
+    signal.pause()
+"""
+
+
+class Node:
+    """One node's ddprun, with the wall-clock time it exited."""
+
+    def __init__(self, cluster, node, argv, env):
+        self.name = node
+        self.proc = cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.out = ""
+        self.exited_at = None
+        self.thread = threading.Thread(target=self._wait)
+        self.thread.start()
+
+    def _wait(self):
+        self.out, _ = self.proc.communicate(timeout=120)
+        self.exited_at = time.time()
+
+    def join(self, failures):
+        self.thread.join(timeout=150)
+        print(f"--- {self.name}: exit {self.proc.returncode}\n{self.out}")
+        if self.exited_at is None:
+            self.proc.kill()
+            failures.append(f"{self.name}'s ddprun did not exit")
+
+
+def argv_for(a, cluster, i, nnodes, worker, *extra):
+    return [os.path.abspath(a.ddprun), "--nnodes", str(nnodes), "--node-rank", str(i),
+            "--master-addr", cluster.nodes[0], "--master-port", str(PORT), "--nproc-per-node",
+            str(NPROC), "--shutdown-timeout", str(GRACE_S), *extra, "--", "/usr/bin/python3",
+            worker]
+
+
+def wait_for(condition, timeout, what, failures):
+    """Polls `condition` until true (a wait for another process, not a stand-in for one)."""
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if condition():
+            return True
+        time.sleep(0.02)
+    failures.append(f"timed out waiting for {what}")
+    return False
+
+
+def case_failtogether(cluster, a, worker, env, d, failures, result):
+    nodes = [Node(cluster, n, argv_for(a, cluster, i, 3, worker), env)
+             for i, n in enumerate(cluster.nodes)]
+    for n in nodes:
+        n.join(failures)
+    if not os.path.exists(os.path.join(d, "killed_at")):
+        failures.append("rank 5 was never killed")
+        return
+    killed_at = float(open(os.path.join(d, "killed_at")).read())
+    last = max(n.exited_at or 0 for n in nodes)
+    result["kill_to_last_exit_s"] = round(last - killed_at, 2)
+    result["save_s"] = SAVE_S
+    if last - killed_at > SAVE_S + 1.5:
+        failures.append(f"the last ddprun exited {last - killed_at:.2f} s after the kill, "
+                        f"more than SAVE_S + 1.5 = {SAVE_S + 1.5} s")
+    for n in nodes:
+        if n.proc.returncode != 128 + signal.SIGKILL:
+            failures.append(f"{n.name} exited {n.proc.returncode}, not 137 (the job's code)")
+    if "node 2 failed first" not in nodes[1].out:
+        failures.append("node 1 did not name node 2's failure as why it stopped")
+
+
+def case_notice(cluster, a, worker, env, d, failures, result):
+    # Node 2 never comes: node 0 waits for it with node 1 joined.
+    nodes = [Node(cluster, n, argv_for(a, cluster, i, 3, worker), env)
+             for i, n in enumerate(cluster.nodes[:2])]
+
+    def joined():
+        r = cluster.run(cluster.nodes[0], ["ss", "-Htn", "state", "established",
+                                           f"( sport = :{PORT} )"])
+        return r.returncode == 0 and r.stdout.strip() != ""
+    if wait_for(joined, 30, "node 1 to join node 0", failures):
+        nodes[0].proc.send_signal(signal.SIGUSR1)
+    for n in nodes:
+        n.join(failures)
+        if n.proc.returncode != 75:
+            failures.append(f"{n.name} exited {n.proc.returncode}, not 75")
+    started = [f for f in os.listdir(d) if f.startswith("started.")]
+    if started:
+        failures.append(f"workers started after the notice: {started}")
+    if "while the nodes gathered" not in nodes[0].out:
+        failures.append("node 0 did not say that the notice came while the nodes gathered")
+
+
+def case_stop(cluster, a, worker, env, d, failures, result):
+    nodes = [Node(cluster, n, argv_for(a, cluster, i, 2, worker, "--max-restarts", "2"), env)
+             for i, n in enumerate(cluster.nodes[:2])]
+    world = 2 * NPROC
+    stopped_at = None
+    if wait_for(lambda: sum(f.startswith("started.") for f in os.listdir(d)) == world, 60,
+                "every worker to start", failures):
+        stopped_at = time.time()
+        nodes[1].proc.send_signal(signal.SIGTERM)
+    for n in nodes:
+        n.join(failures)
+        if n.proc.returncode != 128 + signal.SIGTERM:
+            failures.append(f"{n.name} exited {n.proc.returncode}, not 143")
+    if stopped_at is not None and nodes[0].exited_at is not None:
+        result["stop_to_node0_exit_s"] = round(nodes[0].exited_at - stopped_at, 2)
+        if nodes[0].exited_at - stopped_at > GRACE_S + 2:
+            failures.append(f"node 0 exited {nodes[0].exited_at - stopped_at:.2f} s after node 1's "
+                            f"stop, more than the grace + 2 s")
+    if "node 1 was stopped by SIGTERM" not in nodes[0].out:
+        failures.append("node 0 did not say that node 1 was stopped")
+    if "restarting all workers" in nodes[0].out:
+        failures.append("node 0 spent a restart on a stop")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--case", choices=["failtogether", "notice", "stop"], required=True)
+    a = ap.parse_args()
+
+    def body(cluster, result, failures):
+        d = os.path.join(cluster.dir, "marks")
+        os.makedirs(d)
+        worker = os.path.join(cluster.dir, "worker.py")
+        with open(worker, "w") as f:
+            f.write(WORKER_PY)
+        marker = f"ddpc{uuid.uuid4().hex[:12]}"
+        extra = {"DEPART_DIR": d, "SAVE_S": str(SAVE_S)}
+        if a.case == "failtogether":
+            extra["KILL_RANK"] = str(3 * NPROC - 1)
+        env = job_env(marker, **extra)
+        {"failtogether": case_failtogether, "notice": case_notice,
+         "stop": case_stop}[a.case](cluster, a, worker, env, d, failures, result)
+        check_leftovers(cluster, marker, failures)
+
+    return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
