@@ -8,9 +8,11 @@
 
 #include "ddprun/common/files.h"
 #include "ddprun/common/parse_int.h"
+#include "ddprun/common/printable.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/common/unique_fd.h"
 #include "temp_dir.h"
+#include "unavailable.h"
 
 namespace ddprun {
 namespace {
@@ -36,6 +38,8 @@ class Files : public ::testing::Test {
   support::TempDir temp_;
   std::string dir_ = temp_.path();
 };
+
+using support::unavailable;
 
 TEST_F(Files, MakeDirectoriesGivesExactlyTheModeAndRefusesAFile) {
   const mode_t old_umask = ::umask(077);
@@ -69,6 +73,123 @@ TEST_F(Files, WriteAllThenReadFileRoundTripsAndErrorsNameThePath) {
     FAIL() << "no exception";
   } catch (const std::system_error& e) {
     EXPECT_NE(std::string(e.what()).find(dir_ + "/missing"), std::string::npos);
+  }
+}
+
+// Another user's file or folder at `path` (user nobody); false when this test is not root.
+bool give_to_nobody(const std::string& path) {
+  return ::geteuid() == 0 && ::lchown(path.c_str(), 65534, 65534) == 0;
+}
+
+TEST_F(Files, MakePrivateDirectoryCreatesItClosedAndTakesItsOwnAgain) {
+  const std::string dir = dir_ + "/parent/private";
+  const mode_t old_umask = ::umask(0);
+  const FolderCheck made = make_private_directory(dir);
+  ::umask(old_umask);
+  EXPECT_TRUE(made.ok()) << made.problem;
+  struct stat info {};
+  ASSERT_EQ(::lstat(dir.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  EXPECT_TRUE(make_private_directory(dir).ok());  // this user's already: fine
+  const UniqueFd file(::open((dir_ + "/file").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+  EXPECT_THROW(make_private_directory(dir_ + "/file/private"), std::system_error);
+}
+
+TEST_F(Files, CheckPrivateDirectoryRefusesALinkAFileAnOpenFolderAndAnotherUsersFolder) {
+  const std::string real = dir_ + "/real";
+  ASSERT_TRUE(make_private_directory(real).ok());
+  ASSERT_EQ(::symlink(real.c_str(), (dir_ + "/link").c_str()), 0);
+  EXPECT_EQ(check_private_directory(dir_ + "/link").problem,
+            dir_ + "/link is a link, not a folder");
+  const UniqueFd file(::open((dir_ + "/file").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+  EXPECT_EQ(check_private_directory(dir_ + "/file").problem, dir_ + "/file is not a folder");
+  EXPECT_EQ(check_private_directory(dir_ + "/none").problem,
+            "cannot read " + dir_ + "/none: No such file or directory");
+  ::chmod(real.c_str(), 0755);
+  const FolderCheck open = make_private_directory(real);
+  EXPECT_EQ(open.problem, real + " is open to other users (mode 755)");
+  EXPECT_TRUE(open.only_mode);
+  ::chmod(real.c_str(), 0700);
+  if (unavailable(!give_to_nobody(real), "not root: cannot make a folder of another user"))
+    GTEST_SKIP();
+  const FolderCheck theirs = make_private_directory(real);
+  EXPECT_EQ(theirs.problem, real + " belongs to user id 65534, not to you");
+  EXPECT_EQ(theirs.owner, 65534u);
+  EXPECT_TRUE(theirs.removable);  // root may remove anything
+}
+
+TEST_F(Files, MakeTempDirectoryGivesAFreshPrivateFolderEachTime) {
+  const std::string first = make_temp_directory(dir_ + "/run-");
+  const std::string second = make_temp_directory(dir_ + "/run-");
+  EXPECT_NE(first, second);
+  EXPECT_EQ(first.rfind(dir_ + "/run-", 0), 0u);
+  EXPECT_TRUE(check_private_directory(first).ok());
+  EXPECT_THROW(make_temp_directory(dir_ + "/missing/run-"), std::system_error);
+}
+
+TEST_F(Files, PerRankFilesAreNeverReachedThroughALinkOrAFifo) {
+  const std::string target = dir_ + "/target";
+  write_new_file(target, "kept\n");
+  const std::string link = dir_ + "/link";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  for (const std::string& path : {link, fifo}) {
+    // None of these waits for a FIFO's other end; none writes through the link.
+    EXPECT_THROW(open_own_file_for_append(path), std::system_error) << path;
+    EXPECT_THROW(write_new_file(path, "x"), std::system_error) << path;
+    EXPECT_EQ(read_file_head(path), "") << path;
+    EXPECT_EQ(read_any_file_head(path), "") << path;
+  }
+  EXPECT_EQ(read_file(target), "kept\n");
+
+  const std::string log = dir_ + "/rank_0.stdout.log";
+  for (const char* line : {"one\n", "two\n"}) {
+    const UniqueFd fd = open_own_file_for_append(log);
+    ASSERT_TRUE(write_all(fd.get(), line));
+  }
+  EXPECT_EQ(read_file_head(log), "one\ntwo\n");
+  struct stat info {};
+  ASSERT_EQ(::stat(log.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+
+  if (unavailable(!give_to_nobody(log), "not root: cannot make a file of another user"))
+    GTEST_SKIP();
+  EXPECT_THROW(open_own_file_for_append(log), std::system_error);
+  EXPECT_EQ(read_file_head(log), "");  // planted by another user: no answer
+  EXPECT_EQ(read_any_file_head(log), "one\ntwo\n");
+}
+
+TEST(Printable, EscapesControlsAndBadUtf8AndCutsWithAMarker) {
+  struct Case {
+    std::string_view text;
+    std::size_t max_bytes;
+    std::string_view expected;
+  };
+  const Case cases[] = {
+      {"plain text", 100, "plain text"},
+      {"", 100, ""},
+      {"a\nb\rc\td", 100, "a\\x0ab\\x0dc\\x09d"},
+      {"\x1b[31mred\x1b]0;title\x07", 100, "\\x1b[31mred\\x1b]0;title\\x07"},
+      {std::string_view("nul\0here", 8), 100, "nul\\x00here"},
+      {"del\x7f", 100, "del\\x7f"},
+      {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 100,
+       "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+      {"c1 \xc2\x9b csi", 100, "c1 \\xc2\\x9b csi"},
+      {"\xc2\xa0nbsp", 100, "\xc2\xa0nbsp"},
+      {"lone \x80 \xff", 100, "lone \\x80 \\xff"},
+      {"overlong \xc0\xaf \xe0\x80\xaf", 100, "overlong \\xc0\\xaf \\xe0\\x80\\xaf"},
+      {"surrogate \xed\xa0\x80", 100, "surrogate \\xed\\xa0\\x80"},
+      {"past max \xf4\x90\x80\x80", 100, "past max \\xf4\\x90\\x80\\x80"},
+      {"cut \xe2\x82", 100, "cut \\xe2\\x82"},
+      {"abcdef", 6, "abcdef"},
+      {"abcdefgh", 6, "abcdef...(2 more bytes)"},
+      {"ab\ncd", 4, "ab...(3 more bytes)"},          // the escape is not cut in two
+      {"ab\xe2\x82\xac", 4, "ab...(3 more bytes)"},  // nor a character
+      {"abc", 0, "...(3 more bytes)"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(printable(c.text, c.max_bytes), c.expected) << c.text;
   }
 }
 

@@ -208,13 +208,9 @@ TEST(Control, SighupStopsTheJobWhenSignalsToHandleNamesIt) {
 // enter), with its output in `out_file`; returns its pid.
 pid_t start_as_nobody(const std::vector<std::string>& argv, const std::string& runtime_dir,
                       const std::string& out_file) {
-  std::vector<std::string> full = {
-      "/usr/bin/env",  "-C", "/", "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-      "--clear-groups"};
-  full.insert(full.end(), argv.begin(), argv.end());
   const int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  const pid_t pid = support::spawn_child(
-      full, support::environment_with({"XDG_RUNTIME_DIR=" + runtime_dir}), out, out);
+  const pid_t pid = support::spawn_as_nobody(
+      argv, support::environment_with({"XDG_RUNTIME_DIR=" + runtime_dir}), out, out);
   ::close(out);
   return pid;
 }

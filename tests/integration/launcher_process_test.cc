@@ -146,12 +146,15 @@ TEST(Signals, WorkersPreemptedBySigtermMakeDdprunExit75) {
   EXPECT_EQ(done.err.find("ddprun: error"), std::string::npos) << done.err;
 }
 
-TEST(Signals, PreemptedRanksEndTheJobWith75WithoutARestart) {
-  const auto done = run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "3"},
+// An exit 75 with no notice and no stop is no drain (torchrun calls it a failure too): the
+// others are stopped and the round is restarted like any failure.
+TEST(Signals, AnExit75WithNoNoticeIsAFailureAndIsRestarted) {
+  const auto done = run_ddprun(with_child({"--nproc-per-node", "2", "--max-restarts", "1"},
                                           {"exit:75@0", "print:2@1", "exit:75"}));
   EXPECT_EQ(done.exit_code, 75) << done.err;
-  EXPECT_NE(done.out.find("rank 1 line 1"), std::string::npos) << done.out;
-  EXPECT_EQ(done.err.find("restarting"), std::string::npos) << done.err;
+  EXPECT_NE(done.err.find("restarting all workers (restart 1 of 1)"), std::string::npos)
+      << done.err;
+  EXPECT_NE(done.err.find("failed first: exit code 75"), std::string::npos) << done.err;
 }
 
 TEST(Signals, Sigusr1IsForwardedAndTheJobGoesOn) {

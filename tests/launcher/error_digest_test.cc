@@ -132,6 +132,8 @@ TEST(DigestLine, PicksAndNormalisesEachChildsErrorLine) {
              {"ddprun: run r1: 4 workers", "ddprun: error: cannot reach the head: refused",
               "ddprun: logs are in /tmp/x"}),
        "", "ddprun: error: cannot reach the head: refused"},
+      {"an error file's C1 controls escaped (C0 and ESC are stripped)", worker(0, exited(1)),
+       format_error_file({"bad\u009b2K\x1b[1mok", "Tb"}, 1), "bad\\xc2\\x9b2Kok"},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(error_digest_line(c.child, c.error_file), c.expected) << c.what;

@@ -292,13 +292,23 @@ struct Round0 {
     }
     return false;
   }
+  // Whether a stop (a stop signal, the head lost, a node's reported stop) came before `order`.
+  bool stopped_before(long order) const {
+    return std::any_of(runner.happened.begin(), runner.happened.end(), [&](const auto& h) {
+      return h.round == 0 && !h.exit && h.order < order &&
+             (h.status_or_signal == 0 || is_stop(h.status_or_signal) ||
+              (h.reported && h.reported->kind == NodeEvent::Kind::kStopped));
+    });
+  }
   // A child that ended as a drained one: exit 75, or killed by a notice that went out to
   // it (an agent reports that as 128 + the signal).
   bool drained(const FakeRunner::Happened& h) const {
     const int status = h.status_or_signal;
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitPreempted) {
-      // A worker's 75 is a drain only after a notice went out; an agent's is its node's.
-      return is_agent_child(mode, h.child) || notice_sent_before(h.child, h.order);
+      // A worker's 75 is a drain only after a notice went out, or a stop; an agent's is its
+      // node's.
+      return is_agent_child(mode, h.child) || notice_sent_before(h.child, h.order) ||
+             stopped_before(h.order);
     }
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     if (is_agent_child(mode, h.child) && WIFEXITED(status) && WEXITSTATUS(status) > 128) {

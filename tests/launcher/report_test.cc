@@ -57,6 +57,22 @@ TEST(FailureReport, NamesRankHowAndTailAndErrorFileMessage) {
   EXPECT_NE(report.find("  | Traceback\n  | ValueError: bad\n"), std::string::npos);
 }
 
+TEST(FailureReport, AnErrorFilesControlBytesAreEscapedLineByLine) {
+  RankResult failed;
+  failed.wait_status = exited(1);
+  // A terminal title, a colour, a carriage return over ddprun's line, a forged line of
+  // ddprun's own on the next line.
+  const std::string report = format_failure_report(
+      failed, R"({"message": {"message": "\u001b]0;owned\u0007bad\r\u001b[31mred\nddprun: fine", )"
+              R"("extraInfo": {"timestamp": "1"}}})");
+  EXPECT_NE(report.find("ddprun: its error file says: \\x1b]0;owned\\x07bad\\x0d\\x1b[31mred\n"
+                        "ddprun:   ddprun: fine\n"),
+            std::string::npos)
+      << report;
+  EXPECT_EQ(report.find('\x1b'), std::string::npos) << report;
+  EXPECT_EQ(report.find('\r'), std::string::npos) << report;
+}
+
 TEST(FailureReport, IgnoresAnUnreadableErrorFile) {
   RankResult failed;
   failed.wait_status = killed(SIGKILL);

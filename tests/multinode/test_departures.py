@@ -6,7 +6,8 @@
                        of the kill (the failure travels at once: one grace, not two), every
                        node with the job's code (137).
   --case notice        SIGUSR1 to node 0's ddprun while it waits for a late node: both
-                       started nodes end 75 and no worker ever starts.
+                       started nodes end 75 and no worker ever starts; before it,
+                       `ddprun --status` there says who joined and who is awaited.
   --case stop          SIGTERM to node 1's ddprun with --max-restarts 2: node 0 ends within
                        its grace + 2 s, spends no restart and says that node 1 was stopped.
 
@@ -29,6 +30,7 @@ NPROC = 2
 PORT = 29541
 SAVE_S = 2.0
 GRACE_S = 5
+RUN_ID = f"depart{uuid.uuid4().hex[:8]}"
 WORKER_PY = r"""
 import os, signal, sys, time
 d, rank = os.environ["DEPART_DIR"], os.environ["RANK"]
@@ -75,7 +77,8 @@ class Node:
 
 
 def argv_for(a, cluster, i, nnodes, worker, *extra):
-    return [os.path.abspath(a.ddprun), "--nnodes", str(nnodes), "--node-rank", str(i),
+    return [os.path.abspath(a.ddprun), "--run-id", RUN_ID, "--nnodes", str(nnodes),
+            "--node-rank", str(i),
             "--master-addr", cluster.nodes[0], "--master-port", str(PORT), "--nproc-per-node",
             str(NPROC), "--shutdown-timeout", str(GRACE_S), *extra, "--", "/usr/bin/python3",
             worker]
@@ -124,6 +127,13 @@ def case_notice(cluster, a, worker, env, d, failures, result):
                                            f"( sport = :{PORT} )"])
         return r.returncode == 0 and r.stdout.strip() != ""
     if wait_for(joined, 30, "node 1 to join node 0", failures):
+        status = cluster.run(cluster.nodes[0], [os.path.abspath(a.ddprun), "--status", RUN_ID],
+                             env=env, timeout=30)
+        print(f"--- status while the nodes gather: exit {status.returncode}\n{status.stdout}"
+              f"{status.stderr}")
+        if status.returncode != 0 or "joined: 1 (node2); awaited: 2" not in status.stdout:
+            failures.append("--status while the nodes gather did not say who joined and who "
+                            "is awaited")
         nodes[0].proc.send_signal(signal.SIGUSR1)
     for n in nodes:
         n.join(failures)

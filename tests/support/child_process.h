@@ -48,4 +48,17 @@ inline pid_t spawn_child(const std::vector<std::string>& argv, const std::vector
   return pid;
 }
 
+// Starts `argv` as user and group 65534 (nobody) through setpriv, with no supplementary
+// groups, in / (which nobody may enter), with `env`; otherwise as spawn_child. For tests
+// that play another user: the caller checks first that it is root and that
+// /usr/bin/setpriv is there (unavailable.h).
+inline pid_t spawn_as_nobody(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env, int stdout_fd, int stderr_fd) {
+  std::vector<std::string> full = {
+      "/usr/bin/env",  "-C", "/", "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+      "--clear-groups"};
+  full.insert(full.end(), argv.begin(), argv.end());
+  return spawn_child(full, env, stdout_fd, stderr_fd);
+}
+
 }  // namespace ddprun::support

@@ -96,6 +96,12 @@ std::optional<int> by_hand_node_rank(const Options& options, const HostFacts& ho
                          " without a scheduler or a hostfile needs node 0's address",
                      how);
   }
+  if (options.node_rank && *options.node_rank >= nnodes) {
+    throw UsageError("--node-rank " + std::to_string(*options.node_rank) +
+                         " is out of range: --nnodes " + std::to_string(nnodes) +
+                         " has node ranks 0-" + std::to_string(nnodes - 1),
+                     how);
+  }
   if (options.node_rank) return *options.node_rank;
   if (names_this_host(*options.master_addr, host, services)) return 0;
   return std::nullopt;

@@ -140,7 +140,9 @@ int run(Options options, Environment env) {
   const std::string self = this_executable();
   if (!options.log_dir && (options.redirects.any() || options.tee.any())) {
     // torchrun keeps redirected output in a temporary folder when given none.
-    options.log_dir = tmpdir(env) + "/ddprun-logs-" + inputs.run_id;
+    const LogFolder logs = default_log_folder(tmpdir(env), inputs.run_id);
+    std::cerr << logs.note;
+    options.log_dir = logs.path;
   }
   if (job_end) inputs.job_end_unix = job_end->unix_seconds;
   std::optional<ScratchDir> scratch;
@@ -186,9 +188,10 @@ int run(Options options, Environment env) {
       !options.agent &&
       std::find(options.signals_to_handle.begin(), options.signals_to_handle.end(), SIGHUP) ==
           options.signals_to_handle.end();
-  runner_config.console_file = (runner_config.control != nullptr ? control_dir : tmpdir(env)) +
-                               "/" + control_name.substr(0, control_name.size() - 5) + "-" +
+  runner_config.console_file = control_name.substr(0, control_name.size() - 5) + "-" +
                                std::to_string(::getpid()) + ".console";
+  runner_config.private_dir = runner_config.control != nullptr ? control_dir : std::string();
+  runner_config.tmp_dir = tmpdir(env);
   JobSettings settings = job_settings(options, job_end, now_unix, RunnerClock::now(),
                                       colour_wanted(STDERR_FILENO, env));
   settings.round.node_rank = inputs.cluster.this_node.value_or(0);
@@ -201,10 +204,11 @@ int run(Options options, Environment env) {
   Guardian guardian(inputs.scratch_dir, [&control] {
     if (control) control->remove_files();
   });
-  const std::string spill_name = inputs.run_id + "-" + std::to_string(::getpid()) + ".txt";
+  const std::string spill_name =
+      control_name.substr(0, control_name.size() - 5) + "-" + std::to_string(::getpid()) + ".txt";
   const std::string spill_path = options.log_dir
                                      ? *options.log_dir + "/console_not_shown-" + spill_name
-                                     : tmpdir(env) + "/ddprun-console-" + spill_name;
+                                     : "ddprun-console-" + spill_name;  // a private folder's
   const auto join_timeout = std::chrono::milliseconds(
       static_cast<long long>(options.rdzv_conf.join_timeout_s.value_or(600.0) * 1000.0));
   const std::string token = lookup(env, kRendezvousTokenVariable).value_or("");
@@ -234,9 +238,13 @@ int run(Options options, Environment env) {
         RoundSetup setup =
             prepare_round(options, inputs, round_state, env, round, previous, program_path, self);
         if (rendezvous) {
-          if (auto end = gather_nodes(*rendezvous, round, RendezvousClock::now() + join_timeout,
-                                      signals, options.signals_to_handle,
-                                      runner_config.detach_on_hangup, runner.messages())) {
+          const auto serve = [&](const std::string& gathering) {
+            return runner.serve_between_rounds(round, gathering);
+          };
+          if (auto end =
+                  gather_nodes(*rendezvous, round, RendezvousClock::now() + join_timeout, signals,
+                               options.signals_to_handle, runner_config.detach_on_hangup,
+                               runner.messages(), runner.control_fd(), serve)) {
             setup.end_code = end->code;
             setup.end_message = std::move(end->message);
             return setup;

@@ -1,5 +1,6 @@
 #include "job/rendezvous_job.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -30,18 +31,22 @@ NodeEvent own_event(int sig, bool stop, int node) {
   return event;
 }
 
-// How a gathering that a stop or a notice (here or on a node) ends, ends the job.
-GatherEnd end_for(const NodeEvent& event, bool here) {
-  const std::string where = here ? "this node" : "node " + std::to_string(event.node);
-  if (event.kind == NodeEvent::Kind::kNotice) {
-    return {kExitPreempted, "ddprun: " + where + " got " + event.what.substr(2) +
-                                " while the nodes gathered; no round starts, exit " +
-                                std::to_string(kExitPreempted) +
-                                ": run the same command again to resume from the last "
-                                "checkpoint\n"};
-  }
-  return {event.code, "ddprun: " + where + " was " + event.what +
-                          " while the nodes gathered; stopped every node\n"};
+// How a stop or a notice (here or on a node) while the nodes gather ends the job: this node
+// prints the message, every connected node is told why and exits with the same code.
+GatherEnd end_job_for(RendezvousHost& host, const NodeEvent& event, bool here) {
+  const std::string where = here ? "node 0" : "node " + std::to_string(event.node);
+  const bool notice = event.kind == NodeEvent::Kind::kNotice;
+  const std::string why = where +
+                          (notice ? " got a preemption notice (" + signal_name(event.signal) + ")"
+                                  : " was " + event.what) +
+                          " while the nodes gathered";
+  const int code = notice ? kExitPreempted : event.code;
+  host.end_job({code, why});
+  return {code, "ddprun: " + why +
+                    (notice ? "; no round starts, exit " + std::to_string(kExitPreempted) +
+                                  ": run the same command again to resume from the last "
+                                  "checkpoint\n"
+                            : "; stopped every node\n")};
 }
 
 }  // namespace
@@ -64,6 +69,7 @@ void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, i
     relay.env = merge_environment(env, {});
     relay.hello = format_round_start({round, master_port, peer->join.node_rank});
     relay.fd3 = peer->socket.get();
+    relay.control_nodes = 1;  // --status and --stacks reach the node through the relay
     setup.children.push_back(std::move(relay));
   }
   if (!peers.empty()) {
@@ -76,20 +82,19 @@ void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, i
 std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
                                       RendezvousClock::time_point deadline, SignalChannel& signals,
                                       const std::vector<int>& extra, bool hangup_detaches,
-                                      std::ostream& log) {
+                                      std::ostream& log, int control_fd,
+                                      const ServeBetweenRounds& serve) {
   bool hung_up = false;
   for (;;) {
     NodeEvent ended;
-    const auto gathered = host.gather(round, deadline, signals.fd(), log, ended);
+    const auto gathered = host.gather(round, deadline, signals.fd(), log, ended, control_fd);
     if (gathered == RendezvousHost::Gathered::kAllJoined) {
       if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
       return std::nullopt;
     }
-    if (gathered == RendezvousHost::Gathered::kNodeEnded) {
-      const GatherEnd end = end_for(ended, false);
-      host.end_job({end.code, "node " + std::to_string(ended.node) + " was " + ended.what +
-                                  " while the nodes gathered"});
-      return end;
+    if (gathered == RendezvousHost::Gathered::kNodeEnded) return end_job_for(host, ended, false);
+    if (pollfd request{control_fd, POLLIN, 0}; serve && ::poll(&request, 1, 0) > 0) {
+      if (serve(host.describe())) return end_job_for(host, own_event(SIGTERM, true, 0), true);
     }
     const int sig = signals.read_signal();
     if (sig == SIGHUP && hangup_detaches) {
@@ -97,12 +102,7 @@ std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
       continue;
     }
     const bool stop = sig != 0 && is_stop_signal(sig, extra);
-    if (stop || is_notice(sig)) {
-      const NodeEvent event = own_event(sig, stop, 0);
-      const GatherEnd end = end_for(event, true);
-      host.end_job({end.code, "node 0 was " + event.what + " while the nodes gathered"});
-      return end;
-    }
+    if (stop || is_notice(sig)) return end_job_for(host, own_event(sig, stop, 0), true);
   }
 }
 

@@ -5,6 +5,7 @@
 // with the job's code when node 0 says so.
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,15 +29,19 @@ inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
 // notice here or on a node (75: the job is requeued and resumes from its last checkpoint).
 // Every connected node is told. With `hangup_detaches` (ProcessRunnerConfig::detach_on_hangup),
 // a SIGHUP meanwhile is raised again once the nodes are in, for the round's runner to
-// detach on. Throws what gather throws.
+// detach on. The job handle answers meanwhile: `serve` (with `control_fd`, -1: none) is
+// called when a request waits, with who joined and who is awaited, and returns true for a
+// --stop, which ends the job as SIGTERM does. Throws what gather throws.
 struct GatherEnd {
   int code = 0;
   std::string message;
 };
+using ServeBetweenRounds = std::function<bool(const std::string& gathering)>;
 std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
                                       RendezvousClock::time_point deadline, SignalChannel& signals,
                                       const std::vector<int>& extra, bool hangup_detaches,
-                                      std::ostream& log);
+                                      std::ostream& log, int control_fd = -1,
+                                      const ServeBetweenRounds& serve = {});
 
 // How many workers this node runs (its --nproc-per-node, resolved): every node must run
 // as many.

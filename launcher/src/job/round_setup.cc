@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "ddprun/common/files.h"
 #include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
 #include "nodes/agents.h"
@@ -12,6 +11,7 @@
 #include "report/report.h"
 #include "run/python_stack_hook.h"
 #include "run/restart_policy.h"
+#include "run/scratch_dir.h"
 
 namespace ddprun {
 
@@ -110,7 +110,10 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
   AgentLaunches agents = agent_launches(options, inputs, plan, env, self);
   RoundSetup setup;
   setup.notice = std::move(notice);
-  if (agents.local_workers || options.log_dir) make_directories(plan.attempt_dir);
+  if (agents.local_workers || options.log_dir) {
+    make_private_folder(plan.attempt_dir, options.log_dir ? "name another --log-dir"
+                                                          : "set TMPDIR to a folder of your own");
+  }
   if (agents.local_workers) {
     // Absolute: a worker that changes its folder still finds it.
     const std::string hook_dir =

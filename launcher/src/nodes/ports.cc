@@ -102,7 +102,7 @@ std::string describe_port_user(int port) {
         return target == "socket:[" + inode + "]";
       });
       if (!match) continue;
-      std::string command = read_file_head((process.path() / "cmdline").string());
+      std::string command = read_any_file_head((process.path() / "cmdline").string());
       // Arguments apart by spaces, and no control character (a newline inside an argument,
       // a script given with -c) may break the one-line message this goes into.
       std::replace_if(
@@ -111,7 +111,7 @@ std::string describe_port_user(int port) {
       while (!command.empty() && command.back() == ' ') command.pop_back();
       if (command.size() > 80) command = command.substr(0, 77) + "...";
       std::string text = "pid " + pid + " (" + command;
-      const std::string environ = read_file_head((process.path() / "environ").string());
+      const std::string environ = read_any_file_head((process.path() / "environ").string());
       const std::string key = std::string(env::kRunId) + "=";
       const auto at = environ.find(key);
       if (at != std::string::npos && (at == 0 || environ[at - 1] == '\0')) {

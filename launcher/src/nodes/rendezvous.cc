@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/common/net.h"
+#include "ddprun/common/printable.h"
 #include "ddprun/contract/errors.h"
 #include "nodes/ports.h"
 #include "report/control.h"
@@ -24,6 +25,8 @@ namespace {
 // flood): a real node sends its join as soon as it connects.
 constexpr std::size_t kMaxPending = 512;
 constexpr int kMaxLoggedRefusals = 5;
+// A node's answer to --stacks: every rank's stacks and traces, as one line.
+constexpr std::size_t kMaxAnswerBytes = std::size_t{64} << 20;
 
 // Equal strings, in a time that does not depend on where they differ.
 bool same_secret(std::string_view a, std::string_view b) {
@@ -51,14 +54,9 @@ bool write_all_fd(int fd, std::string_view data) {
   return true;
 }
 
-// A string from the network as it may be printed: control bytes shown as '?'.
+// A string from the network as it may be printed (printable.h).
 std::string printable_host(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    out += byte < 0x20 || byte == 0x7f ? '?' : c;
-  }
-  return out;
+  return printable(text, 255);
 }
 
 // "the limit is 1024 descriptors".
@@ -195,6 +193,13 @@ RendezvousHost::RendezvousHost(int port, std::string run_id, std::string token, 
   }
   set_blocking(listener_.get(), false);
   joined_.resize(static_cast<std::size_t>(nodes_));
+  // A connection per node: the soft descriptor limit most sites give (1024) goes up to the
+  // hard one, as a process may raise its own (node 0's workers inherit it).
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &limit);
+  }
 }
 
 std::vector<const JoinedPeer*> RendezvousHost::peers() const {
@@ -323,7 +328,7 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
 
 RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,
                                                 int interrupt_fd, std::ostream& log,
-                                                NodeEvent& ended) {
+                                                NodeEvent& ended, int control_fd) {
   const auto missing = [&] {
     return std::count_if(joined_.begin() + 1, joined_.end(),
                          [](const auto& peer) { return !peer; });
@@ -363,7 +368,8 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
                         "start ddprun on every node with the same options, or raise --rdzv-conf "
                         "join_timeout");
     }
-    std::vector<pollfd> fds = {{listener_.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
+    std::vector<pollfd> fds = {
+        {listener_.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
     auto wake = deadline;
     for (const Pending& p : pending_) {
       fds.push_back({p.fd.get(), POLLIN, 0});
@@ -376,10 +382,10 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     if (ready < 0 && errno != EINTR)
       throw std::system_error(errno, std::generic_category(), "poll");
     // What came with the interruption is read first: nothing waits on it.
-    const bool interrupted = ready > 0 && fds[1].revents != 0;
+    const bool interrupted = ready > 0 && (fds[1].revents != 0 || fds[2].revents != 0);
     // Read what came on the pending connections, in the order polled.
     for (std::size_t k = 0; ready > 0 && k < pending_.size(); ++k) {
-      if (fds[k + 2].revents == 0) continue;
+      if (fds[k + 3].revents == 0) continue;
       Pending& p = pending_[k];
       char chunk[512];
       const ssize_t got = ::recv(p.fd.get(), chunk, sizeof chunk, 0);
@@ -557,10 +563,16 @@ int run_peer_relay() {
           if (!write_all(STDERR_FILENO, clean)) return 255;
           continue;
         }
+        if (parse_agent_answer(line)) {  // its ranks, for node 0's --status or --stacks
+          if (!write_all(STDERR_FILENO, line + "\n")) return 255;
+          continue;
+        }
         const auto code = parse_exit_report(line);
         return code ? *code : 255;
       }
-      if (from_peer.size() > kMaxJoinBytes) return 255;
+      // An answer with every rank's stacks may be long; nothing else is.
+      const bool answer = from_peer.rfind(kAgentAnswerMarker, 0) == 0;
+      if (from_peer.size() > (answer ? kMaxAnswerBytes : kMaxJoinBytes)) return 255;
     }
   }
 }

@@ -88,7 +88,7 @@ class RendezvousHost {
 
   enum class Gathered {
     kAllJoined,    // nodes 1..N-1 are connected: peers() has them
-    kInterrupted,  // `interrupt_fd` is readable: read the signal, then call again
+    kInterrupted,  // `interrupt_fd` or `control_fd` is readable: serve it, then call again
     kNodeEnded,    // a connected node was stopped or got a notice: `ended` says which
   };
   // Before `round`: reads the connections kept from earlier rounds (a node whose
@@ -99,7 +99,7 @@ class RendezvousHost {
   // lost to an interruption. Bad joins are logged to `log` (one line each, at most a few,
   // then every hundredth with the count) and closed.
   Gathered gather(int round, RendezvousClock::time_point deadline, int interrupt_fd,
-                  std::ostream& log, NodeEvent& ended);
+                  std::ostream& log, NodeEvent& ended, int control_fd = -1);
   // The connected nodes, in node rank order (after kAllJoined: all of them).
   std::vector<const JoinedPeer*> peers() const;
   // Tells every connected node the job's end and closes the connections.

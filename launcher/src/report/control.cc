@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
+#include "ddprun/common/printable.h"
 #include "ddprun/common/signal_name.h"
 #include "report/stacks.h"
 
@@ -291,11 +292,7 @@ std::optional<NodeEvent> parse_node_event_json(std::string_view json) {
   event.node = *node;
   event.code = *code;
   event.signal = *sig;
-  for (const char c : what->get<std::string>()) {
-    if (event.what.size() >= kMaxEventText) break;
-    const auto byte = static_cast<unsigned char>(c);
-    event.what += byte < 0x20 || byte == 0x7f ? '?' : c;
-  }
+  event.what = printable(what->get<std::string>(), kMaxEventText);
   return event;
 }
 

@@ -86,7 +86,7 @@ std::optional<AgentAnswer> parse_agent_answer(std::string_view line);
 
 // A node's event (round_result.h) as one JSON object: {"event":"failed","node":N,...}.
 std::string node_event_json(const NodeEvent& event);
-// nullopt for anything else. `what` comes back without control bytes and cut to 512 bytes:
+// nullopt for anything else. `what` comes back printable (printable.h), cut at 512 bytes:
 // it is printed.
 std::optional<NodeEvent> parse_node_event_json(std::string_view json);
 // Agent -> head, the moment it happens: the marker, then node_event_json, on the channel

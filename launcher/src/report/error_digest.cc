@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "ddprun/common/printable.h"
 #include "ddprun/contract/error_file.h"
 #include "ddprun/contract/errors.h"
 #include "report/labels.h"
@@ -218,7 +219,8 @@ struct Group {
 std::string error_digest_line(const RankResult& child, std::string_view error_file_text) {
   if (const auto error = parse_error_file(error_file_text)) {
     const std::string_view message = error->message;
-    std::string line = normalise(message.substr(0, message.find('\n')), child);
+    std::string line =
+        printable(normalise(message.substr(0, message.find('\n')), child), kMaxMessageBytes);
     if (!line.empty()) return line;
   }
   std::vector<std::string> lines;

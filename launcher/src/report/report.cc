@@ -3,13 +3,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string_view>
 
+#include "ddprun/common/printable.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/error_file.h"
 #include "report/labels.h"
 
 namespace ddprun {
+namespace {
+
+constexpr std::size_t kMaxErrorLineBytes = 1000;
+
+}  // namespace
 
 std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
@@ -154,7 +162,15 @@ std::string format_failure_report(const RankResult& failed, const std::string& e
       failed.host + ", pid " + std::to_string(failed.pid) +
       ") failed first: " + describe_wait_status(failed.wait_status) + " after " + seconds + " s\n";
   if (const auto error = parse_error_file(error_file_text)) {
-    report += "ddprun: its error file says: " + error->message + "\n";
+    // The file is the worker's text: each line is printed with its controls escaped.
+    std::string_view rest = error->message;
+    std::string lead = "ddprun: its error file says: ";
+    while (!rest.empty()) {
+      const auto end = std::min(rest.find('\n'), rest.size());
+      report += lead + printable(rest.substr(0, end), kMaxErrorLineBytes) + "\n";
+      rest.remove_prefix(std::min(end + 1, rest.size()));
+      lead = "ddprun:   ";
+    }
   }
   if (!failed.stderr_tail.empty()) {
     report += "ddprun: last " + std::to_string(failed.stderr_tail.size()) + " lines of " + who +

@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "ddprun/contract/errors.h"
+#include "run/scratch_dir.h"
 
 namespace ddprun {
 namespace {
@@ -45,9 +47,11 @@ void set_timeouts(int fd, int ms) {
 // Connects to `folder`/`name`; errno is kept on failure.
 UniqueFd connect_to(const std::string& folder, const std::string& name) {
   UniqueFd folder_fd(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  const int folder_error = errno;
   sockaddr_un address;
   if (!socket_address(folder, name, folder_fd.get(), address)) {
-    errno = ENAMETOOLONG;
+    // No folder: no socket in it (ENOENT), whatever the path's length.
+    errno = folder_fd.valid() ? ENAMETOOLONG : folder_error;
     return UniqueFd();
   }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -141,30 +145,12 @@ std::optional<std::string> node_socket_in(const std::string& folder, const std::
 
 }  // namespace
 
-void make_private_folder(const std::string& folder) {
-  if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
-    throw Error("cannot create " + folder + ": " + std::strerror(errno));
-  }
-  struct stat info {};
-  if (::lstat(folder.c_str(), &info) != 0) {
-    throw Error("cannot read " + folder + ": " + std::strerror(errno));
-  }
-  if (!S_ISDIR(info.st_mode)) throw Error(folder + " is not a folder (a link, or a file)");
-  if (info.st_uid != ::geteuid()) {
-    throw Error(folder + " belongs to user id " + std::to_string(info.st_uid) + ", not to you",
-                "remove it, or set XDG_RUNTIME_DIR or TMPDIR to a folder of your own");
-  }
-  if ((info.st_mode & 077) != 0) {
-    throw Error(
-        folder + " is open to other users (mode " + std::to_string((info.st_mode >> 6) & 7) +
-            std::to_string((info.st_mode >> 3) & 7) + std::to_string(info.st_mode & 7) + ")",
-        "chmod 700 " + folder);
-  }
-}
+// The control folder's own way out when it is not private.
+constexpr const char* kElsewhere = "set XDG_RUNTIME_DIR or TMPDIR to a folder of your own";
 
 ControlServer::ControlServer(const std::string& folder, const std::string& name, bool latest)
     : folder_(folder), name_(name), path_(folder + "/" + name) {
-  make_private_folder(folder);
+  make_private_folder(folder, kElsewhere);
   UniqueFd folder_fd(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   sockaddr_un address;
   if (!socket_address(folder, name, folder_fd.get(), address)) {
@@ -183,7 +169,7 @@ ControlServer::ControlServer(const std::string& folder, const std::string& name,
   bool bound = fd.valid() && bind_here();
   if (fd.valid() && !bound && errno == ENOENT) {
     // Another run's ddprun removed the folder as it ended, between our mkdir and bind.
-    make_private_folder(folder);
+    make_private_folder(folder, kElsewhere);
     folder_fd = UniqueFd(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     bound = socket_address(folder, name, folder_fd.get(), address) && bind_here();
   }
@@ -278,6 +264,14 @@ int run_control_client(ControlVerb verb, const std::string& run_id, const Enviro
       err << "no running job of yours on this host (no " << folder << "/" << kLatestLink << ")";
     } else if (error == ENOENT) {
       err << "no run " << run_id << " of yours on this host (no " << folder << "/" << name << ")";
+    } else if (error == ENAMETOOLONG) {
+      // Longer than any path (PATH_MAX), or than a socket's through its folder: no job
+      // could have listened there.
+      err << "no " << (run_id.empty() ? "running job" : "run " + run_id)
+          << " of yours on this host: its socket's path would be "
+          << folder.size() + 1 + name.size() << " bytes, longer than a job can listen on ("
+          << PATH_MAX - 1 << " bytes for a path, " << sizeof(sockaddr_un::sun_path) - 1
+          << " for a socket's path within its folder)";
     } else if (error == ECONNREFUSED) {
       err << "run " << (run_id.empty() ? "latest" : run_id) << " has ended (" << folder << "/"
           << name << " is left from it)";

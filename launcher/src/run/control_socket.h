@@ -16,10 +16,6 @@
 
 namespace ddprun {
 
-// Creates `folder` (0700) when missing and checks that it is a folder, not a link, owned by
-// this user and closed to everyone else. Throws Error saying which does not hold.
-void make_private_folder(const std::string& folder);
-
 // One accepted request from a peer of this user.
 struct ControlRequest {
   UniqueFd connection;

@@ -197,11 +197,14 @@ class Round {
   // A child that the notice ended: it exited 75 (a worker, or an agent whose node drained),
   // or the notice's default action killed it (a worker here, or one behind an agent, which
   // reports 128 + the signal).
-  // An exit 75 with no notice out is a failure: an agent's 75, though, is its node's
-  // drain, which its own round already judged.
+  // An exit 75 is a drain after a notice, or after a stop signal (a scheduler's preemption
+  // by SIGTERM: the worker saved and asks to be requeued); unprompted, it is a failure. An
+  // agent's 75 is its node's drain, which its own round already judged.
   bool drained_by_notice(const RankResult& child) const {
     const int status = child.wait_status;
-    if (exited_with(status, kExitPreempted)) return child.agent || !notice_signals_.empty();
+    if (exited_with(status, kExitPreempted)) {
+      return child.agent || !notice_signals_.empty() || phase_ == Phase::kStopping;
+    }
     if (notice_signals_.empty()) return false;
     const auto noticed = [&](int sig) {
       return std::find(notice_signals_.begin(), notice_signals_.end(), sig) !=

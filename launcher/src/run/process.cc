@@ -58,12 +58,6 @@ Pipe make_pipe(bool nonblocking_read) {
   return pipe;
 }
 
-UniqueFd open_log_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw_errno("open " + path);
-  return UniqueFd(fd);
-}
-
 SignalChannel::SignalChannel(const std::vector<int>& extra) {
   const sigset_t set = handled_signals(extra);
   if (::sigprocmask(SIG_BLOCK, &set, &original_mask_) != 0) throw_errno("sigprocmask");

@@ -24,9 +24,6 @@ struct Pipe {
 // child's stdin (programs expect a blocking one).
 Pipe make_pipe(bool nonblocking_read = true);
 
-// Opens `path` for appending (created 0644), close-on-exec.
-UniqueFd open_log_file(const std::string& path);
-
 // Blocks the signals ddprun handles and delivers them through a signalfd instead, so one
 // poll() can wait for signals, child exits and output alike. Restores the previous mask
 // and SIGPIPE's disposition on destruction; resets an inherited ignored SIGCHLD; leaves an

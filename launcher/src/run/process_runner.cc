@@ -111,12 +111,14 @@ std::string ProcessRunner::finish_console(const std::string& spill_path) {
   const std::string rest = console_->take_unwritten();
   const auto lines = std::count(rest.begin(), rest.end(), '\n');
   std::string notice;
+  std::string path;
   try {
-    write_new_file(spill_path, rest);
+    path = private_path(spill_path);
+    write_new_file(path, rest);
     notice = "ddprun: the console took nothing for " +
              std::to_string(config_.console_final_stall.count() / 1000) +
-             " s after the job ended: its last " + std::to_string(lines) + " lines are in " +
-             spill_path + "\n";
+             " s after the job ended: its last " + std::to_string(lines) + " lines are in " + path +
+             "\n";
   } catch (const std::exception& e) {
     notice = "ddprun: the console took nothing for " +
              std::to_string(config_.console_final_stall.count() / 1000) +
@@ -126,7 +128,17 @@ std::string ProcessRunner::finish_console(const std::string& spill_path) {
   console_->message(notice);
   drain_console(std::chrono::milliseconds(1000));
   console_->give_up();
-  return spill_path;
+  return path;
+}
+
+std::string ProcessRunner::private_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  if (private_dir_.empty()) {
+    private_dir_ = !config_.private_dir.empty()
+                       ? config_.private_dir
+                       : make_temp_directory(config_.tmp_dir + "/ddprun-" + config_.run_id + "-");
+  }
+  return private_dir_ + "/" + name;
 }
 
 void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
@@ -174,8 +186,9 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
       target.prefix = "[" + spec.host + ":" + std::to_string(spec.rank) + "] ";
     target.stdout_to_console = spec.stdout_to_console;
     target.stderr_to_console = spec.stderr_to_console;
-    if (!spec.stdout_log.empty()) target.stdout_log = open_log_file(spec.stdout_log);
-    if (!spec.stderr_log.empty()) target.stderr_log = open_log_file(spec.stderr_log);
+    // A log of an earlier run in a reused --log-dir goes on (append); nothing through a link.
+    if (!spec.stdout_log.empty()) target.stdout_log = open_own_file_for_append(spec.stdout_log);
+    if (!spec.stderr_log.empty()) target.stderr_log = open_own_file_for_append(spec.stderr_log);
     target.stdout_log_path = spec.stdout_log;
     target.stderr_log_path = spec.stderr_log;
     const std::string& log = spec.stdout_log.empty() ? spec.stderr_log : spec.stdout_log;
@@ -328,7 +341,7 @@ constexpr auto kStacksAnswerLimit = std::chrono::milliseconds(10000);
 
 // The state letter of /proc/PID/stat ('R', 'S', 'T', ...); '?' when unreadable.
 char proc_state(pid_t pid) {
-  const std::string stat = read_file_head("/proc/" + std::to_string(pid) + "/stat", 512);
+  const std::string stat = read_any_file_head("/proc/" + std::to_string(pid) + "/stat", 512);
   const auto close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
 }
@@ -418,7 +431,12 @@ void ProcessRunner::answer_head(ControlVerb verb, int id) {
   // The agents this one started answer for their own nodes, on the same way up.
   bool unasked = false;
   tell_agents(agent_control_message(verb, id), unasked);
-  console_->message(agent_answer_line(id, local_status(verb == ControlVerb::kStacks)));
+  const std::string answer = agent_answer_line(id, local_status(verb == ControlVerb::kStacks));
+  if (config_.head_events_fd >= 0) {
+    (void)write_all(config_.head_events_fd, answer);  // a node's ddprun: to node 0's relay
+  } else {
+    console_->message(answer);
+  }
 }
 
 void ProcessRunner::serve_control() {
@@ -430,13 +448,7 @@ void ProcessRunner::serve_control() {
     case ControlVerb::kStatus:
     case ControlVerb::kStacks: {
       const bool stacks = request->verb == ControlVerb::kStacks;
-      JobStatus status;
-      status.run_id = config_.run_id;
-      status.pid = ::getpid();
-      status.round = round_;
-      status.max_restarts = config_.max_restarts;
-      status.up_seconds = std::chrono::duration<double>(now() - started_at_).count();
-      if (detached_) status.console_file = config_.console_file;
+      JobStatus status = job_status(round_);
       status.ranks = local_status(stacks);
       for (RankStatus& rank : ask_agents(request->verb, status.notes)) {
         status.ranks.push_back(std::move(rank));
@@ -455,7 +467,7 @@ void ProcessRunner::serve_control() {
       if (!detached_) {
         send_text(peer, "error: run " + config_.run_id +
                             " is not detached: its console is still where it was started\n");
-      } else if (send_text(peer, "console " + config_.console_file + "\n")) {
+      } else if (send_text(peer, "console " + console_path_ + "\n")) {
         attached_.push_back(std::move(request->connection));
       }
       break;
@@ -463,12 +475,62 @@ void ProcessRunner::serve_control() {
   serving_ = false;
 }
 
+JobStatus ProcessRunner::job_status(int round) const {
+  JobStatus status;
+  status.run_id = config_.run_id;
+  status.pid = ::getpid();
+  status.round = round;
+  status.max_restarts = config_.max_restarts;
+  status.up_seconds = std::chrono::duration<double>(now() - started_at_).count();
+  if (detached_) status.console_file = console_path_;
+  return status;
+}
+
+bool ProcessRunner::serve_between_rounds(int round, const std::string& gathering) {
+  auto request = config_.control != nullptr ? config_.control->accept() : std::nullopt;
+  if (!request) return false;
+  const int peer = request->connection.get();
+  switch (request->verb) {
+    case ControlVerb::kStatus:
+    case ControlVerb::kStacks: {
+      JobStatus status = job_status(round);
+      status.notes.push_back("no rank runs now: the nodes gather before round " +
+                             std::to_string(round) + "; " + gathering);
+      send_text(peer, format_status(status));
+      return false;
+    }
+    case ControlVerb::kStop:
+      send_text(peer, "ddprun: run " + config_.run_id + ": stopping, as on SIGTERM\n");
+      return true;
+    case ControlVerb::kAttach:
+      send_text(peer, "error: run " + config_.run_id +
+                          " is between rounds (the nodes gather): attach once a round runs\n");
+      return false;
+  }
+  return false;
+}
+
 void ProcessRunner::detach() {
   if (detached_) return;
   detached_ = true;
-  UniqueFd file(::open(config_.console_file.c_str(),
-                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
-  const int error = errno;
+  // A new file in a folder of ddprun's own: nothing planted there is written to or
+  // waited on (a FIFO).
+  UniqueFd file;
+  std::string why;
+  try {
+    const std::string path = private_path(config_.console_file);
+    ::unlink(path.c_str());  // a file of an earlier ddprun of this run id and pid
+    file = UniqueFd(
+        ::open(path.c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+    if (file.valid()) {
+      console_path_ = path;
+    } else {
+      why = path + ": " + std::strerror(errno);
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
   if (file.valid()) {
     ::dup2(file.get(), config_.relay.console_stdout);
     ::dup2(file.get(), config_.relay.console_stderr);
@@ -480,10 +542,9 @@ void ProcessRunner::detach() {
   }
   console_->retarget();
   console_->message("ddprun: SIGHUP: detached from the terminal; the job goes on" +
-                    (file.valid()
-                         ? "; its console is in " + config_.console_file + " (ddprun --attach " +
-                               config_.run_id + " follows it)"
-                         : std::string(" (no console file: ") + std::strerror(error) + ")") +
+                    (file.valid() ? "; its console is in " + console_path_ + " (ddprun --attach " +
+                                        config_.run_id + " follows it)"
+                                  : " (no console file: " + why + ")") +
                     "\n");
 }
 

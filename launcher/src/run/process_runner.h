@@ -41,10 +41,14 @@ struct ProcessRunnerConfig {
   std::string run_id;    // for status answers
   int max_restarts = 0;  // for status answers
   // SIGHUP detaches from the terminal (docs/launching.md): ddprun's stdout and stderr go
-  // on into `console_file` (created 0600), which --attach follows. Otherwise SIGHUP is
-  // passed to the policy as a stop signal.
+  // on into `console_file` (a name in the private folder below; created new, 0600), which
+  // --attach follows. Otherwise SIGHUP is passed to the policy as a stop signal.
   bool detach_on_hangup = false;
   std::string console_file;
+  // ddprun's private folder for the console file and spills (the control folder, checked);
+  // empty: a fresh one is made under `tmp_dir` (mkdtemp) when one is first needed.
+  std::string private_dir;
+  std::string tmp_dir = "/tmp";
 };
 
 class ProcessRunner : public Runner {
@@ -78,8 +82,9 @@ class ProcessRunner : public Runner {
   // order with the workers' lines and without waiting for a console that is not reading.
   std::ostream& messages() { return messages_; }
   // At the job's end: writes what waits for the console while it takes bytes, with
-  // `console_final_stall` as the stall; what it still cannot take then is written to
-  // `spill_path` and a line names it, so that no last line is lost without a word.
+  // `console_final_stall` as the stall; what it still cannot take then is written to a new
+  // file `spill_path` (a bare name: in the private folder, private_path) and a line names
+  // it, so that no last line is lost without a word.
   // Returns the spill's path, or empty when nothing was spilled. Call before exit.
   std::string finish_console(const std::string& spill_path);
   // The first signal other than a notice that ddprun itself received (not one its head
@@ -87,6 +92,14 @@ class ProcessRunner : public Runner {
   int own_stop_signal() const noexcept { return own_signal_; }
   // The round now starting (restarts done), for status answers.
   void set_round(int round) noexcept { round_ = round; }
+  // The control socket (-1: none): readable when a request waits.
+  int control_fd() const noexcept {
+    return config_.control != nullptr ? config_.control->fd() : -1;
+  }
+  // Between rounds, while the nodes gather (no round runs): answers one waiting request,
+  // saying `gathering` (who joined, who is awaited) for --status and --stacks. Returns true
+  // when it was --stop: the caller stops the job as on SIGTERM.
+  bool serve_between_rounds(int round, const std::string& gathering);
   // Whether SIGHUP has detached ddprun from its terminal.
   bool detached() const noexcept { return detached_; }
   // Tells every attached console (--attach) the job's exit code and lets it go.
@@ -100,6 +113,8 @@ class ProcessRunner : public Runner {
   void read_head();
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();
+  // A status answer's header: the run, this ddprun, `round`, the time up, the console.
+  JobStatus job_status(int round) const;
   void answer_head(ControlVerb verb, int id);
   // This node's workers as a status answer shows them; with `stacks`, the running ones'
   // stacks (taken at once, nothing stopped) and every one's collective trace.
@@ -112,6 +127,10 @@ class ProcessRunner : public Runner {
   int tell_agents(const std::string& message, bool& unasked);
   std::vector<StackCapture> take_stacks(const std::vector<std::size_t>& children, bool keep);
   void detach();
+  // `name` in ddprun's private folder (ProcessRunnerConfig::private_dir, or one made now);
+  // a path with a slash is returned as it is. Throws std::system_error when no folder can
+  // be made.
+  std::string private_path(const std::string& name);
 
   SignalChannel& signals_;
   Guardian& guardian_;
@@ -143,6 +162,8 @@ class ProcessRunner : public Runner {
   int request_id_ = 0;
   std::vector<AgentAnswer> answers_;  // the agents' answers to request_id_
   bool detached_ = false;
+  std::string console_path_;             // the console file, once detached into one
+  std::string private_dir_;              // made or taken by private_path
   std::vector<UniqueFd> attached_;       // --attach connections, told the exit code at the end
   std::optional<NodeEvent> stop_cause_;  // this round's (set_stop_cause)
   std::deque<RunnerEvent> pending_;

@@ -33,7 +33,7 @@ off_t file_size(const std::string& path) {
 
 // The state letter of /proc/PID/stat ('T': stopped), or 0 when it cannot be read.
 char process_state(pid_t pid) {
-  const std::string stat = read_file_head("/proc/" + std::to_string(pid) + "/stat", 512);
+  const std::string stat = read_any_file_head("/proc/" + std::to_string(pid) + "/stat", 512);
   const auto paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
 }
