@@ -431,6 +431,38 @@ void Plane::Impl::check_device_rules(const char* op, const at::Tensor& tensor) c
   }
 }
 
+// Gloo's collectives (ProcessGroupGloo in LibTorch 1.13 and 2.6) carry these types only;
+// any other failed inside gloo's thread with "Invalid scalar type", which came back as a
+// failed collective and a roll call that blamed the ranks' liveness. Later LibTorch may
+// add bf16 to gloo: it is refused on every version, so that a job behaves alike wherever
+// it runs. NCCL carries bf16 and bool too.
+void Plane::Impl::check_carried(const char* op, const at::Tensor& tensor) const {
+  const auto type = tensor.scalar_type();
+  const bool nccl = name == "nccl";
+  switch (type) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+      return;
+    case at::kBFloat16:
+    case at::kBool:
+      if (nccl) return;
+      break;
+    default:
+      break;
+  }
+  throw ddprun::UsageError(
+      std::string(op) + " of a " + c10::toString(type) + " tensor on rank " +
+          std::to_string(owner->rank) + ": " + name +
+          " carries Float, Double, Half, Char, Byte, Int and Long" +
+          (nccl ? ", BFloat16 and Bool" : "") + ", not " + c10::toString(type),
+      "convert it first, e.g. to float (tensor.to(at::kFloat)), and back after the collective");
+}
+
 // `tensor`'s float values rounded to `wire` (bf16 or fp16), in place.
 void round_to(at::Tensor& tensor, at::ScalarType wire) {
   tensor.copy_(tensor.to(wire));
@@ -507,6 +539,7 @@ PendingWork Plane::reduce_scatter_async(at::Tensor& flat, at::ScalarType wire) {
 PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire) {
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
+  impl_->check_carried("reduce-scatter", flat);
   impl_->check_device_rules("reduce-scatter", flat);
   if (flat.scalar_type() != at::kFloat) wire = at::kFloat;  // only float is compressed
   const bool compressed = wire != at::kFloat;
@@ -538,6 +571,7 @@ void Plane::allgather_shares(at::Tensor& flat) {
   TraceScope scope(*impl_, trace::Op::kAllgather, bytes_of(flat));
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
+  impl_->check_carried("all-gather", flat);
   impl_->check_device_rules("all-gather", flat);
   if (owner.size == 1) return;
   const std::int64_t n = owner.size, share = flat.numel() / n;
@@ -599,6 +633,7 @@ PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
 }
 
 PendingWork Plane::allreduce_untraced(at::Tensor& tensor, ReduceOp op) {
+  impl_->check_carried("all-reduce", tensor);
   impl_->check_device_rules("all-reduce", tensor);
   auto& owner = *impl_->owner;
   if (impl_->across_nodes) {
@@ -634,7 +669,10 @@ void Plane::broadcast(std::vector<at::Tensor>& tensors, int root) {
   std::uint64_t bytes = 0;
   for (const auto& t : tensors) bytes += bytes_of(t);
   TraceScope scope(*impl_, trace::Op::kBroadcast, bytes);
-  for (const auto& t : tensors) impl_->check_device_rules("broadcast", t);
+  for (const auto& t : tensors) {
+    impl_->check_carried("broadcast", t);
+    impl_->check_device_rules("broadcast", t);
+  }
   // Gloo broadcasts several tensors in one call only if they have one shape: one call each.
   impl_->owner->guard("broadcast", [&] {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;

@@ -102,6 +102,9 @@ struct Plane::Impl {
   int trace_depth = 0;
 
   void check_device_rules(const char* op, const at::Tensor& tensor) const;
+  // Throws UsageError naming `tensor`'s dtype when this plane's backend cannot carry it,
+  // before anything starts (not a failed collective: no roll call of the ranks).
+  void check_carried(const char* op, const at::Tensor& tensor) const;
   // `pending` completes the traced collective `entry`: its wait() ends it; one with nothing
   // left to wait for (done when started) ends it now.
   static PendingWork traced(PendingWork pending, trace::Entry* entry);
