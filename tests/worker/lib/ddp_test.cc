@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -310,6 +311,81 @@ TEST_P(DdpTest, CompressionHooksAverageWithinTheWireTypesRoundingAndRanksAgree) 
       EXPECT_NE(e.hint().find("comm hook"), std::string::npos) << e.hint();
     }
   });
+}
+
+// One trainable vector whose gradient is what the test gives: loss = sum(p * g).
+struct GivenGradient : torch::nn::Module {
+  explicit GivenGradient(std::int64_t n) { p = register_parameter("p", torch::zeros({n})); }
+  at::Tensor p;
+};
+
+// Each rank's gradients near and past fp16's largest value (65504), that overflow when each
+// rank's value is rounded to fp16 and summed before dividing by the world size, for
+// element i on rank r.
+at::Tensor gradients_near_fp16s_limit(int rank) {
+  const auto r = static_cast<float>(rank);
+  return torch::tensor({40000.0f, 65000.0f, rank == 0 ? 100000.0f : 0.0f,
+                        rank % 2 == 0 ? 60000.0f : -59000.0f, 1100.0f, -40000.0f + 7 * r,
+                        0.001f * (r + 1), 30000.0f + 1000 * r});
+}
+
+// PyTorch's fp16_compress_hook's order, emulated here: each rank's gradient divided by the
+// world size in float, rounded to fp16, the values summed, the sum rounded to fp16.
+at::Tensor fp16_hook_emulated(int world) {
+  auto sum = torch::zeros({8}, torch::kDouble);
+  for (int r = 0; r < world; ++r) {
+    sum += (gradients_near_fp16s_limit(r) / world).to(at::kHalf).to(torch::kDouble);
+  }
+  return sum.to(at::kHalf).to(torch::kFloat);
+}
+
+// fp16's spacing at each of `values` (one unit in the last place).
+at::Tensor fp16_spacing(const at::Tensor& values) {
+  const auto exponent = torch::floor(torch::log2(values.abs().clamp_min(6.103515625e-05)));
+  return torch::pow(2.0, exponent - 10);
+}
+
+// The fp16 hook on 2, 3 and 8 ranks with gradients near fp16's limit: DDP's averaged
+// gradients are finite and within one fp16 spacing of PyTorch's order emulated (divide,
+// round, sum, round), where rounding and summing first overflows; the ZeRO-1 reduce-scatter
+// with fp16 on the wire gives the same share.
+TEST_P(DdpTest, Fp16CompressionDividesBeforeRoundingAsPyTorchsHookAndDoesNotOverflow) {
+  for (const int world : {2, 3, 8}) {
+    auto old_order = torch::zeros({8}, torch::kFloat);
+    for (int r = 0; r < world; ++r) {
+      old_order += gradients_near_fp16s_limit(r).to(at::kHalf).to(torch::kFloat);
+    }
+    EXPECT_TRUE(torch::isinf(old_order.to(at::kHalf)).any().item<bool>())
+        << "the test's gradients do not overflow when summed first, world " << world;
+    const auto expected = fp16_hook_emulated(world);
+    run(world, [&](Communicator& comm) {
+      auto net = std::make_shared<GivenGradient>(8);
+      DdpOptions options;
+      options.comm_hook = fp16_compress_hook();
+      DistributedDataParallel ddp(net, comm, options);
+      (net->p * gradients_near_fp16s_limit(comm.rank())).sum().backward();
+      ddp.finish_gradient_sync();
+      const auto got = net->p.grad();
+      const std::string where = "world " + std::to_string(world) + ", rank " +
+                                std::to_string(comm.rank()) + ": got " + c10::str(got) +
+                                ", expected " + c10::str(expected);
+      EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << where;
+      EXPECT_TRUE(((got - expected).abs() <= fp16_spacing(expected)).all().item<bool>()) << where;
+      if (comm.rank() == 0) {
+        std::cout << "fp16 hook, world " << world << ": 40000 on every rank averages to "
+                  << got[0].item<float>() << ", 1100 to " << got[4].item<float>() << "\n";
+      }
+      auto flat = comm.data().device_zeros(8 * world, torch::kFloat);
+      for (int s = 0; s < world; ++s) {
+        flat.narrow(0, 8 * s, 8).copy_(gradients_near_fp16s_limit(comm.rank()));
+      }
+      comm.data().reduce_scatter_async(flat, at::kHalf).wait();
+      const auto share = flat.narrow(0, 8 * comm.rank(), 8) / world;
+      EXPECT_TRUE(torch::isfinite(share).all().item<bool>()) << "reduce-scatter, " << where;
+      EXPECT_TRUE(((share - expected).abs() <= fp16_spacing(expected)).all().item<bool>())
+          << "reduce-scatter, " << where << ", share " << share;
+    });
+  }
 }
 
 // ZeRO-1: DDP with sharded gradients and a ShardedOptimizer steps as plain DDP with the whole

@@ -468,6 +468,17 @@ void round_to(at::Tensor& tensor, at::ScalarType wire) {
   tensor.copy_(tensor.to(wire));
 }
 
+// fp16's largest value is 65504: two ranks' gradients of 40000 rounded and summed as they
+// are would give inf. PyTorch's fp16_compress_hook divides by the world size before the
+// sum, and so does this (in float, before rounding, so that a value over 65504 whose share
+// is under it still passes); the rounded sum is multiplied back, which is exact in float
+// (an fp16 value has 11 significant bits, N < 8192 at most 13), so the caller divides as
+// after any sum and gets the fp16 average bit for bit. bf16 keeps float's exponent range:
+// its rounded values and sums overflow only where float's would, so it goes as it is.
+int compression_divisor(at::ScalarType wire, int world) {
+  return wire == at::kHalf ? world : 1;
+}
+
 // The compressed sum over `backend`: `tensor` (float) goes out rounded to `wire`, each rank
 // sums its 1/N share of everyone's in float (an all-to-all, started here) and hands its
 // share's sum, rounded to `wire`, to all (an all-gather, in `then`). Per rank that is
@@ -548,8 +559,9 @@ PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire
                       : allreduce_async(flat, ReduceOp::kSum);
   }
   const std::int64_t n = owner.size, share = flat.numel() / n;
+  const int divisor = compressed ? compression_divisor(wire, owner.size) : 1;
   // Compressed, the wire buffers travel as fp16 bits (see start_compressed_exchange).
-  auto input = compressed ? flat.view(-1).to(wire).view(at::kHalf) : flat.view(-1);
+  auto input = compressed ? (flat.view(-1) / divisor).to(wire).view(at::kHalf) : flat.view(-1);
   auto received = at::empty_like(input);
   PendingWork pending;
   pending.impl_ = std::make_unique<PendingWork::Impl>();
@@ -560,9 +572,11 @@ PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire
         impl_->backend->alltoall_base(received, input, even, even, c10d::AllToAllOptions());
   });
   const std::int64_t rank = owner.rank;
-  pending.impl_->then = [flat, received, n, share, rank, wire, compressed] {
+  pending.impl_->then = [flat, received, n, share, rank, wire, compressed, divisor] {
     const auto shares = compressed ? received.view(wire).to(at::kFloat) : received;
-    flat.view(-1).narrow(0, rank * share, share).copy_(shares.view({n, share}).sum(0));
+    auto mine = flat.view(-1).narrow(0, rank * share, share);
+    mine.copy_(shares.view({n, share}).sum(0));
+    if (divisor != 1) mine.mul_(divisor);
   };
   return pending;
 }
@@ -607,13 +621,16 @@ PendingWork Plane::allreduce_compressed_untraced(at::Tensor& tensor, at::ScalarT
   if (impl_->across_nodes) {
     return impl_->allreduce_across_nodes(tensor, ShmType::kFloat32, ReduceOp::kSum, wire);
   }
+  const int divisor = compression_divisor(wire, owner.size);
   if (impl_->shm) {
     // One machine: nothing on a wire; the same rounding of each rank's values and the sum.
     owner.guard("all-reduce", [&] {
+      if (divisor != 1) tensor.div_(divisor);
       round_to(tensor, wire);
       impl_->shm->allreduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
                             ShmType::kFloat32, ShmOp::kSum, owner.timeout);
       round_to(tensor, wire);
+      if (divisor != 1) tensor.mul_(divisor);
     });
     return PendingWork();
   }
@@ -621,9 +638,16 @@ PendingWork Plane::allreduce_compressed_untraced(at::Tensor& tensor, at::ScalarT
   pending.impl_ = std::make_unique<PendingWork::Impl>();
   pending.impl_->owner = &owner;
   owner.guard("all-reduce", [&] {
+    if (divisor != 1) tensor.div_(divisor);
     start_compressed_exchange(*impl_->backend, tensor, wire, pending.impl_->work,
                               pending.impl_->then);
   });
+  if (divisor != 1) {
+    pending.impl_->then = [exchange = std::move(pending.impl_->then), tensor, divisor] {
+      exchange();
+      tensor.mul_(divisor);
+    };
+  }
   return pending;
 }
 

@@ -69,6 +69,7 @@ struct NodeStep {
   c10::intrusive_ptr<c10d::Work> work;  // null on the node's other ranks
   std::function<void()> then;           // the leader's rest of a compressed exchange
   at::Tensor tensor;
+  int divisor = 1;           // a compressed fp16 sum: multiplied back by it at the end
   bool yield_first = false;  // see PendingWork::wait()
   bool done = false;
 };
@@ -135,6 +136,10 @@ std::optional<ShmType> to_shm(const at::Tensor& tensor);
 
 // `tensor`'s float values rounded to `wire` (bf16 or fp16), in place.
 void round_to(at::Tensor& tensor, at::ScalarType wire);
+// What a compressed all-reduce over `world` ranks divides each rank's values by before
+// rounding them to `wire`, and multiplies the rounded sum by: the world size for fp16, 1
+// for bf16 (communicator.cc says why).
+int compression_divisor(at::ScalarType wire, int world);
 // Starts the compressed sum of `tensor` over `backend` (communicator.cc says how): `work`
 // to wait for, then `then`.
 void start_compressed_exchange(compat::CollectiveBackend& backend, const at::Tensor& tensor,
