@@ -19,8 +19,9 @@ say() { echo "check-libtorch2-runtime: $*"; }
 [ "$(id -u)" -eq 0 ] || { say "needs root (debootstrap, chroot)"; exit 77; }
 start=$(date +%s)
 
+# python3-torch: the SyncBatchNorm tests compute their reference values with torch.
 packages="g++ cmake make libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  zlib1g-dev libhwloc-dev python3 procps elfutils"
+  zlib1g-dev libhwloc-dev python3 python3-torch procps elfutils"
 if [ ! -f "$root/.complete" ]; then
   command -v debootstrap >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
@@ -44,6 +45,25 @@ if [ ! -f "$root/.complete" ]; then
     { tail -n 20 "$top/build/trixie-apt.log"; exit 1; }
   touch "$root/.complete"
   say "root ready in $(($(date +%s) - start)) s"
+fi
+# A root kept from an earlier run may lack packages added to the list since.
+missing=""
+for p in $packages; do
+  # shellcheck disable=SC2016
+  chroot "$root" dpkg-query -W -f '${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  say "installing into the kept root:$missing"
+  # shellcheck disable=SC2086
+  { chroot "$root" apt-get update -qq &&
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends $missing; } >"$top/build/trixie-apt.log" 2>&1 || {
+    tail -n 20 "$top/build/trixie-apt.log"
+    grep -qE 'Could not resolve|Temporary failure resolving|Network is unreachable|No route to host|Connection (refused|timed out)' \
+      "$top/build/trixie-apt.log" && exit 100
+    exit 1
+  }
 fi
 # shellcheck disable=SC2016
 say "$(chroot "$root" dpkg-query -W -f '${Package} ${Version}\n' libtorch-dev g++ cmake | tr '\n' ';')"

@@ -16,7 +16,7 @@ demo_packages=(
 test_packages=(
   googletest libgtest-dev
   openmpi-bin libopenmpi-dev
-  python3-torch                      # torchrun-style Python scripts in the tests
+  python3-torch                      # torchrun-style Python scripts in the tests; SyncBatchNorm references
   slurm-client                       # scontrol: the ground truth for hostlist tests
   clang-format                       # the format check
   clang-tidy                         # scripts/tidy.sh: a few checks that find real bugs

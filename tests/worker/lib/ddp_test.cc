@@ -4,7 +4,6 @@
 // agreement on the model, and the planes' rules.
 
 #include "ddprun/worker/ddp.h"
-#include "ddprun/worker/sync_batch_norm.h"
 #include "ddprun/worker/zero.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -20,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +27,7 @@
 #include "ddprun/contract/collective_trace.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
+#include "ranks_as_threads.h"
 #include "temp_dir.h"
 
 namespace ddprun::worker {
@@ -43,56 +44,6 @@ int free_port() {
   EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   ::close(fd);
   return ntohs(addr.sin_port);
-}
-
-// Runs `body` on ranks 0..world-1, one thread each; an exception escaping a rank fails the
-// test. A rank that waits for a collective its peer never starts fails after the timeout.
-// `same_node`: LOCAL_WORLD_SIZE = WORLD_SIZE and runtime.shared_memory on, so all-reduces go
-// through shared memory; otherwise shared memory is off (gloo alone).
-// By default the ranks meet in a FileStore of their own: no port to pick and lose to
-// another test under ctest -j.
-void run_ranks(int world, const std::function<void(Communicator&)>& body, bool same_node,
-               std::string init_method = "", const std::string& backend = "gloo") {
-  static int runs = 0;
-  const std::string store =
-      (std::filesystem::temp_directory_path() /
-       ("ddprun-ddp-test-" + std::to_string(::getpid()) + "-" + std::to_string(++runs)))
-          .string();
-  if (init_method.empty()) init_method = "file://" + store;
-  const int port = 1;  // MASTER_PORT, unused by file:// and tcp://
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        WorkerEnv env;
-        env.rank = r;
-        env.world_size = world;
-        env.master_port = port;
-        env.run_id = "ddp-test";
-        if (same_node) {
-          env.local_rank = r;
-          env.local_world_size = world;
-        }
-        CommOptions options;
-        options.timeout = std::chrono::seconds(30);
-        options.init_method = init_method;
-        options.backend = backend;
-        options.shared_memory = same_node;  // else: gloo alone, though all share this machine
-        auto comm = Communicator::connect(env, options);
-        const std::string control = same_node && world > 1 ? "gloo + shared memory" : "gloo";
-        EXPECT_EQ(comm->transport(),
-                  backend == "gloo" ? control : backend + ", control over " + control);
-        body(*comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::filesystem::remove(store);
-  for (int r = 0; r < world; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
 }
 
 // Two square layers and an optional third, all 8x8: each layer (288 bytes) is one bucket
@@ -117,33 +68,9 @@ struct Net : torch::nn::Module {
   torch::nn::Linear a{nullptr}, b{nullptr}, spare{nullptr};
 };
 
-// Every test runs over gloo, over shared memory, and with the data plane on gloo-as-nccl
-// (the control plane then over shared memory).
-enum class Transport { kGloo, kSharedMemory, kGlooAsNccl };
+class DdpTest : public OverTransports {};
 
-class DdpTest : public ::testing::TestWithParam<Transport> {
- protected:
-  void run(int world, const std::function<void(Communicator&)>& body) {
-    const auto t = GetParam();
-    run_ranks(world, body, t != Transport::kGloo, "",
-              t == Transport::kGlooAsNccl ? "gloo-as-nccl" : "gloo");
-  }
-};
-
-INSTANTIATE_TEST_SUITE_P(Transports, DdpTest,
-                         ::testing::Values(Transport::kGloo, Transport::kSharedMemory,
-                                           Transport::kGlooAsNccl),
-                         [](const ::testing::TestParamInfo<Transport>& p) {
-                           switch (p.param) {
-                             case Transport::kGloo:
-                               return "Gloo";
-                             case Transport::kSharedMemory:
-                               return "SharedMemory";
-                             case Transport::kGlooAsNccl:
-                               return "GlooAsNccl";
-                           }
-                           return "";
-                         });
+INSTANTIATE_TEST_SUITE_P(Transports, DdpTest, all_transports(), transport_name);
 
 DdpOptions one_layer_buckets() {
   DdpOptions o;
@@ -386,50 +313,77 @@ TEST_P(DdpTest, CompressionHooksAverageWithinTheWireTypesRoundingAndRanksAgree) 
   });
 }
 
-// SyncBatchNorm: two ranks with half a batch each normalise as one process with the whole
-// batch: the same outputs, the same input gradients, weight and bias gradients that add up
-// to the whole batch's, and the same running statistics; with local statistics they differ.
-TEST_P(DdpTest, SyncBatchNormOverHalfBatchesNormalisesAsTheWholeBatch) {
-  auto gen = at::detail::createCPUGenerator(5);
-  const auto whole = torch::randn({8, 3, 2, 2}, gen) * 3 + 1;
-  const auto upstream = torch::randn({8, 3, 2, 2}, gen);
-  const auto forward_backward = [&](SyncBatchNorm& bn, const at::Tensor& x, const at::Tensor& g) {
-    auto input = x.clone().requires_grad_(true);
-    auto y = bn.forward(input);
-    (y * g).sum().backward();
-    return std::vector<at::Tensor>{y.detach(),
-                                   input.grad(),
-                                   bn.weight.grad(),
-                                   bn.bias.grad(),
-                                   bn.running_mean.clone(),
-                                   bn.running_var.clone()};
-  };
-  SyncBatchNorm reference(3);
-  const auto expected = forward_backward(reference, whole, upstream);
-  for (const bool sync : {true, false}) {
-    run(2, [&](Communicator& comm) {
-      SyncBatchNorm bn(3);
-      if (sync) bn.set_plane(&comm.data());
-      const auto rows = whole.narrow(0, 4 * comm.rank(), 4);
-      const auto got = forward_backward(bn, rows, upstream.narrow(0, 4 * comm.rank(), 4));
-      const auto expected_rows = [&](std::size_t i) {
-        return expected[i].narrow(0, 4 * comm.rank(), 4);
-      };
-      const bool same_output = torch::allclose(got[0], expected_rows(0), 1e-5, 1e-5);
-      EXPECT_EQ(same_output, sync) << "outputs, sync " << sync;
-      // Unsynced, no collective ran: a rank leaving now could close its connections while
-      // its peer still makes its own (seen with LibTorch 2.6: "connectFullMesh failed ...
-      // Connection closed by peer").
-      comm.control().barrier();
-      if (!sync) return;
-      EXPECT_TRUE(torch::allclose(got[1], expected_rows(1), 1e-5, 1e-5)) << "input gradients";
-      for (std::size_t i = 2; i < 4; ++i) {
-        auto summed = got[i].clone();
-        comm.control().allreduce(summed);
-        EXPECT_TRUE(torch::allclose(summed, expected[i], 1e-5, 1e-5)) << "parameter gradient";
+// One trainable vector whose gradient is what the test gives: loss = sum(p * g).
+struct GivenGradient : torch::nn::Module {
+  explicit GivenGradient(std::int64_t n) { p = register_parameter("p", torch::zeros({n})); }
+  at::Tensor p;
+};
+
+// Each rank's gradients near and past fp16's largest value (65504), that overflow when each
+// rank's value is rounded to fp16 and summed before dividing by the world size, for
+// element i on rank r.
+at::Tensor gradients_near_fp16s_limit(int rank) {
+  const auto r = static_cast<float>(rank);
+  return torch::tensor({40000.0f, 65000.0f, rank == 0 ? 100000.0f : 0.0f,
+                        rank % 2 == 0 ? 60000.0f : -59000.0f, 1100.0f, -40000.0f + 7 * r,
+                        0.001f * (r + 1), 30000.0f + 1000 * r});
+}
+
+// PyTorch's fp16_compress_hook's order, emulated here: each rank's gradient divided by the
+// world size in float, rounded to fp16, the values summed, the sum rounded to fp16.
+at::Tensor fp16_hook_emulated(int world) {
+  auto sum = torch::zeros({8}, torch::kDouble);
+  for (int r = 0; r < world; ++r) {
+    sum += (gradients_near_fp16s_limit(r) / world).to(at::kHalf).to(torch::kDouble);
+  }
+  return sum.to(at::kHalf).to(torch::kFloat);
+}
+
+// fp16's spacing at each of `values` (one unit in the last place).
+at::Tensor fp16_spacing(const at::Tensor& values) {
+  const auto exponent = torch::floor(torch::log2(values.abs().clamp_min(6.103515625e-05)));
+  return torch::pow(2.0, exponent - 10);
+}
+
+// The fp16 hook on 2, 3 and 8 ranks with gradients near fp16's limit: DDP's averaged
+// gradients are finite and within one fp16 spacing of PyTorch's order emulated (divide,
+// round, sum, round), where rounding and summing first overflows; the ZeRO-1 reduce-scatter
+// with fp16 on the wire gives the same share.
+TEST_P(DdpTest, Fp16CompressionDividesBeforeRoundingAsPyTorchsHookAndDoesNotOverflow) {
+  for (const int world : {2, 3, 8}) {
+    auto old_order = torch::zeros({8}, torch::kFloat);
+    for (int r = 0; r < world; ++r) {
+      old_order += gradients_near_fp16s_limit(r).to(at::kHalf).to(torch::kFloat);
+    }
+    EXPECT_TRUE(torch::isinf(old_order.to(at::kHalf)).any().item<bool>())
+        << "the test's gradients do not overflow when summed first, world " << world;
+    const auto expected = fp16_hook_emulated(world);
+    run(world, [&](Communicator& comm) {
+      auto net = std::make_shared<GivenGradient>(8);
+      DdpOptions options;
+      options.comm_hook = fp16_compress_hook();
+      DistributedDataParallel ddp(net, comm, options);
+      (net->p * gradients_near_fp16s_limit(comm.rank())).sum().backward();
+      ddp.finish_gradient_sync();
+      const auto got = net->p.grad();
+      const std::string where = "world " + std::to_string(world) + ", rank " +
+                                std::to_string(comm.rank()) + ": got " + c10::str(got) +
+                                ", expected " + c10::str(expected);
+      EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << where;
+      EXPECT_TRUE(((got - expected).abs() <= fp16_spacing(expected)).all().item<bool>()) << where;
+      if (comm.rank() == 0) {
+        std::cout << "fp16 hook, world " << world << ": 40000 on every rank averages to "
+                  << got[0].item<float>() << ", 1100 to " << got[4].item<float>() << "\n";
       }
-      EXPECT_TRUE(torch::allclose(got[4], expected[4], 1e-5, 1e-5)) << "running mean";
-      EXPECT_TRUE(torch::allclose(got[5], expected[5], 1e-5, 1e-5)) << "running variance";
+      auto flat = comm.data().device_zeros(8 * world, torch::kFloat);
+      for (int s = 0; s < world; ++s) {
+        flat.narrow(0, 8 * s, 8).copy_(gradients_near_fp16s_limit(comm.rank()));
+      }
+      comm.data().reduce_scatter_async(flat, at::kHalf).wait();
+      const auto share = flat.narrow(0, 8 * comm.rank(), 8) / world;
+      EXPECT_TRUE(torch::isfinite(share).all().item<bool>()) << "reduce-scatter, " << where;
+      EXPECT_TRUE(((share - expected).abs() <= fp16_spacing(expected)).all().item<bool>())
+          << "reduce-scatter, " << where << ", share " << share;
     });
   }
 }
@@ -711,6 +665,56 @@ WorkerEnv two_ranks_env(int r, const std::string& run_id) {
   env.master_port = 1;
   env.run_id = run_id;
   return env;
+}
+
+// A dtype the transport cannot carry (gloo: bf16, int16, bool, complex) is one UsageError
+// naming it, thrown before anything starts, on every collective of either plane, with one
+// rank or two; never a failed collective with a roll call of the ranks (gloo's own "Invalid
+// scalar type" came back as "every rank responded afterwards (stopped, hung or dead?)").
+// The types gloo carries go through, and the communicator stays usable after a refusal.
+TEST_P(DdpTest, ADtypeTheTransportCannotCarryIsOneErrorNamingIt) {
+  const std::vector<at::ScalarType> carried{at::kFloat, at::kDouble, at::kHalf, at::kChar,
+                                            at::kByte,  at::kInt,    at::kLong};
+  const std::vector<at::ScalarType> refused{at::kBFloat16, at::kShort, at::kBool,
+                                            at::kComplexFloat};
+  for (const int world : {1, 2}) {
+    run(world, [&](Communicator& comm) {
+      for (Plane* plane : {&comm.control(), &comm.data()}) {
+        const std::vector<std::pair<std::string, std::function<void(at::Tensor&)>>> ops{
+            {"all-reduce", [plane](at::Tensor& t) { plane->allreduce(t); }},
+            {"broadcast",
+             [plane](at::Tensor& t) {
+               std::vector<at::Tensor> one{t};
+               plane->broadcast(one);
+             }},
+            {"all-gather", [plane](at::Tensor& t) { plane->allgather_shares(t); }},
+            {"reduce-scatter", [plane](at::Tensor& t) { plane->reduce_scatter_async(t).wait(); }},
+        };
+        for (const auto& [op, call] : ops) {
+          for (const auto type : carried) {
+            auto t = plane->device_zeros(4, type);
+            EXPECT_NO_THROW(call(t)) << op << " of " << c10::toString(type);
+          }
+          for (const auto type : refused) {
+            auto t = plane->device_zeros(4, type);
+            const std::string name = c10::toString(type);
+            try {
+              call(t);
+              ADD_FAILURE() << op << " of " << name << " was not refused";
+            } catch (const ddprun::UsageError& e) {
+              const std::string what = e.what();
+              EXPECT_EQ(what.rfind(op + " of a " + name + " tensor on rank ", 0), 0u) << what;
+              EXPECT_NE(what.find("not " + name), std::string::npos) << what;
+              EXPECT_EQ(what.find("responded"), std::string::npos) << what;
+            }
+          }
+        }
+      }
+      auto after = comm.control().device_zeros(4, at::kFloat).fill_(1);
+      comm.control().allreduce(after);
+      EXPECT_TRUE(torch::equal(after, torch::full({4}, static_cast<float>(world))));
+    });
+  }
 }
 
 // After a failed collective every later one throws at once, on either plane: nothing can

@@ -345,11 +345,12 @@ TEST(HierarchyOrder, LaunchesAndWaitsInterleavedDifferentlyOnEachRankEndRight) {
 
 // The compressed sum on every path: one node through shared memory, flat gloo (no shared
 // memory, or one rank per node), and across nodes (2+2, 2+1+3): each rank's values rounded to
-// the wire type, summed in float, the sum rounded. Every rank ends with the same bits, every
-// value is one the wire type holds (the sum was rounded: a plain float all-reduce would fail
-// this), and the result is within two wire roundings of the exact sum of the rounded values
-// (one for the sum, one for a node's sum on the hierarchical path). 1001 elements: shares
-// that do not divide evenly.
+// the wire type (fp16 after dividing by the world size), summed in float, the sum rounded
+// (and multiplied back). Every rank ends with the same bits, every value (over the world
+// size for fp16) is one the wire type holds (the sum was rounded: a plain float all-reduce
+// would fail this), and the result is within two wire roundings of the exact sum of the
+// rounded values (one for the sum, one for a node's sum on the hierarchical path). 1001
+// elements: shares that do not divide evenly.
 TEST(CompressedAllreduce, EveryPathSumsTheRoundedValuesInFloatAndEndsBitIdentical) {
   const std::int64_t n = 1001;
   const std::vector<Placement> placements{{{3}}, {{3}, false}, {{1, 1, 1}}, {{2, 2}}, {{2, 1, 3}}};
@@ -367,16 +368,19 @@ TEST(CompressedAllreduce, EveryPathSumsTheRoundedValuesInFloatAndEndsBitIdentica
       const std::string where = std::string(c10::toString(wire)) + " on " +
                                 std::to_string(placement.node_sizes.size()) + " node(s)" +
                                 (placement.shared_memory ? "" : ", no shared memory");
+      const int divisor = wire == at::kHalf ? world : 1;
       auto exact = torch::zeros({n}, torch::kDouble), magnitude = torch::zeros({n}, torch::kDouble);
       for (int r = 0; r < world; ++r) {
-        const auto x = random_floats(r, 21, n).to(wire).to(torch::kDouble);
+        const auto x = (random_floats(r, 21, n) / divisor).to(wire).to(torch::kDouble);
         exact += x;
         magnitude += x.abs();
       }
       const auto& mine = results[0];
       ASSERT_TRUE(mine.defined()) << where;
-      EXPECT_TRUE(torch::equal(mine, mine.to(wire).to(torch::kFloat))) << where << ": not rounded";
-      const auto error = (mine.to(torch::kDouble) - exact).abs();
+      const auto average = mine / divisor;
+      EXPECT_TRUE(torch::equal(average, average.to(wire).to(torch::kFloat)))
+          << where << ": not rounded";
+      const auto error = (average.to(torch::kDouble) - exact).abs();
       EXPECT_TRUE((error <= magnitude * (2 * unit)).all().item<bool>())
           << where << ": off by up to " << error.max().item<double>();
       for (std::size_t r = 1; r < results.size(); ++r) {

@@ -431,9 +431,52 @@ void Plane::Impl::check_device_rules(const char* op, const at::Tensor& tensor) c
   }
 }
 
+// Gloo's collectives (ProcessGroupGloo in LibTorch 1.13 and 2.6) carry these types only;
+// any other failed inside gloo's thread with "Invalid scalar type", which came back as a
+// failed collective and a roll call that blamed the ranks' liveness. Later LibTorch may
+// add bf16 to gloo: it is refused on every version, so that a job behaves alike wherever
+// it runs. NCCL carries bf16 and bool too.
+void Plane::Impl::check_carried(const char* op, const at::Tensor& tensor) const {
+  const auto type = tensor.scalar_type();
+  const bool nccl = name == "nccl";
+  switch (type) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+      return;
+    case at::kBFloat16:
+    case at::kBool:
+      if (nccl) return;
+      break;
+    default:
+      break;
+  }
+  throw ddprun::UsageError(
+      std::string(op) + " of a " + c10::toString(type) + " tensor on rank " +
+          std::to_string(owner->rank) + ": " + name +
+          " carries Float, Double, Half, Char, Byte, Int and Long" +
+          (nccl ? ", BFloat16 and Bool" : "") + ", not " + c10::toString(type),
+      "convert it first, e.g. to float (tensor.to(at::kFloat)), and back after the collective");
+}
+
 // `tensor`'s float values rounded to `wire` (bf16 or fp16), in place.
 void round_to(at::Tensor& tensor, at::ScalarType wire) {
   tensor.copy_(tensor.to(wire));
+}
+
+// fp16's largest value is 65504: two ranks' gradients of 40000 rounded and summed as they
+// are would give inf. PyTorch's fp16_compress_hook divides by the world size before the
+// sum, and so does this (in float, before rounding, so that a value over 65504 whose share
+// is under it still passes); the rounded sum is multiplied back, which is exact in float
+// (an fp16 value has 11 significant bits, N < 8192 at most 13), so the caller divides as
+// after any sum and gets the fp16 average bit for bit. bf16 keeps float's exponent range:
+// its rounded values and sums overflow only where float's would, so it goes as it is.
+int compression_divisor(at::ScalarType wire, int world) {
+  return wire == at::kHalf ? world : 1;
 }
 
 // The compressed sum over `backend`: `tensor` (float) goes out rounded to `wire`, each rank
@@ -507,6 +550,7 @@ PendingWork Plane::reduce_scatter_async(at::Tensor& flat, at::ScalarType wire) {
 PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire) {
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
+  impl_->check_carried("reduce-scatter", flat);
   impl_->check_device_rules("reduce-scatter", flat);
   if (flat.scalar_type() != at::kFloat) wire = at::kFloat;  // only float is compressed
   const bool compressed = wire != at::kFloat;
@@ -515,8 +559,9 @@ PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire
                       : allreduce_async(flat, ReduceOp::kSum);
   }
   const std::int64_t n = owner.size, share = flat.numel() / n;
+  const int divisor = compressed ? compression_divisor(wire, owner.size) : 1;
   // Compressed, the wire buffers travel as fp16 bits (see start_compressed_exchange).
-  auto input = compressed ? flat.view(-1).to(wire).view(at::kHalf) : flat.view(-1);
+  auto input = compressed ? (flat.view(-1) / divisor).to(wire).view(at::kHalf) : flat.view(-1);
   auto received = at::empty_like(input);
   PendingWork pending;
   pending.impl_ = std::make_unique<PendingWork::Impl>();
@@ -527,9 +572,11 @@ PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire
         impl_->backend->alltoall_base(received, input, even, even, c10d::AllToAllOptions());
   });
   const std::int64_t rank = owner.rank;
-  pending.impl_->then = [flat, received, n, share, rank, wire, compressed] {
+  pending.impl_->then = [flat, received, n, share, rank, wire, compressed, divisor] {
     const auto shares = compressed ? received.view(wire).to(at::kFloat) : received;
-    flat.view(-1).narrow(0, rank * share, share).copy_(shares.view({n, share}).sum(0));
+    auto mine = flat.view(-1).narrow(0, rank * share, share);
+    mine.copy_(shares.view({n, share}).sum(0));
+    if (divisor != 1) mine.mul_(divisor);
   };
   return pending;
 }
@@ -538,6 +585,7 @@ void Plane::allgather_shares(at::Tensor& flat) {
   TraceScope scope(*impl_, trace::Op::kAllgather, bytes_of(flat));
   auto& owner = *impl_->owner;
   check_shares(flat, owner.size);
+  impl_->check_carried("all-gather", flat);
   impl_->check_device_rules("all-gather", flat);
   if (owner.size == 1) return;
   const std::int64_t n = owner.size, share = flat.numel() / n;
@@ -573,13 +621,16 @@ PendingWork Plane::allreduce_compressed_untraced(at::Tensor& tensor, at::ScalarT
   if (impl_->across_nodes) {
     return impl_->allreduce_across_nodes(tensor, ShmType::kFloat32, ReduceOp::kSum, wire);
   }
+  const int divisor = compression_divisor(wire, owner.size);
   if (impl_->shm) {
     // One machine: nothing on a wire; the same rounding of each rank's values and the sum.
     owner.guard("all-reduce", [&] {
+      if (divisor != 1) tensor.div_(divisor);
       round_to(tensor, wire);
       impl_->shm->allreduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
                             ShmType::kFloat32, ShmOp::kSum, owner.timeout);
       round_to(tensor, wire);
+      if (divisor != 1) tensor.mul_(divisor);
     });
     return PendingWork();
   }
@@ -587,9 +638,16 @@ PendingWork Plane::allreduce_compressed_untraced(at::Tensor& tensor, at::ScalarT
   pending.impl_ = std::make_unique<PendingWork::Impl>();
   pending.impl_->owner = &owner;
   owner.guard("all-reduce", [&] {
+    if (divisor != 1) tensor.div_(divisor);
     start_compressed_exchange(*impl_->backend, tensor, wire, pending.impl_->work,
                               pending.impl_->then);
   });
+  if (divisor != 1) {
+    pending.impl_->then = [exchange = std::move(pending.impl_->then), tensor, divisor] {
+      exchange();
+      tensor.mul_(divisor);
+    };
+  }
   return pending;
 }
 
@@ -599,6 +657,7 @@ PendingWork Plane::allreduce_async(at::Tensor& tensor, ReduceOp op) {
 }
 
 PendingWork Plane::allreduce_untraced(at::Tensor& tensor, ReduceOp op) {
+  impl_->check_carried("all-reduce", tensor);
   impl_->check_device_rules("all-reduce", tensor);
   auto& owner = *impl_->owner;
   if (impl_->across_nodes) {
@@ -634,7 +693,10 @@ void Plane::broadcast(std::vector<at::Tensor>& tensors, int root) {
   std::uint64_t bytes = 0;
   for (const auto& t : tensors) bytes += bytes_of(t);
   TraceScope scope(*impl_, trace::Op::kBroadcast, bytes);
-  for (const auto& t : tensors) impl_->check_device_rules("broadcast", t);
+  for (const auto& t : tensors) {
+    impl_->check_carried("broadcast", t);
+    impl_->check_device_rules("broadcast", t);
+  }
   // Gloo broadcasts several tensors in one call only if they have one shape: one call each.
   impl_->owner->guard("broadcast", [&] {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;

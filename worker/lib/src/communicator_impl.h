@@ -69,6 +69,7 @@ struct NodeStep {
   c10::intrusive_ptr<c10d::Work> work;  // null on the node's other ranks
   std::function<void()> then;           // the leader's rest of a compressed exchange
   at::Tensor tensor;
+  int divisor = 1;           // a compressed fp16 sum: multiplied back by it at the end
   bool yield_first = false;  // see PendingWork::wait()
   bool done = false;
 };
@@ -102,6 +103,9 @@ struct Plane::Impl {
   int trace_depth = 0;
 
   void check_device_rules(const char* op, const at::Tensor& tensor) const;
+  // Throws UsageError naming `tensor`'s dtype when this plane's backend cannot carry it,
+  // before anything starts (not a failed collective: no roll call of the ranks).
+  void check_carried(const char* op, const at::Tensor& tensor) const;
   // `pending` completes the traced collective `entry`: its wait() ends it; one with nothing
   // left to wait for (done when started) ends it now.
   static PendingWork traced(PendingWork pending, trace::Entry* entry);
@@ -132,6 +136,10 @@ std::optional<ShmType> to_shm(const at::Tensor& tensor);
 
 // `tensor`'s float values rounded to `wire` (bf16 or fp16), in place.
 void round_to(at::Tensor& tensor, at::ScalarType wire);
+// What a compressed all-reduce over `world` ranks divides each rank's values by before
+// rounding them to `wire`, and multiplies the rounded sum by: the world size for fp16, 1
+// for bf16 (communicator.cc says why).
+int compression_divisor(at::ScalarType wire, int world);
 // Starts the compressed sum of `tensor` over `backend` (communicator.cc says how): `work`
 // to wait for, then `then`.
 void start_compressed_exchange(compat::CollectiveBackend& backend, const at::Tensor& tensor,

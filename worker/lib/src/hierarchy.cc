@@ -184,7 +184,13 @@ PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type
   // t1. Little overlap is lost: the leaders' all-reduces share one link and run one after
   // the other anyway, and backward still computes the next bucket while this one travels.
   if (!owed.empty()) finish_through(owed.back().get());
-  if (compressed) owner->guard("all-reduce", [&] { round_to(tensor, wire); });
+  const int divisor = compressed ? compression_divisor(wire, owner->size) : 1;
+  if (compressed) {
+    owner->guard("all-reduce", [&] {
+      if (divisor != 1) tensor.div_(divisor);
+      round_to(tensor, wire);
+    });
+  }
   if (shm) {
     owner->guard("all-reduce", [&] {
       shm->reduce(tensor.data_ptr(), count, type, *to_shm(op), 0, owner->timeout);
@@ -192,6 +198,7 @@ PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type
   }
   auto step = std::make_shared<NodeStep>();
   step->tensor = tensor;
+  step->divisor = divisor;
   if (leaders && compressed) {
     // The node's sum in float, then the leaders' compressed exchange of the node sums.
     owner->guard("all-reduce", [&] {
@@ -232,6 +239,7 @@ void Plane::Impl::finish_through(const NodeStep* step) {
                        static_cast<std::size_t>(next->tensor.numel() * next->tensor.element_size()),
                        0, owner->timeout * 2);
       }
+      if (next->divisor != 1) next->tensor.mul_(next->divisor);
       next->done = true;
       next->work.reset();
       next->then = nullptr;

@@ -94,9 +94,13 @@ class Plane {
   // Starts an in-place sum of a contiguous float `tensor` that sends `wire` (at::kBFloat16
   // or at::kHalf) instead of float: half the bytes. Each rank's values are rounded to
   // `wire`, summed in float, and the sum rounded to `wire`; every rank ends with the same
-  // bits. Over gloo or NCCL an all-to-all (each rank sums one 1/N share, started here) and
-  // an all-gather of the shares' sums (in wait()); through shared memory the same rounding
-  // with nothing on a wire; across nodes the node's float sum, then the leaders' exchange.
+  // bits. fp16 (largest value 65504) is rounded after dividing by the world size N, as
+  // PyTorch's fp16_compress_hook orders it, and the rounded sum multiplied back by N
+  // (exact in float for N < 8192), so that N values under 65504 never overflow; bf16 has
+  // float's range and is rounded as it is. Over gloo or NCCL an all-to-all (each rank sums one 1/N
+  // share, started here) and an all-gather of the shares' sums (in wait()); through shared memory
+  // the same rounding with nothing on a wire; across nodes the node's float sum, then the leaders'
+  // exchange.
   PendingWork allreduce_compressed_async(at::Tensor& tensor, at::ScalarType wire);
   // Starts a sum over all ranks of which each rank needs only its share: `flat` (contiguous,
   // numel a multiple of world_size()) is cut into world_size() equal shares in rank order,
@@ -104,8 +108,9 @@ class Plane {
   // `flat` is left undefined). Over gloo or NCCL an all-to-all, then this rank sums its
   // share in rank order: half the bytes of an all-reduce. Through shared memory (one node,
   // or across nodes) an all-reduce. `wire` bf16 or fp16 (a float `flat` only): each rank's
-  // values rounded to it go out, half the bytes again, and are summed in float (through
-  // shared memory as allreduce_compressed_async).
+  // values rounded to it go out (fp16 divided by N first and the sum multiplied back, as
+  // above), half the bytes again, and are summed in float (through shared memory as
+  // allreduce_compressed_async).
   PendingWork reduce_scatter_async(at::Tensor& flat, at::ScalarType wire = at::kFloat);
   // Every rank's share of `flat` (cut as above) to every rank, and waits.
   void allgather_shares(at::Tensor& flat);

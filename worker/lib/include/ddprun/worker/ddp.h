@@ -27,9 +27,10 @@ struct CommHook {
   // (ZeRO-1) the reduce-scatter sends it instead of calling `start`.
   at::ScalarType wire = at::kFloat;
 };
-// Built in: half the bytes on the wire, each rank's gradients rounded to bf16 (fp16), summed
-// in float, the sum rounded and cast back (Plane::allreduce_compressed_async). Buckets of
-// other than float go uncompressed.
+// Built in: half the bytes on the wire, each rank's gradients rounded to bf16 (fp16, after
+// dividing by the world size as PyTorch's fp16_compress_hook does), summed in float, the sum
+// rounded and cast back (Plane::allreduce_compressed_async). Buckets of other than float go
+// uncompressed.
 CommHook bf16_compress_hook();
 CommHook fp16_compress_hook();
 

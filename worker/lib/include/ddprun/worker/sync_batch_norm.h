@@ -1,11 +1,14 @@
 #pragma once
 // Batch normalisation whose statistics are computed over every rank's rows, as
-// torch.nn.SyncBatchNorm: per channel (dimension 1 of an N x C or N x C x ... input), the
-// sums and sums of squares of all ranks' rows come from one all-reduce on the plane in
-// forward, and their gradients from one in backward (an all-reduce whose gradient is an
-// all-reduce), so N ranks with B rows each normalise as one process with N x B rows would.
-// Without a plane it uses this rank's rows only (a plain batch norm); in eval mode the
-// running statistics. Training forwards are collectives: every rank must run them alike.
+// torch.nn.SyncBatchNorm computes them: per channel (dimension 1 of an N x C or N x C x ...
+// input), each rank's row count, mean and sum of squared deviations, in double whatever the
+// input's dtype, go to every rank in one all-gather on the plane in forward and are merged
+// with their counts; backward all-reduces the sums of dy and dy x (x - mean) once. N ranks
+// with B rows each normalise as one process with N x B rows would. The output has the
+// input's dtype (bf16 under autocast included); the arithmetic runs in float. Without a
+// plane it uses this rank's rows only (a plain batch norm); in eval mode the running
+// statistics. Training forwards and backwards are collectives: every rank must run them
+// alike. Fewer than 2 values per channel over all ranks throws ddprun::UsageError.
 
 #include <torch/nn/module.h>
 
