@@ -119,6 +119,45 @@ TEST(Control, StatusStacksAndStopReachARunningJobFromAnotherShell) {
   EXPECT_NE(after.err.find("no running job of yours on this host"), std::string::npos) << after.err;
 }
 
+// Two runs in one folder: when the newer ends, the older (its `latest` link gone) is still
+// found without a run id. And a run named by its id is found from a shell with another
+// runtime folder and TMPDIR (a scheduler's per-job TMPDIR must not hide a job).
+TEST(Control, AnOlderRunIsFoundAfterTheLatestEndsAndANamedRunFromAnyShell) {
+  TempDir dir;
+  TempDir elsewhere;
+  const std::string script = stepping_script(dir.path(), 100000, 0.05);
+  const std::string older = "older" + std::to_string(::getpid());
+  Launched job({"--nproc-per-node", "1", "--run-id", older, "python3", script},
+               {"XDG_RUNTIME_DIR=" + dir.path()});
+  status_until(older, dir.path(), [](const std::string& out) { return step_of(out, 0) >= 1; });
+  const Finished newer = run_ddprun({"--nproc-per-node", "1", "--run-id", older + "n", "true"},
+                                    {"XDG_RUNTIME_DIR=" + dir.path()});
+  EXPECT_EQ(newer.exit_code, 0) << newer.err;
+  const Finished latest_gone = ask({"--status"}, dir.path());
+  EXPECT_EQ(latest_gone.exit_code, 0) << latest_gone.err;
+  EXPECT_NE(latest_gone.out.find("ddprun: run " + older + " "), std::string::npos)
+      << latest_gone.out;
+  EXPECT_EQ(ask({"--stop", older}, dir.path()).exit_code, 0);
+  EXPECT_EQ(job.finish(seconds(30)).exit_code, 128 + SIGTERM);
+
+  // Started with no runtime folder and a per-job TMPDIR; asked from another shell.
+  const std::string named = "named" + std::to_string(::getpid());
+  Launched other({"--nproc-per-node", "1", "--run-id", named, "python3", script},
+                 {"XDG_RUNTIME_DIR=", "TMPDIR=" + dir.path()});
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  Finished found;
+  do {
+    found = run_ddprun({"--status", named},
+                       {"XDG_RUNTIME_DIR=" + elsewhere.path(), "TMPDIR=" + elsewhere.path()});
+    if (found.exit_code == 0 && step_of(found.out, 0) >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a retry, not a sync
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_NE(found.out.find("ddprun: run " + named + " "), std::string::npos)
+      << found.out << found.err;
+  EXPECT_EQ(run_ddprun({"--stop", named}, {"XDG_RUNTIME_DIR=" + elsewhere.path()}).exit_code, 0);
+  EXPECT_EQ(other.finish(seconds(30)).exit_code, 128 + SIGTERM);
+}
+
 // Each --stacks shows where the ranks are now, not where an earlier request found them
 // (faulthandler appends every dump to the same file).
 TEST(Control, EveryStacksRequestShowsWhereTheRanksAreNow) {

@@ -154,7 +154,7 @@ TEST_F(SharedFolders, TheDetachedConsoleNeverGoesToAPlantedFileOrFifo) {
     EXPECT_EQ(done.exit_code, 128 + SIGTERM) << done.err;
     EXPECT_NE(done.err.find("ddprun: warning: no control socket: " + tmp_ +
                             "/ddprun belongs to user id 65534, not to you (remove it, or set "
-                            "XDG_RUNTIME_DIR or TMPDIR to a folder of your own)"),
+                            "XDG_RUNTIME_DIR to a folder of your own)"),
               std::string::npos)
         << done.err;
     if (fifo) {
@@ -195,7 +195,7 @@ TEST_F(SharedFolders, AFolderTheUserCannotRemoveGetsAHintTheyCanFollow) {
       << said;
   EXPECT_NE(
       said.find(tmp_ + "/ddprun belongs to user id 0, not to you (you cannot remove it: ask root "
-                       "to, or set XDG_RUNTIME_DIR or TMPDIR to a folder of your own)"),
+                       "to, or set XDG_RUNTIME_DIR to a folder of your own)"),
       std::string::npos)
       << said;
 }

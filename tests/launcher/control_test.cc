@@ -31,8 +31,18 @@ TEST(ControlRequests, VerbsRoundTripAndNothingElseIsOne) {
 TEST(ControlRequests, TheFolderIsTheUsersRuntimeFolderElseOneNamedByUid) {
   EXPECT_EQ(control_folder({{"XDG_RUNTIME_DIR", "/run/user/1000"}, {"TMPDIR", "/scratch"}}, 1000),
             "/run/user/1000/ddprun");
-  EXPECT_EQ(control_folder({{"TMPDIR", "/scratch"}}, 1000), "/scratch/ddprun-1000");
+  // A scheduler's per-job TMPDIR would hide the job from the user's other shells.
+  EXPECT_EQ(control_folder({{"TMPDIR", "/scratch/job7"}}, 1000), "/tmp/ddprun-1000");
   EXPECT_EQ(control_folder({{"XDG_RUNTIME_DIR", ""}}, 7), "/tmp/ddprun-7");
+}
+
+TEST(ControlRequests, AClientLooksWhereAShellWithAnotherRuntimeFolderWouldToo) {
+  EXPECT_EQ(control_folders_to_search({{"XDG_RUNTIME_DIR", "/run/user/1000"}}, 1000),
+            (std::vector<std::string>{"/run/user/1000/ddprun", "/tmp/ddprun-1000"}));
+  EXPECT_EQ(control_folders_to_search({{"XDG_RUNTIME_DIR", "/x"}}, 5),
+            (std::vector<std::string>{"/x/ddprun", "/run/user/5/ddprun", "/tmp/ddprun-5"}));
+  EXPECT_EQ(control_folders_to_search({}, 5),
+            (std::vector<std::string>{"/tmp/ddprun-5", "/run/user/5/ddprun"}));
 }
 
 TEST(ControlRequests, SocketNamesAreSafeShortAndPerNode) {

@@ -110,9 +110,19 @@ std::string control_folder(const Environment& env, uid_t uid) {
   if (const auto runtime = lookup(env, "XDG_RUNTIME_DIR"); runtime && !runtime->empty()) {
     return *runtime + "/ddprun";
   }
-  std::string tmp = lookup(env, "TMPDIR").value_or("");
-  if (tmp.empty()) tmp = "/tmp";
-  return tmp + "/ddprun-" + std::to_string(uid);
+  // Not TMPDIR: a scheduler's per-job TMPDIR would hide the job from the user's other shells.
+  return "/tmp/ddprun-" + std::to_string(uid);
+}
+
+std::vector<std::string> control_folders_to_search(const Environment& env, uid_t uid) {
+  std::vector<std::string> folders = {control_folder(env, uid)};
+  for (const std::string& other :
+       {"/run/user/" + std::to_string(uid) + "/ddprun", "/tmp/ddprun-" + std::to_string(uid)}) {
+    if (std::find(folders.begin(), folders.end(), other) == folders.end()) {
+      folders.push_back(other);
+    }
+  }
+  return folders;
 }
 
 std::string control_socket_name(std::string_view run_id, int node_rank) {

@@ -24,8 +24,12 @@ std::string_view control_verb_name(ControlVerb verb);  // "status", "stacks", ..
 std::optional<ControlVerb> parse_control_verb(std::string_view line);
 
 // This user's folder of control sockets: $XDG_RUNTIME_DIR/ddprun when that is set (a
-// per-user 0700 folder already), else $TMPDIR/ddprun-UID (or /tmp/ddprun-UID).
+// per-user 0700 folder already), else /tmp/ddprun-UID (never under TMPDIR, which a
+// scheduler may make per job).
 std::string control_folder(const Environment& env, uid_t uid);
+// Where a client looks for a job, in order: control_folder, then the folders a shell with
+// another XDG_RUNTIME_DIR (or none) would use.
+std::vector<std::string> control_folders_to_search(const Environment& env, uid_t uid);
 // The socket's name in that folder for `run_id` on node `node_rank` (0: "RUNID.sock";
 // others "RUNID.nodeN.sock"): characters other than letters, digits, '.', '_' and '-'
 // become '_' and the id keeps at most 64 of them (a socket's path is short).

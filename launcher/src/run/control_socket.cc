@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -143,10 +144,57 @@ std::optional<std::string> node_socket_in(const std::string& folder, const std::
   return found;
 }
 
+// The live job sockets in `folder` (node 0's and nodes' own), sorted; a socket left by a job
+// that ended refuses the connection and is not listed.
+std::vector<std::string> live_sockets_in(const std::string& folder) {
+  std::vector<std::string> live;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ignored)) {
+    const std::string file = entry.path().filename().string();
+    if (!file.ends_with(".sock") || !entry.is_socket(ignored)) continue;
+    if (connect_to(folder, file).valid()) live.push_back(file);
+  }
+  std::sort(live.begin(), live.end());
+  return live;
+}
+
+// Where a run's socket is: `folder`/`name`, found by its run id (node 0's, or this node's
+// own), or without one the latest run, else the only live one.
+struct Found {
+  std::string folder;
+  std::string name;
+  std::vector<std::string> several;  // without a run id, more than one live and no latest
+};
+std::optional<Found> find_socket(const std::vector<std::string>& folders,
+                                 const std::string& run_id) {
+  for (const std::string& folder : folders) {
+    if (run_id.empty()) {
+      // Without a run id only this shell's own folder: a run found elsewhere could be any
+      // of the user's jobs, so it is named, not guessed.
+      if (folder != folders.front()) break;
+      if (connect_to(folder, std::string(kLatestLink)).valid()) {
+        return Found{folder, std::string(kLatestLink), {}};
+      }
+      // The latest run ended while an older one goes on: the only live one, or a choice.
+      auto live = live_sockets_in(folder);
+      if (live.size() == 1) return Found{folder, live.front(), {}};
+      if (live.size() > 1) return Found{folder, "", std::move(live)};
+      continue;
+    }
+    std::string name = control_socket_name(run_id, 0);
+    if (::access((folder + "/" + name).c_str(), F_OK) != 0) {
+      // Not node 0: a node started on its own (by hand, srun) serves RUNID.nodeN.sock.
+      name = node_socket_in(folder, run_id).value_or("");
+    }
+    if (!name.empty()) return Found{folder, name, {}};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // The control folder's own way out when it is not private.
-constexpr const char* kElsewhere = "set XDG_RUNTIME_DIR or TMPDIR to a folder of your own";
+constexpr const char* kElsewhere = "set XDG_RUNTIME_DIR to a folder of your own";
 
 ControlServer::ControlServer(const std::string& folder, const std::string& name, bool latest)
     : folder_(folder), name_(name), path_(folder + "/" + name) {
@@ -250,12 +298,21 @@ bool send_text(int connection, std::string_view text) {
 
 int run_control_client(ControlVerb verb, const std::string& run_id, const Environment& env,
                        std::ostream& out, std::ostream& err) {
-  const std::string folder = control_folder(env, ::geteuid());
-  std::string name = run_id.empty() ? std::string(kLatestLink) : control_socket_name(run_id, 0);
-  if (!run_id.empty() && ::access((folder + "/" + name).c_str(), F_OK) != 0) {
-    // Not node 0: a node started on its own (by hand, srun) serves RUNID.nodeN.sock.
-    name = node_socket_in(folder, run_id).value_or(name);
+  // The folder this shell would use first, then (for a named run) the ones a shell with
+  // another XDG_RUNTIME_DIR would: a job is found from any shell of its user on its node.
+  const auto folders = control_folders_to_search(env, ::geteuid());
+  const auto found = find_socket(folders, run_id);
+  if (found && !found->several.empty()) {
+    err << "ddprun: error: " << found->several.size() << " runs of yours on this host (in "
+        << found->folder << "):";
+    for (const auto& name : found->several) err << " " << name.substr(0, name.size() - 5);
+    err << "; name one: ddprun --" << control_verb_name(verb) << " RUN_ID\n";
+    return 1;
   }
+  const std::string folder = found ? found->folder : folders.front();
+  const std::string name =
+      found ? found->name
+            : (run_id.empty() ? std::string(kLatestLink) : control_socket_name(run_id, 0));
   UniqueFd connection = connect_to(folder, name);
   if (!connection.valid()) {
     const int error = errno;
