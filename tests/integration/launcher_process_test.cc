@@ -110,6 +110,40 @@ TEST(Teardown, WorkerIgnoringSigtermIsKilledAfterShutdownTimeout) {
   EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
 }
 
+// A stop signal goes to a worker's main process, not its whole group: a Python script
+// whose SIGTERM handler saves with the help of its child processes (a DataLoader's
+// workers) finds them alive. Its children still end with it; and when the main process
+// ignores SIGTERM, the grace's SIGKILL takes its whole group.
+TEST(Teardown, AStopReachesTheMainProcessFirstAndItsChildrenStillEnd) {
+  TempDir dir;
+  const std::string script = dir.path() + "/saver.py";
+  std::ofstream(script) << R"(import os, signal, subprocess, sys, time
+child = subprocess.Popen(['sleep', '600'])
+def on_term(sig, frame):
+    print('handler: child ' + ('alive' if child.poll() is None else 'dead'), flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if os.environ['IGNORE_TERM'] == '1' else on_term)
+line = '%s %d %d\n' % (os.environ['RANK'], os.getpid(), child.pid)
+os.write(int(os.environ['TEST_READY_FD']), line.encode())
+while True:
+    time.sleep(1)
+)";
+  for (const bool ignores : {false, true}) {
+    SCOPED_TRACE(ignores ? "ignores SIGTERM" : "handles SIGTERM");
+    Launched job({"--nproc-per-node", "1", "--shutdown-timeout", "0.5", "/usr/bin/python3", script},
+                 {std::string("IGNORE_TERM=") + (ignores ? "1" : "0")}, true);
+    const auto pids = job.wait_ready(1);
+    ASSERT_EQ(pids.size(), 2u);
+    job.signal(SIGTERM);
+    const auto done = job.finish();
+    EXPECT_EQ(done.exit_code, 128 + SIGTERM) << done.err;
+    if (!ignores) {
+      EXPECT_NE(done.out.find("handler: child alive"), std::string::npos) << done.out;
+    }
+    EXPECT_TRUE(wait_all_gone(pids, milliseconds(5000)).empty());
+  }
+}
+
 TEST(Teardown, SigkilledLauncherLeavesNoWorkerGrandchildOrTempFiles) {
   TempDir tmp;
   Launched job(with_child({"--nproc-per-node", "3"}, {"grandchild", "ready", "sleep"}),

@@ -261,8 +261,13 @@ std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size
 
 void ProcessRunner::signal(std::size_t child, int sig) {
   const pid_t pid = children_->pid(child);
-  if (!specs_.at(child).agent || sig == SIGKILL) {
+  if (sig == SIGKILL) {
     signal_group(pid, sig);
+  } else if (!specs_.at(child).agent) {
+    // The worker's main process alone: its handler may still need its children (a
+    // DataLoader's workers for an emergency checkpoint). The rest of its group goes with
+    // it when it exits (ChildSet::reap), or gets SIGKILL at the grace's end.
+    signal_process(pid, sig);
   } else if (const int messages = children_->stdin_fd(child); messages >= 0) {
     // ssh delivers no signals: the agent gets them as messages. Never waiting for them:
     // a pipe that is full (an agent or its link that stopped reading) or broken is a dead

@@ -77,8 +77,8 @@ class Runner {
   // Starts `spec` as the next child (numbered from 0 in each round) and returns its pid.
   // Throws std::system_error when it cannot.
   virtual pid_t start(const ChildSpec& spec) = 0;
-  // Signals a live child: a worker's whole process group; an ssh agent by message
-  // (SIGKILL drops the connection instead); srun or mpirun themselves.
+  // Signals a live child: a worker's main process (SIGKILL: its whole process group); an
+  // ssh agent by message (SIGKILL drops the connection instead); srun or mpirun themselves.
   virtual void signal(std::size_t child, int signal_number) = 0;
   // Blocks until the next event, or until `deadline` (kDeadline). Output is relayed
   // meanwhile.
