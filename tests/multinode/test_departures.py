@@ -11,6 +11,9 @@
   --case stop          SIGTERM to node 1's ddprun with --max-restarts 2: node 0 ends within
                        its grace + 2 s, spends no restart and says that node 1 was stopped.
 
+  --case setup         node 1's set-up fails after it joined (its --log-dir is a file): node 0
+                       names node 1's own error, spends no restart, and both exit 125.
+
   PYTHONPATH=tests tests/multinode/test_departures.py --ddprun BIN --case CASE
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure.
 """
@@ -170,10 +173,29 @@ def case_stop(cluster, a, worker, env, d, failures, result):
         failures.append("node 0 spent a restart on a stop")
 
 
+def case_setup(cluster, a, worker, env, d, failures, result):
+    not_a_folder = os.path.join(cluster.dir, "not-a-folder")
+    with open(not_a_folder, "w") as f:
+        f.write("a file where node 1's --log-dir should be\n")
+    argv0 = argv_for(a, cluster, 0, 2, worker, "--max-restarts", "2")
+    argv1 = argv_for(a, cluster, 1, 2, worker, "--max-restarts", "2", "--log-dir", not_a_folder)
+    nodes = [Node(cluster, cluster.nodes[0], argv0, env), Node(cluster, cluster.nodes[1], argv1, env)]
+    for n in nodes:
+        n.join(failures)
+        if n.proc.returncode != 125:
+            failures.append(f"{n.name} exited {n.proc.returncode}, not 125 (ddprun's error)")
+    if "node 1 could not start its workers" not in nodes[0].out:
+        failures.append("node 0 did not name node 1's set-up failure")
+    elif "not-a-folder" not in nodes[0].out:
+        failures.append("node 0 did not quote node 1's own error")
+    if "restarting all workers" in nodes[0].out:
+        failures.append("node 0 spent a restart on a node whose set-up failed")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--case", choices=["failtogether", "notice", "stop"], required=True)
+    ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup"], required=True)
     a = ap.parse_args()
 
     def body(cluster, result, failures):
@@ -187,8 +209,8 @@ def main():
         if a.case == "failtogether":
             extra["KILL_RANK"] = str(3 * NPROC - 1)
         env = job_env(marker, **extra)
-        {"failtogether": case_failtogether, "notice": case_notice,
-         "stop": case_stop}[a.case](cluster, a, worker, env, d, failures, result)
+        {"failtogether": case_failtogether, "notice": case_notice, "stop": case_stop,
+         "setup": case_setup}[a.case](cluster, a, worker, env, d, failures, result)
         check_leftovers(cluster, marker, failures)
 
     return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=False)
