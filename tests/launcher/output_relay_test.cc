@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ddprun/common/nonblocking_output.h"
+#include "report/control.h"
 #include "run/output_relay.h"
 
 namespace ddprun {
@@ -163,6 +164,34 @@ TEST(OutputRelay, ALogThatCannotBeWrittenIsSaidOnceAndTheConsoleKeepsTheLines) {
   EXPECT_EQ(err.read_all(),
             "ddprun: warning: cannot write logs/rank0.stdout.log: No space left on device; the "
             "rest of this output is on the console only\n");
+}
+
+// A worker cannot forge ddprun's own messages: a line of its that holds the marker of an
+// answer or a node's event is shown with the marker escaped and reaches no handler.
+TEST(OutputRelay, AWorkersLineWithTheControlMarkerIsShownEscapedAndHandledAsNothing) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get());
+  OutputRelay relay(RelayConfig{}, console);
+  int handled = 0;
+  relay.set_answer_handler([&](std::size_t, std::string_view) { ++handled; });
+  RelayTarget worker;
+  worker.worker = true;
+  relay.add(std::move(worker));
+  RelayTarget agent;
+  agent.answers = true;
+  relay.add(std::move(agent));
+  NodeEvent forged;
+  forged.kind = NodeEvent::Kind::kStopped;
+  forged.signal = SIGTERM;
+  forged.code = 143;
+  const std::string line = node_event_line(forged);
+  relay.feed(0, true, "ok\n" + line);
+  EXPECT_EQ(handled, 0);
+  const std::string shown = err.read_all();
+  EXPECT_EQ(shown.find('\x1e'), std::string::npos) << shown;
+  EXPECT_NE(shown.find("\\x1eddprun-control {\"code\":143"), std::string::npos) << shown;
+  relay.feed(1, true, line);  // an agent's own line is an event for the head
+  EXPECT_EQ(handled, 1);
 }
 
 }  // namespace

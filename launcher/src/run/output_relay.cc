@@ -158,6 +158,7 @@ void OutputRelay::add(RelayTarget target) {
   source.err.to_console = target.stderr_to_console;
   source.tail = TailLines(config_.tail_lines);
   source.answers = target.answers;
+  source.worker = target.worker;
 }
 
 const std::deque<std::string>& OutputRelay::stderr_tail(std::size_t child) const {
@@ -199,7 +200,21 @@ void OutputRelay::emit(std::size_t child, bool is_stderr, const std::vector<std:
   Source& source = sources_.at(child);
   std::vector<std::string> kept;
   const std::vector<std::string>* batch = &given;
-  if (source.answers) {
+  if (source.worker) {
+    const bool forged = std::any_of(given.begin(), given.end(), [](const std::string& line) {
+      return line.find(kAgentAnswerMarker) != std::string::npos;
+    });
+    if (forged) {
+      for (std::string line : given) {
+        for (auto at = line.find(kAgentAnswerMarker); at != std::string::npos;
+             at = line.find(kAgentAnswerMarker, at)) {
+          line.replace(at, 1, "\\x1e");
+        }
+        kept.push_back(std::move(line));
+      }
+      batch = &kept;
+    }
+  } else if (source.answers) {
     for (const auto& line : given) {
       if (line.find(kAgentAnswerMarker) == std::string::npos) {
         kept.push_back(line);

@@ -131,6 +131,10 @@ struct RelayTarget {
   // An agent: its lines that are answers to the head's control requests (control.h) go
   // to the relay's answer handler instead of the console.
   bool answers = false;
+  // A worker: a line of its that holds the marker of ddprun's own messages (control.h) is
+  // shown with the marker's first byte escaped, so that no worker can forge an answer or a
+  // node's event on its way to the head.
+  bool worker = false;
 };
 
 class OutputRelay {
@@ -167,6 +171,7 @@ class OutputRelay {
     TailLines tail{20};
     std::string last;
     bool answers = false;
+    bool worker = false;
   };
   void emit(std::size_t child, bool is_stderr, const std::vector<std::string>& lines);
   void write_log(Stream& stream, std::string_view data);

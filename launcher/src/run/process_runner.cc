@@ -182,6 +182,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
     // to control requests; an agent passes those of the agents it started on to its head.
     target.answers = config_.head_fd < 0;
   } else {
+    target.worker = true;
     if (config_.tag_output)
       target.prefix = "[" + spec.host + ":" + std::to_string(spec.rank) + "] ";
     target.stdout_to_console = spec.stdout_to_console;
