@@ -170,6 +170,25 @@ TEST(CommandLine, HelpListsEveryOptionOnce) {
   }
 }
 
+// A value outside a fixed list is named with the list, plainly (CLI11 wrote "ftp not in
+// {auto,ssh,...}" and "{json->1,text->0} OR {1,0}").
+TEST(CommandLine, AChoiceOutsideItsListNamesTheListPlainly) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<const char*>, std::string>>{
+           {{"--format", "xml", "w"}, "--format: expected text or json; got 'xml'"},
+           {{"--launcher", "ftp", "w"},
+            "--launcher: expected one of auto, ssh, mpirun, srun, local; got 'ftp'"},
+           {{"--start-method", "thread", "w"},
+            "--start-method: expected one of spawn, fork, forkserver; got 'thread'"}}) {
+    const auto result = parse(args);
+    EXPECT_FALSE(result.options);
+    EXPECT_NE(result.message.find(expected), std::string::npos) << result.message;
+    EXPECT_EQ(result.message.find('{'), std::string::npos) << result.message;
+  }
+  const auto json = parse({"--format", "json", "w"});
+  ASSERT_TRUE(json.options) << json.message;
+  EXPECT_EQ(json.options->format, PlanFormat::kJson);
+}
+
 TEST(CommandLine, BadValuesAreOneLineErrors) {
   for (const auto& args : std::vector<std::vector<const char*>>{
            {"--nproc-per-node", "-3", "w"},

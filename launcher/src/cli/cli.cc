@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <memory>
 
 #include "cli/help_formatter.h"
@@ -175,6 +174,31 @@ std::string env_check(const std::string& value) {
   return valid ? std::string() : "'" + name + "' is not a variable name";
 }
 
+// A value from a fixed list; the error names the list (CLI11's IsMember shows "{a,b,c}").
+CLI::Validator one_of(std::vector<std::string> names, const char* what) {
+  return CLI::Validator(
+      [names](const std::string& value) -> std::string {
+        if (std::find(names.begin(), names.end(), value) != names.end()) return {};
+        std::string list;
+        for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
+        return "expected one of " + list + "; got '" + value + "'";
+      },
+      "", what);
+}
+
+// --format: text or json, as the enum's number; 0 and 1 stay accepted, as CLI11's
+// CheckedTransformer accepted them (its error showed "{json->1,text->0} OR {1,0}").
+std::string format_transform(std::string& value) {
+  if (value == "text" || value == "0") {
+    value = "0";
+  } else if (value == "json" || value == "1") {
+    value = "1";
+  } else {
+    return "expected text or json; got '" + value + "'";
+  }
+  return {};
+}
+
 std::string scheduler_check(const std::string& value) {
   for (const auto name : scheduler_names()) {
     if (name == value) return {};
@@ -287,7 +311,7 @@ void Parser::add_remote_start(CLI::App& group) {
   add_value(group, "--launcher", options.launcher, "auto|ssh|mpirun|srun|local",
             "How the first node reaches the others: auto (srun in Slurm, mpirun in "
             "SGE/PBS/LSF, else ssh), ssh, mpirun, srun, or local (this node only)")
-      ->check(CLI::IsMember({"auto", "ssh", "mpirun", "srun", "local"}))
+      ->check(one_of({"auto", "ssh", "mpirun", "srun", "local"}, "launcher"))
       ->capture_default_str();
   add_value(group, "--env", options.env_vars, "NAME[=VALUE]",
             "Pass NAME (its value here) or NAME=VALUE to the workers on other nodes; "
@@ -392,8 +416,7 @@ void Parser::add_placement(CLI::App& group) {
 void Parser::add_diagnosis(CLI::App& group) {
   group.add_flag("--dry-run,--dry_run", dry_run, "Print the launch plan; start nothing");
   add_value(group, "--format", options.format, "text|json", "Format of --dry-run output")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, PlanFormat>{
-          {"text", PlanFormat::kText}, {"json", PlanFormat::kJson}}));
+      ->transform(CLI::Validator(format_transform, "", "format"));
   group.add_flag("--check", check,
                  "Ask every node whether it can take part (reachable, same master address, "
                  "master port reachable, program found, clock, GPUs, /dev/shm, --log-dir and "
@@ -454,7 +477,7 @@ void Parser::add_torchrun(CLI::App& group) {
       ->check(seconds_validator(0, 86400));
   add_value(group, "--start-method,--start_method", start_method, "spawn|fork|forkserver",
             "Accepted for torchrun; every worker is a fresh process")
-      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+      ->check(one_of({"spawn", "fork", "forkserver"}, "start method"));
   add_value(group, "--event-log-handler,--event_log_handler", torchrun.event_log_handler, "null",
             "Accepted for torchrun: only 'null'");
   group
