@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "cli/options.h"
 #include "ddprun/contract/errors.h"
@@ -93,6 +95,98 @@ TEST(CommandLine, HelpAndVersionExitZeroWithText) {
   const auto version = parse({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.message, std::string("ddprun ") + kVersion + "\n");
+}
+
+std::vector<std::string> help_lines() {
+  const auto help = parse({"--help"});
+  std::vector<std::string> lines;
+  std::istringstream in(help.message);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The names an option line of --help starts with: "  -r, --redirects 0|1|2|3|LR:N,...".
+std::vector<std::string> names_of_entry(const std::string& line) {
+  std::vector<std::string> names;
+  if (line.rfind("  -", 0) != 0) return names;
+  std::istringstream words(line.substr(0, line.find("   ")));
+  for (std::string word; words >> word;) {
+    if (word.front() != '-') break;
+    if (word.back() == ',') word.pop_back();
+    names.push_back(word);
+  }
+  return names;
+}
+
+TEST(CommandLine, HelpIsInSectionsWithoutLibraryNoise) {
+  const auto lines = help_lines();
+  int headings = 0;
+  int usage = 0;
+  std::string previous = "-";
+  for (const auto& line : lines) {
+    SCOPED_TRACE(line);
+    EXPECT_LE(line.size(), 100u);
+    EXPECT_EQ(line.find("{false}"), std::string::npos);
+    EXPECT_EQ(line.find("ENUM:"), std::string::npos);
+    EXPECT_EQ(line.find("->"), std::string::npos);
+    // CLI11's type names, alone or before a check's description (TEXT:N|auto|cpu|gpu).
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      for (const std::string type : {"TEXT", "INT", "UINT", "FLOAT", "BOOLEAN"}) {
+        EXPECT_FALSE(word == type || word.rfind(type + ":", 0) == 0) << word;
+      }
+    }
+    if (line.rfind("Usage:", 0) == 0 || line.find(" Usage:") != std::string::npos) ++usage;
+    // A section's heading: a line of its own after an empty one, ending in ':'.
+    if (previous.empty() && !line.empty() && line.front() != ' ' && line.back() == ':' &&
+        line != "Examples:" && line != "Help:") {
+      ++headings;
+    }
+    previous = line;
+  }
+  EXPECT_GE(headings, 6);
+  EXPECT_EQ(usage, 1);
+}
+
+TEST(CommandLine, HelpListsEveryOptionOnce) {
+  std::map<std::string, int> shown;
+  for (const auto& line : help_lines()) {
+    for (const auto& name : names_of_entry(line)) ++shown[name];
+  }
+  const auto options = help_options();
+  EXPECT_GE(options.size(), 60u);
+  for (const auto& names : options) {
+    for (const auto& name : names) EXPECT_EQ(shown[name], 1) << name;
+  }
+  for (const auto& [name, count] : shown) EXPECT_EQ(count, 1) << name;
+  // torchrun's spellings are listed once in their section, not beside every option.
+  const std::string help = parse({"--help"}).message;
+  for (const char* spelling : {"--nproc_per_node", "--node_rank", "--no_stacks", "--dry_run"}) {
+    EXPECT_NE(help.find(spelling), std::string::npos) << spelling;
+  }
+  // Hidden: the head's options for its agents, and the unsupported --logs-specs.
+  for (const char* hidden : {"--agent", "--restart-count", "--logs-specs"}) {
+    EXPECT_EQ(shown.count(hidden), 0u) << hidden;
+  }
+}
+
+// A value outside a fixed list is named with the list, plainly (CLI11 wrote "ftp not in
+// {auto,ssh,...}" and "{json->1,text->0} OR {1,0}").
+TEST(CommandLine, AChoiceOutsideItsListNamesTheListPlainly) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<const char*>, std::string>>{
+           {{"--format", "xml", "w"}, "--format: expected text or json; got 'xml'"},
+           {{"--launcher", "ftp", "w"},
+            "--launcher: expected one of auto, ssh, mpirun, srun, local; got 'ftp'"},
+           {{"--start-method", "thread", "w"},
+            "--start-method: expected one of spawn, fork, forkserver; got 'thread'"}}) {
+    const auto result = parse(args);
+    EXPECT_FALSE(result.options);
+    EXPECT_NE(result.message.find(expected), std::string::npos) << result.message;
+    EXPECT_EQ(result.message.find('{'), std::string::npos) << result.message;
+  }
+  const auto json = parse({"--format", "json", "w"});
+  ASSERT_TRUE(json.options) << json.message;
+  EXPECT_EQ(json.options->format, PlanFormat::kJson);
 }
 
 TEST(CommandLine, BadValuesAreOneLineErrors) {

@@ -111,4 +111,9 @@ struct CommandLine {
 // `env` gives torchrun's PET_* defaults (the command line wins).
 CommandLine parse_command_line(int argc, const char* const* argv, const Environment& env = {});
 
+// The options `ddprun --help` lists, each by the names it shows ("-r", "--redirects"), in
+// its order; torchrun's underscore spellings and the head's options for agents are not
+// among them.
+std::vector<std::vector<std::string>> help_options();
+
 }  // namespace ddprun
