@@ -47,6 +47,9 @@ TEST(RendezvousSecret, Node0MakesAPrivateTokenFileThatTheOtherNodesRead) {
   EXPECT_EQ(made.secret.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_EQ(mode_of(folder), 0700u);
   EXPECT_EQ(mode_of(file), 0600u);
+  const auto entries = std::distance(std::filesystem::directory_iterator(folder),
+                                     std::filesystem::directory_iterator());
+  EXPECT_EQ(entries, 1);  // no draft left beside it
   EXPECT_EQ(rendezvous_secret(env, false).secret, made.secret);
   EXPECT_EQ(rendezvous_secret(env, true).secret, made.secret);  // kept, not made again
   // The variable wins, on every node.

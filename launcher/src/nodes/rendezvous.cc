@@ -504,10 +504,23 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
 
 namespace {
 
+// Receives what came on `fd`, at most `size` bytes and never past the end of a line (what
+// follows a line may be someone else's to read). As recv.
+ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
+  const ssize_t got = ::recv(fd, buffer, size, MSG_PEEK);
+  if (got <= 0) return got;
+  const auto* end =
+      static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
+  return ::recv(
+      fd, buffer,
+      end != nullptr ? static_cast<std::size_t>(end - buffer + 1) : static_cast<std::size_t>(got),
+      0);
+}
+
 enum class HostLine { kLine, kStop, kClosed, kTimedOut };
 
-// Reads the host's next line into `line`, a byte at a time (what follows it is the round's
-// own), until `deadline` (none: for ever). Meanwhile `interrupt_fd` is served with
+// Reads the host's next line into `line`, never past its end (what follows it is the
+// round's own), until `deadline` (none: for ever). Meanwhile `interrupt_fd` is served with
 // `on_interrupt`: an event it asks to tell is kept in `held` when given, else sent at once.
 HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> deadline,
                         int interrupt_fd, const OnInterrupt& on_interrupt,
@@ -525,12 +538,15 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
       if (what.stop) return HostLine::kStop;
       continue;
     }
-    char c = 0;
-    const ssize_t got = ::recv(socket, &c, 1, 0);
+    char chunk[512];
+    const ssize_t got = recv_to_line_end(socket, chunk, sizeof chunk);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return HostLine::kClosed;
-    if (c == '\n') return HostLine::kLine;
-    line += c;
+    line.append(chunk, static_cast<std::size_t>(got));
+    if (line.back() == '\n') {
+      line.pop_back();
+      return HostLine::kLine;
+    }
     if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
   }
 }
@@ -661,15 +677,7 @@ int run_peer_relay() {
     if (fds[1].revents != 0) {
       // Never past the end of a line: after the exit report the connection goes on to the
       // host (the next round, or what the node says between rounds).
-      ssize_t got = ::recv(kSocket, buffer, sizeof buffer, MSG_PEEK);
-      if (got > 0) {
-        const auto* end =
-            static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
-        got = ::recv(kSocket, buffer,
-                     end != nullptr ? static_cast<std::size_t>(end - buffer + 1)
-                                    : static_cast<std::size_t>(got),
-                     0);
-      }
+      const ssize_t got = recv_to_line_end(kSocket, buffer, sizeof buffer);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
         const char lost[] = "ddprun: lost the connection to a node's ddprun\n";

@@ -44,12 +44,17 @@ RendezvousSecret read_token_file(const std::string& home, bool create) {
   if (::lstat(path.c_str(), &info) != 0) {
     if (errno != ENOENT) throw std::system_error(errno, std::generic_category(), "lstat " + path);
     if (!create) return missing;
-    unsigned char bytes[32];
-    if (RAND_bytes(bytes, sizeof bytes) != 1) return without("no random bytes for a new token");
-    try {
-      write_new_file(path, to_hex(bytes, sizeof bytes) + "\n");
-    } catch (const std::system_error& e) {
-      if (e.code() != std::errc::file_exists) throw;  // another node 0 made it meanwhile
+    // Written whole under a name of its own, then linked in place: a node 0 of another job
+    // that makes it at the same time never reads a half-written token (link keeps the
+    // first one).
+    const std::string token = random_nonce() + "\n";
+    const std::string draft = path + "." + random_nonce().substr(0, 16);
+    write_new_file(draft, token);
+    const int linked = ::link(draft.c_str(), path.c_str());
+    const int link_error = errno;
+    ::unlink(draft.c_str());
+    if (linked != 0 && link_error != EEXIST) {
+      throw std::system_error(link_error, std::generic_category(), "link " + path);
     }
     if (::lstat(path.c_str(), &info) != 0) {
       throw std::system_error(errno, std::generic_category(), "lstat " + path);
@@ -81,7 +86,7 @@ RendezvousSecret rendezvous_secret(const Environment& env, bool create) {
   }
   try {
     return read_token_file(*home, create);
-  } catch (const std::system_error& e) {
+  } catch (const std::exception& e) {  // a failed system call, no random bytes
     return without(e.what());
   }
 }
