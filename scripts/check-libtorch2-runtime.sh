@@ -21,7 +21,7 @@ start=$(date +%s)
 
 # python3-torch: the SyncBatchNorm tests compute their reference values with torch.
 packages="g++ cmake make libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  zlib1g-dev libhwloc-dev python3 python3-torch procps elfutils"
+  zlib1g-dev libhwloc-dev libssl-dev python3 python3-torch procps elfutils"
 if [ ! -f "$root/.complete" ]; then
   command -v debootstrap >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null

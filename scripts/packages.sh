@@ -7,6 +7,7 @@ demo_packages=(
   libopenblas0-pthread               # libtorch links libblas.so.3: without this, reference BLAS (~9x slower)
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libhwloc-dev                       # the node's topology (hwloc), for --numa-binding and --cpu-bind
+  libssl-dev                         # libcrypto: HMAC-SHA256 proofs in the launchers' rendezvous
   elfutils                           # eu-stack: where ranks are before ddprun kills them
   dataset-fashion-mnist
   gnuplot-nox python3                # scripts/plot-metrics.sh

@@ -160,6 +160,12 @@ TEST_F(Files, PerRankFilesAreNeverReachedThroughALinkOrAFifo) {
   EXPECT_EQ(read_any_file_head(log), "one\ntwo\n");
 }
 
+TEST(Printable, ToHexWritesTwoLowerCaseDigitsAByte) {
+  const unsigned char bytes[] = {0x00, 0x0f, 0xa5, 0xff};
+  EXPECT_EQ(to_hex(bytes, sizeof bytes), "000fa5ff");
+  EXPECT_EQ(to_hex(bytes, 0), "");
+}
+
 TEST(Printable, EscapesControlsAndBadUtf8AndCutsWithAMarker) {
   struct Case {
     std::string_view text;

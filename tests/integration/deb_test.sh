@@ -25,6 +25,8 @@ worker=$work/ddprun-worker_${version}_${arch}.deb
 depends=$(dpkg-deb -f "$launcher" Depends)
 [[ -n $depends && $depends != *torch* && $depends != *gloo* && $depends != *openblas* ]] ||
   fail "the launcher's package must depend on no LibTorch library: Depends: $depends"
+# The launchers' rendezvous proves its secret with libcrypto: dpkg-shlibdeps names its package.
+[[ $depends == *libssl3* ]] || fail "the launcher's package does not depend on libssl3: $depends"
 [[ $(dpkg-deb -f "$worker" Depends) == *"ddprun (= $version)"* ]] || fail "ddprun-worker does not depend on ddprun (= $version)"
 # Each listing read whole first: `... | grep -q` under pipefail fails when grep stops
 # reading early and the writer gets SIGPIPE.

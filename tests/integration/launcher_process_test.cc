@@ -56,6 +56,16 @@ TEST(EnvContract, EveryRankSeesTorchrunVariablesWithConsistentValues) {
   EXPECT_GT(std::stoi(port), 0);
 }
 
+// The launchers' secret is ddprun's own: a worker's whole environment has no trace of it.
+TEST(EnvContract, TheRendezvousSecretNeverReachesAWorker) {
+  const auto done = run_ddprun({"--nproc-per-node", "2", "--tag-output", "--", "/usr/bin/env"},
+                               {"DDPRUN_RDZV_TOKEN=rdzv-secret-4f1d"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_NE(done.out.find("] RANK=1"), std::string::npos) << done.out;
+  EXPECT_EQ(done.out.find("rdzv-secret-4f1d"), std::string::npos) << done.out;
+  EXPECT_EQ(done.out.find("DDPRUN_RDZV_TOKEN"), std::string::npos) << done.out;
+}
+
 TEST(EnvContract, UserThreadSettingsAreLeftAlone) {
   const auto done = run_ddprun(with_child({"--nproc-per-node", "2", "--tag-output"}, {"env"}),
                                {"OMP_NUM_THREADS=7"});

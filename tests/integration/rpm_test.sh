@@ -24,6 +24,7 @@ worker=$work/ddprun-worker-${version}-1.${arch}.rpm
 requires=$(rpm -qRp "$launcher")
 [[ $requires == *"libc.so.6"* && $requires != *torch* && $requires != *gloo* ]] ||
   fail "the launcher's RPM must require libc and no LibTorch library: $requires"
+[[ $requires == *"libcrypto.so.3"* ]] || fail "the launcher's RPM does not require libcrypto.so.3: $requires"
 grep -qx "ddprun = $version" <<<"$(rpm -qRp "$worker")" || fail "ddprun-worker does not require ddprun = $version"
 launcher_files=$(rpm -qlp "$launcher")
 worker_files=$(rpm -qlp "$worker")

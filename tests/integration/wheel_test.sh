@@ -2,7 +2,7 @@
 # The launcher's wheel (pyproject.toml, setup.py): built from a clean clone with Debian's
 # tools and no network (python3 -m build --wheel --no-isolation), tagged for the glibc its
 # ddprun needs, installed into a fresh venv with pip --no-index; the venv's ddprun prints
-# its version, runs a 2-worker job and reads the topology (hwloc linked in), and
+# its version, runs a 2-worker job and reads the topology (hwloc and libcrypto linked in), and
 # `python -m ddprun` works. Needs python3-build, python3-venv and git: without them the test
 # is skipped (exit 77), and fails under CI=true.
 set -euo pipefail
@@ -26,7 +26,8 @@ name=$(basename "$wheel")
 needed=$(objdump -T "$work/src/build-wheel/bin/ddprun" | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n | tail -1)
 [[ $needed == "GLIBC_2.${BASH_REMATCH[1]}" ]] || fail "$name is tagged for glibc 2.${BASH_REMATCH[1]}, ddprun needs $needed"
 libs=$(ldd "$work/src/build-wheel/bin/ddprun")
-[[ $libs != *libstdc++* && $libs != *libhwloc* ]] || fail "the wheel's ddprun links libstdc++ or hwloc dynamically: $libs"
+[[ $libs != *libstdc++* && $libs != *libhwloc* && $libs != *libcrypto* ]] ||
+  fail "the wheel's ddprun links libstdc++, hwloc or libcrypto dynamically: $libs"
 
 "$python" -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --no-index "$wheel" || fail "pip install --no-index failed"

@@ -162,6 +162,14 @@ TEST(MergeEnvironment, ContractOverridesInheritedValues) {
   EXPECT_EQ(merged, (std::vector<std::string>{"PATH=/bin", "RANK=0"}));
 }
 
+// Workers, relays, agents and tools all get their environment here: none gets the
+// launchers' secret.
+TEST(MergeEnvironment, TheRendezvousSecretIsLeftOut) {
+  const auto merged =
+      merge_environment({{"PATH", "/bin"}, {"DDPRUN_RDZV_TOKEN", "s3cret"}}, {{"RANK", "0"}});
+  EXPECT_EQ(merged, (std::vector<std::string>{"PATH=/bin", "RANK=0"}));
+}
+
 TEST(PlanFormat, JsonHasTheStableFieldNames) {
   const auto doc = nlohmann::json::parse(
       format_plan_json(build_plan(plan_options(options_with("2")), local_inputs(), {})));

@@ -1,14 +1,17 @@
 // The launchers' rendezvous (rendezvous.h): its messages from tables, and a host on
 // loopback that real joins reach through hostile clients (random bytes, another job, a
-// wrong token, a flood of connections, one that never sends), nodes that leave, come
+// wrong secret, a flood of connections, one that never sends), a squatter on node 0's port
+// that never learns the secret nor starts a round, replayed joins, nodes that leave, come
 // back, disagree, or are stopped or noticed while the others gather, all in this process.
 #include "nodes/rendezvous.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -17,13 +20,14 @@
 #include "ddprun/contract/errors.h"
 #include "job/rendezvous_job.h"
 #include "nodes/ports.h"
+#include "nodes/rendezvous_secret.h"
 #include "run/process.h"
 
 namespace ddprun {
 namespace {
 
 TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
-  const JoinRequest join{"run-7", "tok", 2, 3, 4, "node3", 5};
+  const JoinRequest join{"run-7", 2, 3, 4, "node3", 5, "n0nce", "pr00f"};
   std::string why;
   std::string line = format_join(join);
   ASSERT_EQ(line.back(), '\n');
@@ -31,7 +35,8 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
   const auto back = parse_join(line, why);
   ASSERT_TRUE(back) << why;
   EXPECT_EQ(back->run_id, "run-7");
-  EXPECT_EQ(back->token, "tok");
+  EXPECT_EQ(back->nonce, "n0nce");
+  EXPECT_EQ(back->proof, "pr00f");
   EXPECT_EQ(back->node_rank, 2);
   EXPECT_EQ(back->round, 3);
   EXPECT_EQ(back->nproc, 4);
@@ -47,7 +52,9 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 0, "host": "h"})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1})",
       R"({"ddprun_join": 1, "run": "r", "node": 1.5, "round": 0, "nproc": 1, "host": "h"})",
-      R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "token": 5})",
+      R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2, "nonce": "n", "proof": 5})",
+      R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2})",
+      R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2, "nonce": ""})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h"})",
       std::string(kMaxJoinBytes + 1, '{'),
   };
@@ -62,6 +69,39 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(parse_exit_report(R"({"exit": 75})"), 75);
   EXPECT_FALSE(parse_exit_report(R"({"exit": 300})"));
   EXPECT_FALSE(parse_exit_report("exit 3"));
+  std::string greeting = format_greeting("abc");
+  greeting.pop_back();
+  EXPECT_EQ(parse_greeting(greeting), "abc");
+  EXPECT_FALSE(parse_greeting(R"({"ddprun_rdzv": 1, "nonce": ""})"));
+  EXPECT_FALSE(parse_greeting(R"({"round": 0, "master_port": 41000, "node": 1})"));
+  std::string proof = format_host_proof("p");
+  proof.pop_back();
+  EXPECT_EQ(parse_host_proof(proof), "p");
+  EXPECT_FALSE(parse_host_proof(R"({"end": 75, "why": "x"})"));
+}
+
+// The proofs: bound to both nonces and to every field of the join, and to the secret.
+TEST(Rendezvous, ProofsChangeWithTheSecretEitherNonceAndEveryFieldOfTheJoin) {
+  const JoinRequest join{"run-7", 2, 0, 4, "node3", 5, "peer-nonce", ""};
+  const std::string proof = join_proof("secret", "host-nonce", join);
+  EXPECT_EQ(proof.size(), 64u);
+  EXPECT_EQ(proof, join_proof("secret", "host-nonce", join));
+  EXPECT_NE(proof, join_proof("secreT", "host-nonce", join));
+  EXPECT_NE(proof, join_proof("secret", "host-nonce2", join));
+  std::vector<JoinRequest> changed(7, join);
+  changed[0].run_id = "run-8";
+  changed[1].node_rank = 1;
+  changed[2].round = 1;
+  changed[3].nproc = 8;
+  changed[4].host = "node4";
+  changed[5].nnodes = 6;
+  changed[6].nonce = "peer-nonce2";
+  for (const auto& other : changed) EXPECT_NE(proof, join_proof("secret", "host-nonce", other));
+  // The host's proof is not the peer's with the nonces swapped.
+  EXPECT_NE(host_proof("secret", "a", "b"), host_proof("secret", "b", "a"));
+  EXPECT_TRUE(same_proof(proof, join_proof("secret", "host-nonce", join)));
+  EXPECT_FALSE(same_proof(proof, proof.substr(1)));
+  EXPECT_NE(random_nonce(), random_nonce());
 }
 
 // Opens a connection to the host and does `what` with it.
@@ -74,9 +114,14 @@ void send_text(int fd, const std::string& text) {
   (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
 }
 
-JoinRequest join_of(const std::string& run, const std::string& token, int node, int nnodes,
-                    const std::string& host = "n", int nproc = 1) {
-  return JoinRequest{run, token, node, 0, nproc, host, nnodes};
+// A join and the secret its node holds.
+struct TestJoin {
+  JoinRequest join;
+  std::string secret;
+};
+TestJoin join_of(const std::string& run, const std::string& secret, int node, int nnodes,
+                 const std::string& host = "n", int nproc = 1) {
+  return {JoinRequest{run, node, 0, nproc, host, nnodes, "", ""}, secret};
 }
 
 const OnInterrupt kNever = [] { return PeerInterrupt{}; };
@@ -87,10 +132,12 @@ struct Peer {
   std::optional<HostWord> word;
   std::string error;  // a ConfigError's text
 };
-void run_peer(int port, const JoinRequest& join, Peer& peer, bool wait = true) {
+void run_peer(int port, const TestJoin& join, Peer& peer, bool wait = true,
+              std::chrono::milliseconds within = std::chrono::seconds(20)) {
   try {
-    peer.socket = join_host("127.0.0.1", port, join,
-                            RendezvousClock::now() + std::chrono::seconds(20), -1, kNever);
+    peer.socket = join_host(
+        "127.0.0.1", port, join.join, [&join] { return join.secret; },
+        RendezvousClock::now() + within, -1, kNever);
     if (wait) {
       peer.word = wait_for_host(peer.socket.get(), "host",
                                 RendezvousClock::now() + std::chrono::seconds(20), -1, kNever);
@@ -106,19 +153,44 @@ RendezvousHost::Gathered gather(RendezvousHost& host, int round, std::ostringstr
   return host.gather(round, RendezvousClock::now() + within, -1, log, ended);
 }
 
-// Gathers in turns until a first node has joined (the others are not coming yet): a pipe
-// that is always readable interrupts each turn.
-void wait_for_first_join(RendezvousHost& host, std::ostringstream& log) {
+// Gathers in turns until `done` holds (the other nodes are not coming yet): a pipe that is
+// always readable interrupts each turn.
+void gather_until(RendezvousHost& host, std::ostringstream& log,
+                  const std::function<bool()>& done) {
   int always[2];
   ASSERT_EQ(::pipe(always), 0);
   ASSERT_EQ(::write(always[1], "x", 1), 1);
   NodeEvent ended;
   const auto until = RendezvousClock::now() + std::chrono::seconds(10);
-  while (host.peers().empty() && RendezvousClock::now() < until) {
+  while (!done() && RendezvousClock::now() < until) {
     ASSERT_EQ(host.gather(0, until, always[0], log, ended), RendezvousHost::Gathered::kInterrupted);
   }
   ::close(always[0]);
   ::close(always[1]);
+  ASSERT_TRUE(done()) << log.str();
+}
+
+// Gathers until a first node has joined.
+void wait_for_first_join(RendezvousHost& host, std::ostringstream& log) {
+  gather_until(host, log, [&host] { return !host.peers().empty(); });
+}
+
+// Runs `joins`, each in a thread of its own, while the host gathers, until each is placed
+// or refused; returns each one's Peer (its connection when it was taken in).
+std::vector<Peer> join_all(RendezvousHost& host, int port, std::ostringstream& log,
+                           const std::vector<TestJoin>& joins) {
+  std::vector<Peer> peers(joins.size());
+  std::atomic<std::size_t> done{0};
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < joins.size(); ++i) {
+    threads.emplace_back([&, i] {
+      run_peer(port, joins[i], peers[i], false);
+      ++done;
+    });
+  }
+  gather_until(host, log, [&] { return done == joins.size(); });
+  for (auto& t : threads) t.join();
+  return peers;
 }
 
 void start_round(const RendezvousHost& host, int round, int port) {
@@ -139,18 +211,16 @@ TEST(Rendezvous, RealNodesJoinThroughHostileClientsAndGetTheRoundsStart) {
     client(port, [&](int fd) { send_text(fd, noise); });
   });
   threads.emplace_back([port] {
-    client(port, [](int fd) { send_text(fd, format_join(join_of("run-b", "s3cret", 1, 3))); });
-  });
-  threads.emplace_back([port] {
-    client(port, [](int fd) { send_text(fd, format_join(join_of("run-a", "guess", 1, 3))); });
-  });
-  threads.emplace_back([port] {
     for (int i = 0; i < 100; ++i) client(port, [](int) {});  // a flood, closed at once
   });
   UniqueFd silent = connect_tcp("127.0.0.1", port, 2000);  // sends nothing, stays open
   ASSERT_TRUE(silent.valid());
   for (auto& t : threads) t.join();
   threads.clear();
+  std::ostringstream log;
+  const std::vector<Peer> strangers = join_all(
+      host, port, log, {join_of("run-b", "s3cret", 1, 3), join_of("run-a", "guess", 1, 3)});
+  gather_until(host, log, [&] { return host.refused() == 3; });  // the noise too
   // The real nodes, each waiting for the round's start.
   std::vector<Peer> peers(3);
   for (int node = 1; node < 3; ++node) {
@@ -159,7 +229,6 @@ TEST(Rendezvous, RealNodesJoinThroughHostileClientsAndGetTheRoundsStart) {
                peers[static_cast<std::size_t>(node)]);
     });
   }
-  std::ostringstream log;
   NodeEvent ended;
   ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
   ASSERT_EQ(host.peers().size(), 2u) << log.str();
@@ -175,7 +244,16 @@ TEST(Rendezvous, RealNodesJoinThroughHostileClientsAndGetTheRoundsStart) {
   }
   const std::string said = log.str();
   EXPECT_NE(said.find("a join for run 'run-b', not this one"), std::string::npos) << said;
-  EXPECT_NE(said.find("wrong DDPRUN_RDZV_TOKEN"), std::string::npos) << said;
+  EXPECT_NE(said.find("gave no valid proof of the rendezvous secret"), std::string::npos) << said;
+  for (const Peer& stranger : strangers) {
+    EXPECT_FALSE(stranger.socket.valid());
+    EXPECT_NE(stranger.error.find("closed the connection at this node's join"), std::string::npos)
+        << stranger.error;
+  }
+  // The noise, run-b and the wrong secret; the flood closed before it sent anything, and
+  // the silent one is still within its time.
+  EXPECT_EQ(host.refused(), 3) << said;
+  EXPECT_NE(host.describe().find("refused connections: 3"), std::string::npos) << host.describe();
   // The job's end reaches every node on the connection it joined with.
   host.end_job({3, ""});
   for (int node = 1; node < 3; ++node) {
@@ -301,21 +379,18 @@ TEST(Rendezvous, ANodeThatLeavesBeforeTheRoundIsDroppedAndMayJoinAgain) {
   std::ostringstream log;
   NodeEvent ended;
   {
-    Peer gone;
-    run_peer(port, join_of("run-a", "", 1, 3, "old"), gone, false);
-    ASSERT_TRUE(gone.socket.valid());
+    const auto gone = join_all(host, port, log, {join_of("run-a", "", 1, 3, "old")});
+    ASSERT_TRUE(gone[0].socket.valid()) << gone[0].error;
     // Taken in, but node 2 is missing: the short gather gives up (and tells node 1).
     EXPECT_THROW(gather(host, 0, log, ended, std::chrono::milliseconds(300)), ConfigError);
   }
   const int port2 = pick_free_port();
   RendezvousHost again(port2, "run-a", "", 3, 1);
-  Peer dies;
-  run_peer(port2, join_of("run-a", "", 1, 3, "first"), dies, false);
+  auto dies = join_all(again, port2, log, {join_of("run-a", "", 1, 3, "first")});
   Peer node2;
   std::thread second([&] { run_peer(port2, join_of("run-a", "", 2, 3, "two"), node2); });
   // Node 1 joined and died before node 2 came; it comes back as a new ddprun.
-  wait_for_first_join(again, log);
-  dies.socket.reset();
+  dies[0].socket.reset();
   Peer back;
   std::thread restarted([&] { run_peer(port2, join_of("run-a", "", 1, 3, "second"), back); });
   ASSERT_EQ(gather(again, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
@@ -333,13 +408,13 @@ TEST(Rendezvous, ANodeThatLeavesBeforeTheRoundIsDroppedAndMayJoinAgain) {
 TEST(Rendezvous, JoinsThatDisagreeAreRefusedNamingBothValues) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 2, 4);
-  Peer three_nodes;
-  Peer two_workers;
-  run_peer(port, join_of("run-a", "", 1, 3, "x", 4), three_nodes, false);
-  run_peer(port, join_of("run-a", "", 1, 2, "y", 2), two_workers, false);
+  std::ostringstream log;
+  auto refused = join_all(host, port, log,
+                          {join_of("run-a", "", 1, 3, "x", 4), join_of("run-a", "", 1, 2, "y", 2)});
+  Peer& three_nodes = refused[0];
+  Peer& two_workers = refused[1];
   Peer right;
   std::thread good([&] { run_peer(port, join_of("run-a", "", 1, 2, "z", 4), right); });
-  std::ostringstream log;
   NodeEvent ended;
   ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
   start_round(host, 0, 41000);
@@ -363,13 +438,11 @@ TEST(Rendezvous, StringsFromPeersArePrintedWithoutControlBytes) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 2, 1);
   const std::string evil = "x\x1b[2J\nddprun: error: forged\r";
-  Peer stranger;
-  run_peer(port, join_of("run-" + evil, "", 1, 2, evil), stranger, false);
-  Peer wrong_count;
-  run_peer(port, join_of("run-a", "", 1, 5, evil), wrong_count, false);
+  std::ostringstream log;
+  join_all(host, port, log,
+           {join_of("run-" + evil, "", 1, 2, evil), join_of("run-a", "", 1, 5, evil)});
   Peer real;
   std::thread good([&] { run_peer(port, join_of("run-a", "", 1, 2, evil), real); });
-  std::ostringstream log;
   NodeEvent ended;
   ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined);
   start_round(host, 0, 41000);
@@ -405,9 +478,152 @@ TEST(Rendezvous, ANodeThatNeverComesIsOneErrorNamingIt) {
   EXPECT_EQ(node1.word->end->code, kExitLauncherError);
 }
 
+// A process that listens on node 0's port before node 0's ddprun: it greets as a host
+// would, records what the joining node sends, and says what a host says next.
+struct Squatter {
+  int port = pick_free_port();
+  UniqueFd listener = listen_on(port);
+  std::string heard;  // every byte the joining node sent
+  // Accepts one connection, sends `greeting` (none when empty), reads the join line, then
+  // sends `after` and keeps reading until the node closes.
+  void serve(const std::string& greeting, const std::string& after) {
+    const UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) return;
+    if (!greeting.empty()) send_text(fd.get(), greeting);
+    bool answered = false;
+    char chunk[512];
+    for (;;) {
+      const ssize_t got = ::recv(fd.get(), chunk, sizeof chunk, 0);
+      if (got <= 0) return;
+      heard.append(chunk, static_cast<std::size_t>(got));
+      if (!answered && heard.find('\n') != std::string::npos) {
+        send_text(fd.get(), after);
+        answered = true;
+      }
+    }
+  }
+};
+
+// Issue 40, finding 3: the joining node's secret never leaves it, and a squatter that
+// cannot prove it holds the secret neither starts a round nor gives an exit code.
+TEST(Rendezvous, ASquatterOnNode0sPortLearnsNothingOfTheSecretAndStartsNothing) {
+  const std::string secret = "the-secret-0123456789";
+  const std::string round = format_round_start({0, 31337, 1});
+  const std::vector<std::pair<std::string, std::string>> answers = {
+      {"a made-up proof, then a round", format_host_proof(std::string(64, '0')) + round},
+      {"an empty proof, then a round", format_host_proof("") + round},
+      {"a forged notice instead of a proof",
+       format_job_end({kExitPreempted, "node 2 got a preemption notice"})},
+      {"a round at once", round},
+  };
+  for (const auto& [what, after] : answers) {
+    Squatter squatter;
+    std::thread fake(
+        [&, after = after] { squatter.serve(format_greeting(random_nonce()), after); });
+    Peer node1;
+    run_peer(squatter.port, join_of("run-a", secret, 1, 2), node1, true);
+    node1.socket.reset();
+    fake.join();
+    EXPECT_FALSE(node1.word) << what;  // no round start, no end with a code
+    EXPECT_NE(node1.error.find("the ddprun at 127.0.0.1:" + std::to_string(squatter.port)),
+              std::string::npos)
+        << what << ": " << node1.error;
+    EXPECT_NE(squatter.heard.find("ddprun_join"), std::string::npos) << what;
+    EXPECT_EQ(squatter.heard.find(secret), std::string::npos) << what << ": " << squatter.heard;
+    EXPECT_EQ(squatter.heard.find("the-secret"), std::string::npos) << what;
+  }
+  // One that does not greet (a TCPStore, a listener of today's protocol) hears nothing.
+  Squatter silent;
+  std::thread fake([&] { silent.serve("", ""); });
+  Peer node1;
+  run_peer(silent.port, join_of("run-a", secret, 1, 2), node1, true,
+           std::chrono::milliseconds(500));
+  silent.listener.reset();
+  fake.join();
+  EXPECT_FALSE(node1.word);
+  EXPECT_NE(node1.error.find("did not answer"), std::string::npos) << node1.error;
+  EXPECT_EQ(silent.heard, "");
+}
+
+// Issue 40, finding 4: without the secret (none, or another) a process that knows the run
+// id places no node; the real node still joins, and the refusals are counted.
+TEST(Rendezvous, AJoinerWithoutTheSecretPlacesNoNode) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "s3cret", 2, 1);
+  std::ostringstream log;
+  const auto refused =
+      join_all(host, port, log, {join_of("run-a", "", 1, 2), join_of("run-a", "s3cre7", 1, 2)});
+  const Peer& none = refused[0];
+  const Peer& other = refused[1];
+  EXPECT_TRUE(host.peers().empty()) << log.str();
+  EXPECT_FALSE(none.socket.valid());
+  EXPECT_NE(none.error.find("refused this node's join before proving itself: refused: node 1 (n) "
+                            "proves no rendezvous secret, and node 0 has one"),
+            std::string::npos)
+      << none.error;
+  EXPECT_FALSE(other.socket.valid());
+  EXPECT_NE(other.error.find("closed the connection at this node's join"), std::string::npos)
+      << other.error;
+  EXPECT_EQ(host.refused(), 2);
+  Peer real;
+  std::thread good([&] { run_peer(port, join_of("run-a", "s3cret", 1, 2), real); });
+  NodeEvent ended;
+  ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  start_round(host, 0, 41000);
+  good.join();
+  ASSERT_TRUE(real.word && real.word->start) << real.error;
+  // A host with no secret refuses a node that has one, and that node believes nothing.
+  const int port2 = pick_free_port();
+  RendezvousHost open_host(port2, "run-a", "", 2, 1);
+  const auto secretive = join_all(open_host, port2, log, {join_of("run-a", "s3cret", 1, 2)});
+  EXPECT_TRUE(open_host.peers().empty());
+  EXPECT_NE(secretive[0].error.find("proves a rendezvous secret, and node 0 has none"),
+            std::string::npos)
+      << secretive[0].error;
+}
+
+// The bytes of a join captured on one connection (here by a squatter) prove nothing on
+// another: the host's nonce differs.
+TEST(Rendezvous, AReplayedJoinIsRefused) {
+  Squatter squatter;
+  std::thread fake([&] {
+    squatter.serve(format_greeting(random_nonce()), format_host_proof(std::string(64, '0')));
+  });
+  Peer captured;
+  run_peer(squatter.port, join_of("run-a", "s3cret", 1, 2), captured, false);
+  fake.join();
+  const std::string join = squatter.heard.substr(0, squatter.heard.find('\n') + 1);
+  ASSERT_NE(join.find("\"proof\""), std::string::npos) << squatter.heard;
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "s3cret", 2, 1);
+  std::string heard;
+  std::atomic<bool> done{false};
+  std::thread replay([&] {
+    client(port, [&](int fd) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      char chunk[512];
+      ssize_t got = ::recv(fd, chunk, sizeof chunk, 0);  // the greeting
+      if (got > 0) heard.append(chunk, static_cast<std::size_t>(got));
+      send_text(fd, join);
+      while ((got = ::recv(fd, chunk, sizeof chunk, 0)) > 0) {
+        heard.append(chunk, static_cast<std::size_t>(got));
+      }
+    });
+    done = true;
+  });
+  std::ostringstream log;
+  gather_until(host, log, [&] { return done.load(); });
+  replay.join();
+  EXPECT_TRUE(host.peers().empty());
+  EXPECT_EQ(host.refused(), 1);
+  EXPECT_NE(log.str().find("or a replayed join"), std::string::npos) << log.str();
+  EXPECT_NE(heard.find("ddprun_rdzv"), std::string::npos) << heard;
+  EXPECT_EQ(heard.find("ddprun_host"), std::string::npos) << heard;  // no proof, no reply
+}
+
 TEST(Rendezvous, APeerWithNoHostFailsAtTheDeadlineAndAGoneHostEndsTheWait) {
   const int port = pick_free_port();  // nobody listens
-  EXPECT_THROW(join_host("127.0.0.1", port, join_of("run-a", "", 1, 2),
+  EXPECT_THROW(join_host("127.0.0.1", port, join_of("run-a", "", 1, 2).join, {},
                          RendezvousClock::now() + std::chrono::milliseconds(500), -1, kNever),
                ConfigError);
   int fds[2];

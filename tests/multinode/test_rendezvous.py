@@ -5,7 +5,9 @@ together, through node 0's rendezvous, with Python workers (gloo all-reduce). Ev
 exits 0, every rank of the last round is unique, saw restart count 1 and the right sum, and
 nothing is left on any node. While the nodes meet, hostile clients reach node 0's port
 (random bytes, another run's join, a client that never sends) while node 0 waits for the
-last node, which starts 2 s late: node 0 names and drops each, and the job goes on.
+last node, which starts 2 s late: node 0 names and drops each, counts them in its round's
+summary, and the job goes on. By hand the nodes share a home folder: node 0 makes the
+token file there, the others read it, and no worker sees the secret in its environment.
 
   --case byhand  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
   --case srun    srun --ntasks-per-node=1 ddprun ... inside a Slurm job
@@ -32,6 +34,11 @@ WORKER_PY = r"""
 import os, socket, sys
 restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 host = socket.gethostname()
+token_file = os.path.join(os.environ.get("HOME", "/nonexistent"), ".ddprun", "rdzv-token")
+if os.path.exists(token_file):
+    secret = open(token_file).read().strip()
+    if "DDPRUN_RDZV_TOKEN" in os.environ or any(secret in v for v in os.environ.values()):
+        print("the rendezvous secret is in a worker's environment", flush=True)
 if restart == 0 and host == "node2" and os.environ["LOCAL_RANK"] == "0":
     print(f"injected failure on {host}", flush=True)
     sys.exit(3)
@@ -59,7 +66,9 @@ def conn():
 s = conn()
 if s: s.sendall(os.urandom(8192)); s.close()
 s = conn()
-if s: s.sendall(b'{"ddprun_join": 1, "run": "another-job", "node": 1, "round": 0, "nproc": 2, "host": "x", "nnodes": 3}\n')
+if s:
+    s.recv(4096)  # node 0's greeting
+    s.sendall(b'{"ddprun_join": 1, "run": "another-job", "node": 1, "round": 0, "nproc": 2, "host": "x", "nnodes": 3, "nonce": "00"}\n')
 silent = conn()      # never sends: the host must not wait for it
 time.sleep(8)
 print("hostile client done", flush=True)
@@ -89,7 +98,9 @@ def check_output(outputs, world, failures, result):
 
 
 def run_byhand(cluster, a, worker, marker, failures, result):
-    env = job_env(marker)
+    home = os.path.join(cluster.dir, "home")  # every node's (simulated nodes share /tmp)
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    env = job_env(marker, HOME=home)
     procs = {}
     hostile = None
     for i, node in enumerate(cluster.nodes):
@@ -119,9 +130,18 @@ def run_byhand(cluster, a, worker, marker, failures, result):
             failures.append(f"{node}'s ddprun exited {p.returncode}, not 0")
     hostile.communicate(timeout=30)
     for what in ("refused a connection: not a ddprun join",
-                 "refused a connection: a join for run 'another-job', not this one"):
+                 "refused a connection: a join for run 'another-job', not this one",
+                 "refused connection(s)"):
         if what not in outputs[cluster.nodes[0]]:
             failures.append(f"node 0 did not say '{what}'")
+    token = os.path.join(home, ".ddprun", "rdzv-token")
+    if not os.path.isfile(token) or os.stat(token).st_mode & 0o777 != 0o600:
+        failures.append(f"node 0 made no token file {token} of mode 0600")
+    for node, out in outputs.items():
+        if "no shared secret" in out:
+            failures.append(f"{node}'s ddprun had no secret with a shared home folder")
+        if "the rendezvous secret is in a worker's environment" in out:
+            failures.append(f"a worker on {node} had the rendezvous secret in its environment")
     return outputs
 
 

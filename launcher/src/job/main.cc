@@ -20,6 +20,7 @@
 #include "job/round_setup.h"
 #include "nodes/agents.h"
 #include "nodes/ports.h"
+#include "nodes/rendezvous_secret.h"
 #include "plan/deadline.h"
 #include "plan/host_facts.h"
 #include "plan/plan.h"
@@ -211,19 +212,33 @@ int run(Options options, Environment env) {
                                      : "ddprun-console-" + spill_name;  // a private folder's
   const auto join_timeout = std::chrono::milliseconds(
       static_cast<long long>(options.rdzv_conf.join_timeout_s.value_or(600.0) * 1000.0));
-  const std::string token = lookup(env, kRendezvousTokenVariable).value_or("");
   if (meet && inputs.cluster.this_node != 0) {
     PeerJob peer{options, inputs, env, program_path, self, settings, runner_config};
-    const int code =
-        run_peer_job(peer, rendezvous_port, token, join_timeout, signals, guardian, spill_path);
+    // Read once node 0 answers: node 0 makes the token file before it listens.
+    std::optional<std::string> secret;
+    const SecretSource read_secret = [&] {
+      if (!secret) {
+        const RendezvousSecret found = rendezvous_secret(env, false);
+        std::cerr << found.warning;
+        secret = found.secret;
+      }
+      return *secret;
+    };
+    const int code = run_peer_job(peer, rendezvous_port, read_secret, join_timeout, signals,
+                                  guardian, spill_path);
     signals.discard_pending();  // as below: the outcome is decided
     return code;
   }
   std::optional<RendezvousHost> rendezvous;  // keeps every node's connection for the job
   if (meet) {
-    rendezvous.emplace(rendezvous_port, inputs.run_id, token,
+    const RendezvousSecret secret = rendezvous_secret(env, true);
+    std::cerr << secret.warning;
+    const SystemServices services = system_services(env);
+    rendezvous.emplace(rendezvous_port, inputs.run_id, secret.secret,
                        static_cast<int>(inputs.cluster.nodes.size()),
-                       this_node_nproc(options, inputs, env));
+                       this_node_nproc(options, inputs, env),
+                       rendezvous_address(services.resolve_host(inputs.master_addr),
+                                          services.network_interfaces()));
     inputs.master_port = pick_free_port();  // the workers': another one every round
     inputs.fixed_port = false;
   }

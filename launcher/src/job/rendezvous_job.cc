@@ -51,6 +51,17 @@ GatherEnd end_job_for(RendezvousHost& host, const NodeEvent& event, bool here) {
 
 }  // namespace
 
+std::string rendezvous_address(const std::vector<std::string>& master_addresses,
+                               const std::vector<NetworkInterface>& interfaces) {
+  for (const std::string& address : master_addresses) {
+    if (address.find(':') != std::string::npos) continue;  // the listener is IPv4
+    for (const NetworkInterface& interface : interfaces) {
+      if (interface.address == address) return address;
+    }
+  }
+  return "";
+}
+
 int this_node_nproc(const Options& options, const PlanInputs& inputs, const Environment& env) {
   const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
   return plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc;
@@ -73,9 +84,12 @@ void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, i
     setup.children.push_back(std::move(relay));
   }
   if (!peers.empty()) {
-    setup.summary += "ddprun: " + std::to_string(peers.size()) + " other node(s) joined round " +
-                     std::to_string(round) + "; their workers get master port " +
-                     std::to_string(master_port) + "\n";
+    setup.summary +=
+        "ddprun: " + std::to_string(peers.size()) + " other node(s) joined round " +
+        std::to_string(round) + "; their workers get master port " + std::to_string(master_port) +
+        (host.refused() > 0 ? "; " + std::to_string(host.refused()) + " refused connection(s)"
+                            : std::string()) +
+        "\n";
   }
 }
 
@@ -106,7 +120,7 @@ std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
   }
 }
 
-int run_peer_job(const PeerJob& job, int port, const std::string& token,
+int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path) {
   const std::string where = job.inputs.master_addr + ":" + std::to_string(port);
@@ -132,13 +146,12 @@ int run_peer_job(const PeerJob& job, int port, const std::string& token,
   };
   JoinRequest join;
   join.run_id = job.inputs.run_id;
-  join.token = token;
   join.node_rank = node;
   join.host = job.inputs.host.hostname;
   join.nnodes = static_cast<int>(job.inputs.cluster.nodes.size());
   join.nproc = this_node_nproc(job.options, job.inputs, job.env);
   const UniqueFd socket =
-      join_host(job.inputs.master_addr, port, join, RendezvousClock::now() + join_timeout,
+      join_host(job.inputs.master_addr, port, join, secret, RendezvousClock::now() + join_timeout,
                 signals.fd(), on_interrupt);
   if (!socket.valid()) return 128 + stop;
   std::optional<int> last;  // the last round's code

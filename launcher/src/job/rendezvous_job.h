@@ -19,9 +19,12 @@
 
 namespace ddprun {
 
-// Where a site keeps the rendezvous' shared secret: the same value on every node (srun
-// and mpirun pass the environment on); joins without it are refused.
-inline constexpr const char* kRendezvousTokenVariable = "DDPRUN_RDZV_TOKEN";
+// Where node 0's ddprun listens for the others: the master address (as it resolves,
+// `master_addresses`) when that is an IPv4 address of one of this host's `interfaces`, the
+// one the other nodes reach it by; else every interface (empty), as the master may be a
+// name this host does not know as its own (a NAT, a load balancer, an IPv6 address).
+std::string rendezvous_address(const std::vector<std::string>& master_addresses,
+                               const std::vector<NetworkInterface>& interfaces);
 
 // Node 0 before `round`: waits until every other node is connected (RendezvousHost::gather)
 // until `deadline`. Returns nullopt when they are; otherwise the job ends before the round,
@@ -48,7 +51,8 @@ std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
 int this_node_nproc(const Options& options, const PlanInputs& inputs, const Environment& env);
 
 // Node 0: adds to `setup` one relay child per connected node (`self --peer-relay`, its
-// socket as descriptor 3), whose first message is the round's start.
+// socket as descriptor 3), whose first message is the round's start; the summary names the
+// connections refused so far.
 void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, int master_port,
                      const std::string& self, const Environment& env);
 
@@ -67,8 +71,9 @@ struct PeerJob {
 // (signals from node 0 arrive on the connection), reports its events at once and its exit
 // code at each round's end, until node 0 ends the job. Returns ddprun's exit code: the
 // job's as node 0 gives it, 128 + a stop signal ddprun itself received, or the last
-// round's when node 0 is gone. Throws ConfigError when node 0 never answers or refuses.
-int run_peer_job(const PeerJob& job, int port, const std::string& token,
+// round's when node 0 is gone. Throws ConfigError when node 0 never answers, refuses, or
+// does not prove `secret` (join_host).
+int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path);
 

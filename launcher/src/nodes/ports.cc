@@ -20,8 +20,8 @@ namespace ddprun {
 
 namespace {
 
-// A TCP listener on all IPv4 interfaces, as a raw fd, or -errno.
-int open_listener(int port, int backlog) {
+// A TCP listener on `address` (IPv4; empty: every interface), as a raw fd, or -errno.
+int open_listener(int port, int backlog, const std::string& address = "") {
   UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) throw std::system_error(errno, std::generic_category(), "socket");
   // Like the store's own listener: a port in TIME_WAIT counts as free.
@@ -30,6 +30,8 @@ int open_listener(int port, int backlog) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!address.empty() && ::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1)
+    return -EINVAL;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return -errno;
   // Listening makes a free-port check strict: a second listener would fail here too.
@@ -54,8 +56,8 @@ bool port_is_free(int port) {
   return try_bind(port) > 0;
 }
 
-UniqueFd listen_on(int port) {
-  const int fd = open_listener(port, 128);
+UniqueFd listen_on(int port, const std::string& address) {
+  const int fd = open_listener(port, 128, address);
   return UniqueFd(fd < 0 ? -1 : fd);
 }
 

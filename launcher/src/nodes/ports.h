@@ -13,8 +13,9 @@ bool port_is_free(int port);
 // A port the kernel says is free now (bind to port 0). Throws std::system_error.
 int pick_free_port();
 
-// A listener on `port` on all IPv4 interfaces, or an invalid fd when it cannot bind.
-UniqueFd listen_on(int port);
+// A listener on `port` of `address` (an IPv4 address of this host; empty: every IPv4
+// interface), or an invalid fd when it cannot bind.
+UniqueFd listen_on(int port, const std::string& address = "");
 
 // Who listens on TCP `port` on this host, as "pid 123 (python3 train.py, run abc)", from
 // /proc (the run id from the process's TORCHELASTIC_RUN_ID when it may be read); empty

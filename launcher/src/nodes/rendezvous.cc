@@ -16,6 +16,7 @@
 #include "ddprun/common/printable.h"
 #include "ddprun/contract/errors.h"
 #include "nodes/ports.h"
+#include "nodes/rendezvous_secret.h"
 #include "report/control.h"
 
 namespace ddprun {
@@ -28,16 +29,8 @@ constexpr int kMaxLoggedRefusals = 5;
 // A node's answer to --stacks: every rank's stacks and traces, as one line.
 constexpr std::size_t kMaxAnswerBytes = std::size_t{64} << 20;
 
-// Equal strings, in a time that does not depend on where they differ.
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
-    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-    diff = static_cast<unsigned char>(diff | (x ^ y));
-  }
-  return diff == 0;
-}
+// Nonces and proofs are hex digests (rendezvous_secret.h); a little room for longer ones.
+constexpr std::size_t kMaxNonceBytes = 128;
 
 void set_blocking(int fd, bool blocking) {
   const int flags = ::fcntl(fd, F_GETFL);
@@ -99,11 +92,48 @@ std::optional<std::string> string_field(const nlohmann::json& doc, const char* k
 }  // namespace
 
 std::string format_join(const JoinRequest& join) {
-  nlohmann::json doc = {{"ddprun_join", 1},     {"run", join.run_id},  {"node", join.node_rank},
-                        {"round", join.round},  {"nproc", join.nproc}, {"host", join.host},
-                        {"nnodes", join.nnodes}};
-  if (!join.token.empty()) doc["token"] = join.token;
-  return doc.dump() + "\n";
+  nlohmann::json doc = {{"ddprun_join", 1},      {"run", join.run_id},  {"node", join.node_rank},
+                        {"round", join.round},   {"nproc", join.nproc}, {"host", join.host},
+                        {"nnodes", join.nnodes}, {"nonce", join.nonce}};
+  if (!join.proof.empty()) doc["proof"] = join.proof;
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string join_proof(std::string_view secret, std::string_view host_nonce,
+                       const JoinRequest& join) {
+  const std::string node = std::to_string(join.node_rank);
+  const std::string round = std::to_string(join.round);
+  const std::string nproc = std::to_string(join.nproc);
+  const std::string nnodes = std::to_string(join.nnodes);
+  return proof_of_secret(
+      secret, {"join", host_nonce, join.nonce, join.run_id, node, round, nproc, join.host, nnodes});
+}
+
+std::string format_greeting(std::string_view nonce) {
+  return nlohmann::json{{"ddprun_rdzv", 1}, {"nonce", nonce}}.dump() + "\n";
+}
+
+std::optional<std::string> parse_greeting(std::string_view line) {
+  const auto doc = json_object(line);
+  if (!doc || int_field(*doc, "ddprun_rdzv", 1, 1) != 1) return std::nullopt;
+  auto nonce = string_field(*doc, "nonce", kMaxNonceBytes);
+  if (!nonce || nonce->empty()) return std::nullopt;
+  return nonce;
+}
+
+std::string host_proof(std::string_view secret, std::string_view peer_nonce,
+                       std::string_view host_nonce) {
+  return proof_of_secret(secret, {"host", peer_nonce, host_nonce});
+}
+
+std::string format_host_proof(std::string_view proof) {
+  return nlohmann::json{{"ddprun_host", 1}, {"proof", proof}}.dump() + "\n";
+}
+
+std::optional<std::string> parse_host_proof(std::string_view line) {
+  const auto doc = json_object(line);
+  if (!doc || int_field(*doc, "ddprun_host", 1, 1) != 1) return std::nullopt;
+  return string_field(*doc, "proof", kMaxNonceBytes);
 }
 
 std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
@@ -119,9 +149,10 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   const auto nproc = int_field(*doc, "nproc", 1, 1 << 16);
   const auto host = string_field(*doc, "host", 255);
   const auto nnodes = int_field(*doc, "nnodes", 1, 1 << 20);
-  const auto token = doc->contains("token") ? string_field(*doc, "token", 1024)
+  const auto nonce = string_field(*doc, "nonce", kMaxNonceBytes);
+  const auto proof = doc->contains("proof") ? string_field(*doc, "proof", kMaxNonceBytes)
                                             : std::optional<std::string>(std::string());
-  if (!run || !node || !round || !nproc || !host || !token || !nnodes) {
+  if (!run || !node || !round || !nproc || !host || !nonce || nonce->empty() || !proof || !nnodes) {
     why = "a join with a missing or malformed field";
     return std::nullopt;
   }
@@ -130,8 +161,9 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   join.round = *round;
   join.nproc = *nproc;
   join.host = *host;
-  join.token = *token;
   join.nnodes = *nnodes;
+  join.nonce = *nonce;
+  join.proof = *proof;
   return join;
 }
 
@@ -177,12 +209,12 @@ std::optional<JobEnd> parse_job_end(std::string_view line) {
   return JobEnd{*code, printable_host(*why)};
 }
 
-RendezvousHost::RendezvousHost(int port, std::string run_id, std::string token, int nodes,
-                               int nproc)
-    : listener_(listen_on(port)),
+RendezvousHost::RendezvousHost(int port, std::string run_id, std::string secret, int nodes,
+                               int nproc, const std::string& address)
+    : listener_(listen_on(port, address)),
       port_(port),
       run_id_(std::move(run_id)),
-      token_(std::move(token)),
+      secret_(std::move(secret)),
       nodes_(nodes),
       nproc_(nproc) {
   if (!listener_.valid()) {
@@ -220,7 +252,8 @@ std::string RendezvousHost::describe() const {
     if (peer) list += " (" + printable_host(peer->join.host) + ")";
   }
   return "joined: " + (joined.empty() ? std::string("none") : joined) +
-         "; awaited: " + (awaited.empty() ? std::string("none") : awaited);
+         "; awaited: " + (awaited.empty() ? std::string("none") : awaited) +
+         (refused_ > 0 ? "; refused connections: " + std::to_string(refused_) : "");
 }
 
 void RendezvousHost::end_job(const JobEnd& end) {
@@ -251,18 +284,20 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
   }
 }
 
+void RendezvousHost::refuse(std::ostream& log, const std::string& why) {
+  ++refused_;
+  if (refused_ <= kMaxLoggedRefusals || refused_ % 100 == 0) {
+    log << "ddprun: rendezvous: refused a connection: " << why
+        << (refused_ > kMaxLoggedRefusals ? " (" + std::to_string(refused_) + " refused so far)"
+                                          : "")
+        << "\n";
+  }
+}
+
 void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) {
   Pending& p = pending_[index];
   const auto newline = p.buffer.find('\n');
-  const auto refuse = [&](const std::string& why) {
-    ++refused_;
-    if (refused_ <= kMaxLoggedRefusals || refused_ % 100 == 0) {
-      log << "ddprun: rendezvous: refused a connection: " << why
-          << (refused_ > kMaxLoggedRefusals ? " (" + std::to_string(refused_) + " refused so far)"
-                                            : "")
-          << "\n";
-    }
-  };
+  const auto refuse = [&](const std::string& why) { this->refuse(log, why); };
   std::string why;
   const auto join = parse_join(std::string_view(p.buffer).substr(0, newline), why);
   if (!join) {
@@ -275,16 +310,38 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
     p.fd.reset();
     return;
   }
-  if (!token_.empty() && !same_secret(join->token, token_)) {
-    refuse("node " + std::to_string(join->node_rank) + " gave the wrong DDPRUN_RDZV_TOKEN");
-    p.fd.reset();
-    return;
-  }
-  // A node of this run: a refusal says why, to it and here.
   const std::string who =
       "node " +
       (join->node_rank < 0 ? std::string("(any rank)") : std::to_string(join->node_rank)) + " (" +
       printable_host(join->host) + ")";
+  // Only one side with a secret: both are told (the peer cannot believe this reply, but it
+  // shows it as the other end's word).
+  if (secret_.empty() != join->proof.empty()) {
+    const std::string one_sided = secret_.empty()
+                                      ? who + " proves a rendezvous secret, and node 0 has none"
+                                      : who + " proves no rendezvous secret, and node 0 has one";
+    refuse(one_sided);
+    (void)write_all_fd(p.fd.get(), format_job_end({kExitLauncherError, "refused: " + one_sided}));
+    p.fd.reset();
+    return;
+  }
+  // A wrong proof: another secret, or bytes replayed from another connection (their nonce is
+  // not this one's). Nothing is said to what may be a stranger.
+  if (!secret_.empty() && !same_proof(join->proof, join_proof(secret_, p.nonce, *join))) {
+    refuse(who + " gave no valid proof of the rendezvous secret (another DDPRUN_RDZV_TOKEN or " +
+           "token file, or a replayed join)");
+    p.fd.reset();
+    return;
+  }
+  // A node of this run that proved itself: the host proves itself back before anything else,
+  // then a refusal says why, to it and here.
+  set_blocking(p.fd.get(), true);
+  if (!write_all_fd(p.fd.get(), format_host_proof(
+                                    secret_.empty() ? std::string()
+                                                    : host_proof(secret_, join->nonce, p.nonce)))) {
+    p.fd.reset();
+    return;
+  }
   std::string mismatch;
   if (join->nnodes != nodes_) {
     mismatch = who + " has " + std::to_string(join->nnodes) + " nodes (--nnodes), node 0 has " +
@@ -322,7 +379,6 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
   }
   JoinRequest placed = *join;
   placed.node_rank = place;
-  set_blocking(p.fd.get(), true);
   slot = JoinedPeer{placed, std::move(p.fd), p.buffer.substr(newline + 1)};
 }
 
@@ -359,10 +415,13 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       for (int node = 1; node < nodes_; ++node) {
         if (!joined_[static_cast<std::size_t>(node)]) absent += " " + std::to_string(node);
       }
-      const std::string what = "only " + std::to_string(nodes_ - missing()) + " of " +
-                               std::to_string(nodes_) + " nodes joined round " +
-                               std::to_string(round) + " of the rendezvous on port " +
-                               std::to_string(port_) + " in time; missing node(s):" + absent;
+      const std::string what =
+          "only " + std::to_string(nodes_ - missing()) + " of " + std::to_string(nodes_) +
+          " nodes joined round " + std::to_string(round) + " of the rendezvous on port " +
+          std::to_string(port_) + " in time; missing node(s):" + absent +
+          (refused_ > 0
+               ? " (" + std::to_string(refused_) + " refused connection(s): node 0's log says why)"
+               : "");
       end_job({kExitLauncherError, what});  // the nodes that came learn why
       throw ConfigError(what,
                         "start ddprun on every node with the same options, or raise --rdzv-conf "
@@ -399,11 +458,7 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
         take_join(k, round, log);
         p.fd.reset();  // closed, or moved into joined_
       } else if (p.buffer.size() > kMaxJoinBytes) {
-        ++refused_;
-        if (refused_ <= kMaxLoggedRefusals) {
-          log << "ddprun: rendezvous: refused a connection: a line longer than " << kMaxJoinBytes
-              << " bytes\n";
-        }
+        refuse(log, "a line longer than " + std::to_string(kMaxJoinBytes) + " bytes");
         p.fd.reset();
       }
     }
@@ -425,18 +480,20 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
               pending_.begin(), pending_.end(),
               [](const Pending& a, const Pending& b) { return a.until < b.until; });
           pending_.erase(oldest);
+          refuse(log, "more than " + std::to_string(kMaxPending) +
+                          " connections without a join: the oldest is closed");
         }
-        pending_.push_back({UniqueFd(fd), {}, RendezvousClock::now() + kJoinReadTimeout});
+        // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
+        // short line fits; one that does not is no client).
+        Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
+        if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
       }
     }
     const auto later = RendezvousClock::now();
     for (Pending& p : pending_) {
       if (p.fd.valid() && later >= p.until) {
-        ++refused_;
-        if (refused_ <= kMaxLoggedRefusals) {
-          log << "ddprun: rendezvous: refused a connection: no complete join within "
-              << kJoinReadTimeout.count() / 1000 << " s\n";
-        }
+        refuse(log,
+               "no complete join within " + std::to_string(kJoinReadTimeout.count() / 1000) + " s");
         p.fd.reset();
       }
     }
@@ -445,11 +502,74 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
   }
 }
 
-UniqueFd join_host(const std::string& host, int port, const JoinRequest& join,
+namespace {
+
+// Receives what came on `fd`, at most `size` bytes and never past the end of a line (what
+// follows a line may be someone else's to read). As recv.
+ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
+  const ssize_t got = ::recv(fd, buffer, size, MSG_PEEK);
+  if (got <= 0) return got;
+  const auto* end =
+      static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
+  return ::recv(
+      fd, buffer,
+      end != nullptr ? static_cast<std::size_t>(end - buffer + 1) : static_cast<std::size_t>(got),
+      0);
+}
+
+enum class HostLine { kLine, kStop, kClosed, kTimedOut };
+
+// Reads the host's next line into `line`, never past its end (what follows it is the
+// round's own), until `deadline` (none: for ever). Meanwhile `interrupt_fd` is served with
+// `on_interrupt`: an event it asks to tell is kept in `held` when given, else sent at once.
+HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> deadline,
+                        int interrupt_fd, const OnInterrupt& on_interrupt,
+                        std::optional<NodeEvent>* held, std::string& line) {
+  line.clear();
+  for (;;) {
+    pollfd fds[2] = {{socket, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, deadline ? ms_until(*deadline) : -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return HostLine::kTimedOut;
+    if (fds[1].revents != 0) {
+      const PeerInterrupt what = on_interrupt();
+      if (what.tell && held != nullptr) *held = what.tell;
+      if (what.tell && held == nullptr) (void)write_all_fd(socket, node_event_line(*what.tell));
+      if (what.stop) return HostLine::kStop;
+      continue;
+    }
+    char chunk[512];
+    const ssize_t got = recv_to_line_end(socket, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return HostLine::kClosed;
+    line.append(chunk, static_cast<std::size_t>(got));
+    if (line.back() == '\n') {
+      line.pop_back();
+      return HostLine::kLine;
+    }
+    if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
+  }
+}
+
+ConfigError no_answer(const std::string& where) {
+  return ConfigError("node 0's ddprun did not answer at " + where + " in time",
+                     "start ddprun on node 0 too, with the same --master-addr and "
+                     "--master-port, or raise --rdzv-conf join_timeout");
+}
+
+constexpr const char* kSameSecretHint =
+    "give every node the same DDPRUN_RDZV_TOKEN, or the same ~/.ddprun/rdzv-token (node 0 "
+    "makes it; a shared home folder shares it), or check who listens on that port on node 0";
+
+}  // namespace
+
+UniqueFd join_host(const std::string& host, int port, JoinRequest join, const SecretSource& secret,
                    RendezvousClock::time_point deadline, int interrupt_fd,
                    const OnInterrupt& on_interrupt) {
   const std::string where = host + ":" + std::to_string(port);
-  std::optional<NodeEvent> tell;  // a notice that came before the connection: sent after the join
+  std::optional<NodeEvent> tell;   // a notice that came before the host's proof: sent after it
+  std::optional<std::string> key;  // asked for at the first greeting
+  std::string line;
   for (;;) {
     pollfd wait{interrupt_fd, POLLIN, 0};
     if (::poll(&wait, 1, 0) > 0) {
@@ -458,18 +578,54 @@ UniqueFd join_host(const std::string& host, int port, const JoinRequest& join,
       if (what.tell) tell = what.tell;
     }
     UniqueFd sock = connect_tcp(host, port, 1000);
-    if (!sock.valid()) {
-      if (RendezvousClock::now() >= deadline) {
-        throw ConfigError("node 0's ddprun did not answer at " + where + " in time",
-                          "start ddprun on node 0 too, with the same --master-addr and "
-                          "--master-port, or raise --rdzv-conf join_timeout");
-      }
+    if (sock.valid()) set_blocking(sock.get(), true);
+    // The greeting comes once node 0 gathers (during a round it does not: wait for it).
+    const HostLine greeted =
+        sock.valid() ? read_host_line(sock.get(), deadline, interrupt_fd, on_interrupt, &tell, line)
+                     : HostLine::kClosed;
+    if (greeted == HostLine::kStop) return UniqueFd();
+    if (greeted == HostLine::kTimedOut) throw no_answer(where);
+    if (greeted == HostLine::kClosed) {
+      if (RendezvousClock::now() >= deadline) throw no_answer(where);
       pollfd again{interrupt_fd, POLLIN, 0};
       (void)::poll(&again, 1, 200);  // nobody listens yet: try again soon
       continue;
     }
-    set_blocking(sock.get(), true);
+    const auto host_nonce = parse_greeting(line);
+    if (!host_nonce) {
+      throw ConfigError("what listens at " + where + " is not node 0's ddprun (it sent no " +
+                            "rendezvous greeting); this node sent it nothing",
+                        "check who listens on that port on node 0");
+    }
+    if (!key) key = secret ? secret() : std::string();
+    join.nonce = random_nonce();
+    join.proof = key->empty() ? std::string() : join_proof(*key, *host_nonce, join);
     if (!write_all_fd(sock.get(), format_join(join))) continue;
+    const HostLine answered =
+        read_host_line(sock.get(), deadline, interrupt_fd, on_interrupt, &tell, line);
+    if (answered == HostLine::kStop) return UniqueFd();
+    if (answered == HostLine::kTimedOut) throw no_answer(where);
+    if (answered == HostLine::kClosed) {
+      throw ConfigError(
+          "node 0's ddprun at " + where + " closed the connection at this node's " + "join",
+          key->empty() ? "it refused the join: node 0's output says why"
+                       : std::string(kSameSecretHint));
+    }
+    const auto proof = parse_host_proof(line);
+    if (!proof) {
+      const auto refused = parse_job_end(line);
+      throw ConfigError(
+          "the ddprun at " + where + " " +
+              (refused ? "refused this node's join before proving itself: " + refused->why
+                       : std::string("sent something else than a proof")),
+          kSameSecretHint);
+    }
+    if (!key->empty() && !same_proof(*proof, host_proof(*key, join.nonce, *host_nonce))) {
+      throw ConfigError("the ddprun at " + where + " did not prove it holds the rendezvous " +
+                            "secret: another secret, or not node 0's ddprun; this node runs " +
+                            "nothing it says",
+                        kSameSecretHint);
+    }
     if (tell) (void)write_all_fd(sock.get(), node_event_line(*tell));
     return sock;
   }
@@ -478,40 +634,25 @@ UniqueFd join_host(const std::string& host, int port, const JoinRequest& join,
 std::optional<HostWord> wait_for_host(int socket, const std::string& where,
                                       std::optional<RendezvousClock::time_point> deadline,
                                       int interrupt_fd, const OnInterrupt& on_interrupt) {
-  // Read a byte at a time: what follows the line is the round's own.
   std::string line;
-  for (;;) {
-    pollfd fds[2] = {{socket, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, deadline ? ms_until(*deadline) : -1);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
+  switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line)) {
+    case HostLine::kTimedOut:
       throw ConfigError("node 0's ddprun at " + where + " started no round in time",
                         "a node may be missing: raise --rdzv-conf join_timeout, or check "
                         "every node's ddprun");
-    }
-    if (fds[1].revents != 0) {
-      const PeerInterrupt what = on_interrupt();
-      if (what.tell) (void)write_all_fd(socket, node_event_line(*what.tell));
-      if (what.stop) return std::nullopt;
-      continue;
-    }
-    char c = 0;
-    const ssize_t got = ::recv(socket, &c, 1, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return std::nullopt;  // the host is gone
-    if (c != '\n') {
-      line += c;
-      if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
-      continue;
-    }
-    HostWord word;
-    word.start = parse_round_start(line);
-    if (!word.start) word.end = parse_job_end(line);
-    if (!word.start && !word.end) {
-      throw ConfigError("node 0's ddprun at " + where + " sent something else than a round start");
-    }
-    return word;
+    case HostLine::kStop:
+    case HostLine::kClosed:
+      return std::nullopt;  // told to stop, or the host is gone
+    case HostLine::kLine:
+      break;
   }
+  HostWord word;
+  word.start = parse_round_start(line);
+  if (!word.start) word.end = parse_job_end(line);
+  if (!word.start && !word.end) {
+    throw ConfigError("node 0's ddprun at " + where + " sent something else than a round start");
+  }
+  return word;
 }
 
 int run_peer_relay() {
@@ -536,15 +677,7 @@ int run_peer_relay() {
     if (fds[1].revents != 0) {
       // Never past the end of a line: after the exit report the connection goes on to the
       // host (the next round, or what the node says between rounds).
-      ssize_t got = ::recv(kSocket, buffer, sizeof buffer, MSG_PEEK);
-      if (got > 0) {
-        const auto* end =
-            static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
-        got = ::recv(kSocket, buffer,
-                     end != nullptr ? static_cast<std::size_t>(end - buffer + 1)
-                                    : static_cast<std::size_t>(got),
-                     0);
-      }
+      const ssize_t got = recv_to_line_end(kSocket, buffer, sizeof buffer);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
         const char lost[] = "ddprun: lost the connection to a node's ddprun\n";

@@ -16,12 +16,25 @@
 // ddprun restarted), a node stopped or noticed there ends the job on every node. At the
 // job's end every node is told the job's exit code ({"end": N, "why": ...}).
 //
-// It listens on the network. A join must fit in kMaxJoinBytes, arrive within
-// kJoinReadTimeout of the connection, name this run (and carry DDPRUN_RDZV_TOKEN when the
-// host has one); anything else (random bytes, another job, a slow or half-open client) is
-// closed without a reply and without disturbing the job. A join of this run whose node
-// count, worker count or node rank does not fit is refused with a reply naming both
-// values. Nothing a peer sends is run or reaches a worker's command or environment.
+// It listens on the network, so each side proves it holds the launchers' shared secret
+// (rendezvous_secret.h) without ever sending it. The host greets every connection with a
+// fresh nonce ({"ddprun_rdzv": 1, "nonce": ...}); the peer answers with its join, its own
+// nonce and HMAC(secret, "join", host nonce, peer nonce, the join's fields); the host checks
+// it, then proves itself ({"ddprun_host": 1, "proof": HMAC(secret, "host", peer nonce, host
+// nonce)}) before anything else, and the peer checks that before it believes anything the
+// host says (a round start, the job's end). So a process that holds the port before node 0
+// learns nothing of the secret and cannot start a round or give an exit code; one without
+// the secret cannot place a node; bytes replayed from another connection prove nothing
+// (fresh nonces). Without a secret on either side the proofs are empty and any process
+// that knows the run id may join, as the warning printed then says.
+//
+// A join must fit in kMaxJoinBytes, arrive within kJoinReadTimeout of the connection, name
+// this run and prove the secret; anything else (random bytes, another job, a slow or
+// half-open client) is closed without a reply and without disturbing the job, and counted
+// (refused()). A join of this run whose node count, worker count or node rank does not fit
+// is refused, after the host's proof, with a reply naming both values. Nothing a peer sends
+// is run or reaches a worker's command or environment. The messages after the greeting are
+// not signed one by one: someone on the path between two nodes can still cut in (docs).
 
 #include <chrono>
 #include <functional>
@@ -41,16 +54,29 @@ inline constexpr std::chrono::milliseconds kJoinReadTimeout{5000};
 
 struct JoinRequest {
   std::string run_id;
-  std::string token;   // DDPRUN_RDZV_TOKEN, or empty
   int node_rank = -1;  // -1: any, by order of arrival (c10d by hand, no --node-rank)
   int round = 0;       // 0: a ddprun that has run no round (a node's ddprun restarted too)
   int nproc = 1;       // its workers; every node must have as many (its WORLD_SIZE)
   std::string host;
-  int nnodes = 0;  // the node count it was started with
+  int nnodes = 0;     // the node count it was started with
+  std::string nonce;  // the peer's, fresh for each connection (join_host sets it)
+  std::string proof;  // join_proof(); empty without a secret
 };
 std::string format_join(const JoinRequest& join);
 // The join in `line` (without its newline); nullopt, with `why`, for anything else.
 std::optional<JoinRequest> parse_join(std::string_view line, std::string& why);
+// HMAC(secret, "join", host nonce, the join's nonce, its fields).
+std::string join_proof(std::string_view secret, std::string_view host_nonce,
+                       const JoinRequest& join);
+
+// Host -> each new connection: its nonce. Host -> a peer whose join proved the secret:
+// the host's own proof (empty without a secret), before anything else.
+std::string format_greeting(std::string_view nonce);
+std::optional<std::string> parse_greeting(std::string_view line);
+std::string host_proof(std::string_view secret, std::string_view peer_nonce,
+                       std::string_view host_nonce);
+std::string format_host_proof(std::string_view proof);
+std::optional<std::string> parse_host_proof(std::string_view line);
 
 struct RoundStart {
   int round = 0;
@@ -82,9 +108,11 @@ struct JoinedPeer {
 
 class RendezvousHost {
  public:
-  // Listens on `port` on every interface. Throws UsageError when the port is taken.
-  // Every node must have `nodes` nodes and `nproc` workers.
-  RendezvousHost(int port, std::string run_id, std::string token, int nodes, int nproc);
+  // Listens on `port` of `address` (an IPv4 address of this host; empty: every
+  // interface). Throws UsageError when the port is taken. Every node must have `nodes`
+  // nodes and `nproc` workers and prove `secret` (empty: none is asked for).
+  RendezvousHost(int port, std::string run_id, std::string secret, int nodes, int nproc,
+                 const std::string& address = "");
 
   enum class Gathered {
     kAllJoined,    // nodes 1..N-1 are connected: peers() has them
@@ -97,32 +125,36 @@ class RendezvousHost {
   // and a node that joins again replaces its earlier connection. Throws ConfigError naming
   // who joined and who did not at `deadline`, after telling the joined nodes. Joins are never
   // lost to an interruption. Bad joins are logged to `log` (one line each, at most a few,
-  // then every hundredth with the count) and closed.
+  // then every hundredth with the count), counted and closed.
   Gathered gather(int round, RendezvousClock::time_point deadline, int interrupt_fd,
                   std::ostream& log, NodeEvent& ended, int control_fd = -1);
   // The connected nodes, in node rank order (after kAllJoined: all of them).
   std::vector<const JoinedPeer*> peers() const;
   // Tells every connected node the job's end and closes the connections.
   void end_job(const JobEnd& end);
-  // Who joined and who is awaited, for a status answer: "node 1 (n2) joined; awaiting 2".
+  // Who joined and who is awaited, for a status answer: "joined: 1 (n2); awaited: 2",
+  // with "; refused connections: N" once there are any.
   std::string describe() const;
   int port() const noexcept { return port_; }
+  // Connections refused in the job's life (bad joins, floods, silent or slow clients).
   int refused() const noexcept { return refused_; }
 
  private:
   // Reads what a connected node sent between rounds; false when it left.
   bool read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event);
   void take_join(std::size_t pending, int round, std::ostream& log);
+  void refuse(std::ostream& log, const std::string& why);
 
   UniqueFd listener_;
   int port_;
   std::string run_id_;
-  std::string token_;
+  std::string secret_;
   int nodes_;
   int nproc_;
-  int refused_ = 0;  // bad joins so far, for the log's bound
+  int refused_ = 0;  // refused connections so far
   struct Pending {
     UniqueFd fd;
+    std::string nonce;  // the greeting's
     std::string buffer;
     RendezvousClock::time_point until;
   };
@@ -145,10 +177,18 @@ struct HostWord {
   std::optional<JobEnd> end;
 };
 
-// Peer: connects to `host`:`port` (retrying while nobody listens yet, until `deadline`)
-// and sends `join`. Returns the connection, or an invalid one when `on_interrupt` said to
-// stop first. Throws ConfigError when no host answers by `deadline`.
-UniqueFd join_host(const std::string& host, int port, const JoinRequest& join,
+// The launchers' secret, asked for once a host has greeted (a peer reads the token file
+// then: node 0 makes it before it listens); empty: none.
+using SecretSource = std::function<std::string()>;
+
+// Peer: connects to `host`:`port` (retrying while nobody listens yet, until `deadline`),
+// waits for the greeting, sends `join` with its nonce and proof, and checks the host's
+// proof. Returns the connection, or an invalid one when `on_interrupt` said to stop first
+// (an event it asks to tell goes to the host after the host's proof). Throws ConfigError
+// when no host answers by `deadline`, when what answers does not greet as a host, refuses
+// the join or closes before its proof, or does not prove the secret: this node then runs
+// nothing it said.
+UniqueFd join_host(const std::string& host, int port, JoinRequest join, const SecretSource& secret,
                    RendezvousClock::time_point deadline, int interrupt_fd,
                    const OnInterrupt& on_interrupt);
 // Peer: waits on `socket` for the host's next word, until `deadline` (none: for ever). Its

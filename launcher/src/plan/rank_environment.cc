@@ -103,6 +103,8 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
 std::vector<std::string> merge_environment(
     const Environment& env, const std::vector<std::pair<std::string, std::string>>& overrides) {
   Environment merged = env;
+  // The launchers' secret is ddprun's own: no child (worker, relay, agent, tool) gets it.
+  merged.erase(env::kDdprunRdzvToken);
   for (const auto& [key, value] : overrides) merged[key] = value;
   std::vector<std::string> result;
   result.reserve(merged.size());

@@ -26,7 +26,8 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchPl
 void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
                       std::vector<std::pair<std::string, std::string>>& vars);
 
-// "KEY=VALUE" strings for execve: `env` with `overrides` laid over it.
+// "KEY=VALUE" strings for execve: `env` with `overrides` laid over it, less
+// DDPRUN_RDZV_TOKEN (the launchers' secret, never a child's).
 std::vector<std::string> merge_environment(
     const Environment& env, const std::vector<std::pair<std::string, std::string>>& overrides);
 

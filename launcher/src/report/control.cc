@@ -20,18 +20,6 @@ constexpr std::size_t kLastLineWidth = 60;
 
 static_assert(std::is_trivially_copyable_v<trace::TraceFile>);
 
-std::string to_hex(const void* data, std::size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  std::string text;
-  text.reserve(size * 2);
-  for (std::size_t i = 0; i < size; ++i) {
-    text += kDigits[bytes[i] >> 4];
-    text += kDigits[bytes[i] & 15];
-  }
-  return text;
-}
-
 bool from_hex(std::string_view text, void* data, std::size_t size) {
   if (text.size() != size * 2) return false;
   auto* bytes = static_cast<unsigned char*>(data);

@@ -17,4 +17,7 @@ namespace ddprun {
 // is never cut in two. Pure; thread-safe.
 std::string printable(std::string_view text, std::size_t max_bytes);
 
+// The `size` bytes at `data` as lower-case hex digits, two a byte. Pure; thread-safe.
+std::string to_hex(const void* data, std::size_t size);
+
 }  // namespace ddprun

@@ -82,5 +82,8 @@ inline constexpr const char* kDdprunJobEndTime = "DDPRUN_JOB_END_TIME";
 // --virtual-local-rank. Unset when ddprun assigned it none (no GPU visible, or more
 // workers than GPUs).
 inline constexpr const char* kDdprunDevices = "DDPRUN_DEVICES";
+// The launchers' rendezvous secret (docs/fault-tolerance.md): read by ddprun itself and
+// removed from every environment it gives a child (workers, relays, agents).
+inline constexpr const char* kDdprunRdzvToken = "DDPRUN_RDZV_TOKEN";
 
 }  // namespace ddprun::env
