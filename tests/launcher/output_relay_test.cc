@@ -194,5 +194,32 @@ TEST(OutputRelay, AWorkersLineWithTheControlMarkerIsShownEscapedAndHandledAsNoth
   EXPECT_EQ(handled, 1);
 }
 
+// An agent's answer longer than a worker's longest line (every rank's stacks) reaches the
+// handler whole, in one piece, however it was cut on the way.
+TEST(OutputRelay, AnAgentsLongAnswerArrivesWhole) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get());
+  OutputRelay relay(RelayConfig{}, console);
+  std::vector<std::string> handled;
+  relay.set_answer_handler([&](std::size_t, std::string_view line) { handled.emplace_back(line); });
+  RelayTarget agent;
+  agent.answers = true;
+  relay.add(std::move(agent));
+  RankStatus rank;
+  rank.host = "n2";
+  rank.state = "running";
+  rank.last_line = std::string(300 * 1024, 's');  // a long line of its own
+  const std::string answer = agent_answer_line(7, {rank});
+  ASSERT_GT(answer.size(), 4 * LineSplitter::kMaxLine);
+  for (std::size_t at = 0; at < answer.size(); at += 4096) {
+    relay.feed(0, true, std::string_view(answer).substr(at, 4096));
+  }
+  ASSERT_EQ(handled.size(), 1u);
+  const auto parsed = parse_agent_answer(handled.front());
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->ranks.at(0).last_line.size(), 300u * 1024);
+  EXPECT_EQ(err.read_all(), "");  // nothing of it on the console
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -7,7 +7,7 @@ std::vector<std::string> LineSplitter::feed(std::string_view data) {
   while (!data.empty()) {
     const auto newline = data.find('\n');
     const auto take = newline == std::string_view::npos ? data.size() : newline;
-    const auto room = kMaxLine - partial_.size();
+    const auto room = max_line_ - partial_.size();
     if (take >= room) {
       partial_.append(data.substr(0, room));
       lines.push_back(std::move(partial_));

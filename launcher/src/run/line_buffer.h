@@ -18,6 +18,10 @@ class LineSplitter {
   // a newline must not grow ddprun's memory without bound).
   static constexpr std::size_t kMaxLine = 64 * 1024;
 
+  // `max_line`: for an agent's stream, whose lines include its answers to the head's
+  // control requests (every rank's stacks in one line), which must arrive whole.
+  explicit LineSplitter(std::size_t max_line = kMaxLine) : max_line_(max_line) {}
+
   // Appends `data`; returns the complete lines it finishes, without their '\n'
   // (a trailing '\r' is kept: it is the worker's output).
   std::vector<std::string> feed(std::string_view data);
@@ -28,6 +32,7 @@ class LineSplitter {
   std::optional<std::string> take_redraw();
 
  private:
+  std::size_t max_line_;
   std::string partial_;
 };
 

@@ -159,6 +159,10 @@ void OutputRelay::add(RelayTarget target) {
   source.tail = TailLines(config_.tail_lines);
   source.answers = target.answers;
   source.worker = target.worker;
+  if (!target.worker) {  // an agent: its answers (one line each) arrive whole
+    source.out.splitter = LineSplitter(kMaxAgentLine);
+    source.err.splitter = LineSplitter(kMaxAgentLine);
+  }
 }
 
 const std::deque<std::string>& OutputRelay::stderr_tail(std::size_t child) const {

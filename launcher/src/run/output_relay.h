@@ -137,6 +137,9 @@ struct RelayTarget {
   bool worker = false;
 };
 
+// The longest line an agent may send in one piece: an answer with every rank's stacks.
+inline constexpr std::size_t kMaxAgentLine = std::size_t{64} << 20;
+
 class OutputRelay {
  public:
   // `console` must outlive the relay.
