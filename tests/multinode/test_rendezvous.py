@@ -172,11 +172,15 @@ def run_mpirun(cluster, a, worker, marker, failures, result):
     argv = ["mpirun", "--allow-run-as-root", "--hostfile", cluster.hostfile, "-npernode", "1",
             "--mca", "plm_rsh_args", f"-F {cluster.ssh_config}", "--mca", "oob_tcp_if_include",
             subnet, "--mca", "btl_tcp_if_include", subnet, "--mca", "btl", "self,tcp",
-            "-x", "DDPC_MARK", "-x", "OMP_NUM_THREADS",
+            "-x", "DDPC_MARK", "-x", "OMP_NUM_THREADS", "-x", "HOME",
             os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--master-port", str(PORT),
             "--nproc-per-node", str(NPROC), "--max-restarts", "1", "--shutdown-timeout", "5",
             "--tag-output", "--", "/usr/bin/python3", worker]
-    r = cluster.run(cluster.nodes[0], argv, env=job_env(marker), timeout=150,
+    # One home folder for every node, as a cluster's users have (ssh would give the remote
+    # nodes root's, and node 0, started here, none): node 0 makes the token file there.
+    home = os.path.join(cluster.dir, "home")
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    r = cluster.run(cluster.nodes[0], argv, env=job_env(marker, HOME=home), timeout=150,
                     stderr=subprocess.STDOUT)
     print(f"--- mpirun: exit {r.returncode}\n{r.stdout}")
     if r.returncode != 0:
