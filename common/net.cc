@@ -6,6 +6,7 @@
 #include <poll.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "ddprun/common/unique_fd.h"
 
@@ -75,6 +76,17 @@ UniqueFd connect_tcp(const std::string& host, int port, int timeout_ms) {
 
 bool can_connect(const std::string& host, int port, int timeout_ms) {
   return connect_tcp(host, port, timeout_ms).valid();
+}
+
+ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
+  const ssize_t got = ::recv(fd, buffer, size, MSG_PEEK | MSG_DONTWAIT);
+  if (got <= 0) return got;
+  const auto* end =
+      static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
+  return ::recv(
+      fd, buffer,
+      end != nullptr ? static_cast<std::size_t>(end - buffer + 1) : static_cast<std::size_t>(got),
+      MSG_DONTWAIT);
 }
 
 }  // namespace ddprun

@@ -286,6 +286,25 @@ TEST(JobPolicy, AnAgentRunsOneRoundWhateverMaxRestartsSays) {
   EXPECT_EQ(job.exit_code, 4);
 }
 
+// Node 0 gave up on this node after its grace (its connection was read no more): the
+// node's workers get SIGKILL at once, not another grace, so that its exit report comes
+// before node 0's next round.
+TEST(JobPolicy, AnAgentToldSigkillByItsHeadKillsItsWorkersAtOnce) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  runner.head_signal_at(0, Ms(30), SIGKILL, std::nullopt);
+  JobSettings settings;
+  settings.agent = true;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 128 + SIGKILL);
+  for (std::size_t child = 0; child < 4; ++child) {
+    const auto sent = runner.sent_to(child);
+    ASSERT_EQ(sent.size(), 1u) << "child " << child;
+    EXPECT_EQ(sent[0].signal_number, SIGKILL);
+    EXPECT_EQ(sent[0].at, Ms(30));
+  }
+}
+
 TEST(JobPolicy, AStopSignalStopsEveryWorkerAndIsNeverRestarted) {
   FakeRunner runner;
   runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };

@@ -1,5 +1,6 @@
 // The real runner with real processes: an ssh agent gets signals as messages on its stdin,
-// and one that stops reading them is killed, never waited for.
+// and one that stops reading them is killed, never waited for; a node behind the
+// launchers' rendezvous is an agent with no process, read from its connection.
 #include "run/process_runner.h"
 
 #include <gtest/gtest.h>
@@ -7,9 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <string>
 
+#include "ddprun/common/unique_fd.h"
+#include "nodes/rendezvous.h"
+#include "report/control.h"
 #include "run/job.h"
 #include "run/process.h"
 #include "temp_dir.h"
@@ -63,6 +69,94 @@ TEST(ProcessRunner, TheRoundEndsWhenTheLastOutputClosesNotAtTheDrainDeadline) {
   const auto took = RunnerClock::now() - started;
   EXPECT_GE(took, std::chrono::milliseconds(300));  // the output did stay open
   EXPECT_LT(took, std::chrono::seconds(30));
+}
+
+// The far end of a node's connection, as that node's ddprun holds it.
+struct Connection {
+  UniqueFd ours;    // node 0's end: the child
+  UniqueFd theirs;  // the node's end
+  Connection() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    ours = UniqueFd(fds[0]);
+    theirs = UniqueFd(fds[1]);
+  }
+  void say(const std::string& text) const {
+    ASSERT_EQ(::send(theirs.get(), text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+  }
+  std::string heard() const {  // what node 0 sent so far
+    char buffer[4096];
+    const ssize_t got = ::recv(theirs.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+    return got > 0 ? std::string(buffer, static_cast<std::size_t>(got)) : std::string();
+  }
+};
+
+ChildSpec node_behind(JoinedPeer& peer, int socket) {
+  ChildSpec node;
+  node.agent = true;
+  node.node_rank = 1;
+  node.hello = format_round_start({0, 29500, 1});
+  node.connection = socket;
+  node.connection_line_end = [&peer](std::string& line) { return peer_round_line(peer, line); };
+  node.connection_max_line = 1 << 16;
+  node.control_nodes = 1;
+  peer.in_round = true;
+  return node;
+}
+
+TEST(ProcessRunner, ANodeBehindAConnectionReportsAtOnceAndEndsWithItsExitReport) {
+  SignalChannel signals;
+  Guardian guardian;
+  ProcessRunner runner(signals, guardian, ProcessRunnerConfig{});
+  const Connection link;
+  JoinedPeer peer;
+  EXPECT_EQ(runner.start(node_behind(peer, link.ours.get())), 0);  // no process
+  EXPECT_EQ(link.heard(), format_round_start({0, 29500, 1}));
+  runner.signal(0, SIGTERM);  // as a message: the node stops its own workers
+  EXPECT_EQ(link.heard(), "{\"signal\":15}\n");
+  NodeEvent failed;
+  failed.node = 1;
+  failed.code = 3;
+  failed.what = "rank 1 exit code 3";
+  // Its failure, its exit report, and what it says after the round (node 0's to read
+  // between rounds): the round reads up to the exit report and never past it.
+  link.say(node_event_line(failed) + format_exit_report(3) + "{\"later\":1}\n");
+  RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kNodeEvent);
+  EXPECT_EQ(event.node_event.what, "rank 1 exit code 3");
+  event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 3);
+  EXPECT_FALSE(peer.in_round);  // the next round need not wait for this one's report
+  char rest[64] = {};
+  EXPECT_EQ(::recv(link.ours.get(), rest, sizeof rest, MSG_DONTWAIT), 12);
+  EXPECT_EQ(std::string(rest), "{\"later\":1}\n");
+}
+
+TEST(ProcessRunner, ANodeWhoseConnectionEndsIsLostAndOneGivenUpOnIsToldToKillItsWorkers) {
+  SignalChannel signals;
+  Guardian guardian;
+  ProcessRunner runner(signals, guardian, ProcessRunnerConfig{});
+  Connection lost;
+  const Connection hung;
+  JoinedPeer lost_peer;
+  JoinedPeer hung_peer;
+  runner.start(node_behind(lost_peer, lost.ours.get()));
+  runner.start(node_behind(hung_peer, hung.ours.get()));
+  lost.theirs.reset();  // its ddprun is gone
+  RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_EQ(event.child, 0u);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 255);
+  (void)hung.heard();         // the round's start
+  runner.signal(1, SIGKILL);  // the grace is over: given up at once, and told
+  event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_EQ(event.child, 1u);
+  EXPECT_TRUE(WIFSIGNALED(event.wait_status) && WTERMSIG(event.wait_status) == SIGKILL);
+  EXPECT_EQ(hung.heard(), "{\"signal\":9}\n");
+  EXPECT_TRUE(hung_peer.in_round);  // its report is still to come, before the next round
+  EXPECT_FALSE(runner.output_open());
 }
 
 }  // namespace

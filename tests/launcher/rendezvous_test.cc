@@ -621,6 +621,24 @@ TEST(Rendezvous, AReplayedJoinIsRefused) {
   EXPECT_EQ(heard.find("ddprun_host"), std::string::npos) << heard;  // no proof, no reply
 }
 
+// A stop or a control request that node 0 sent for a round this node had already ended
+// (its exit report crossed them): the node waits on for the next round, as before.
+TEST(Rendezvous, APeerWaitingForTheNextRoundSkipsMessagesOfTheRoundItEnded) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  const std::string late =
+      "{\"signal\":15}\n{\"control\":\"status\",\"id\":3}\n" + format_round_start({1, 29600, 1});
+  ASSERT_EQ(::write(fds[1], late.data(), late.size()), static_cast<ssize_t>(late.size()));
+  const auto word = wait_for_host(fds[0], "host", std::nullopt, -1, kNever);
+  ASSERT_TRUE(word && word->start);
+  EXPECT_EQ(word->start->round, 1);
+  const std::string odd = "{\"hello\":1}\n";
+  ASSERT_EQ(::write(fds[1], odd.data(), odd.size()), static_cast<ssize_t>(odd.size()));
+  EXPECT_THROW(wait_for_host(fds[0], "host", std::nullopt, -1, kNever), ConfigError);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 TEST(Rendezvous, APeerWithNoHostFailsAtTheDeadlineAndAGoneHostEndsTheWait) {
   const int port = pick_free_port();  // nobody listens
   EXPECT_THROW(join_host("127.0.0.1", port, join_of("run-a", "", 1, 2).join, {},

@@ -264,7 +264,7 @@ int run(Options options, Environment env) {
             setup.end_message = std::move(end->message);
             return setup;
           }
-          add_peer_relays(setup, *rendezvous, round, round_state.master_port, self, env);
+          add_peer_nodes(setup, *rendezvous, round, round_state.master_port);
         }
         return setup;
       },
@@ -282,8 +282,6 @@ int run(Options options, Environment env) {
 }  // namespace ddprun
 
 int main(int argc, char** argv) {
-  // Node 0's relay to one other node's ddprun (rendezvous.h): no options, no environment.
-  if (argc == 2 && std::string_view(argv[1]) == "--peer-relay") return ddprun::run_peer_relay();
   const ddprun::Environment env = ddprun::snapshot_environment(environ);
   const bool colour = ddprun::colour_wanted(STDERR_FILENO, env);
   const auto command_line = ddprun::parse_command_line(argc, argv, env);

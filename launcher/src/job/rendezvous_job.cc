@@ -67,21 +67,20 @@ int this_node_nproc(const Options& options, const PlanInputs& inputs, const Envi
   return plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc;
 }
 
-void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, int master_port,
-                     const std::string& self, const Environment& env) {
+void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int master_port) {
   const auto peers = host.peers();
-  for (const JoinedPeer* peer : peers) {
-    ChildSpec relay;
-    relay.agent = true;
-    relay.node_rank = peer->join.node_rank;
-    relay.host = peer->join.host;
-    relay.path = self;
-    relay.argv = {self, "--peer-relay"};
-    relay.env = merge_environment(env, {});
-    relay.hello = format_round_start({round, master_port, peer->join.node_rank});
-    relay.fd3 = peer->socket.get();
-    relay.control_nodes = 1;  // --status and --stacks reach the node through the relay
-    setup.children.push_back(std::move(relay));
+  for (JoinedPeer* peer : peers) {
+    ChildSpec node;
+    node.agent = true;
+    node.node_rank = peer->join.node_rank;
+    node.host = peer->join.host;
+    node.hello = format_round_start({round, master_port, peer->join.node_rank});
+    node.connection = peer->socket.get();
+    node.connection_line_end = [peer](std::string& line) { return peer_round_line(*peer, line); };
+    node.connection_max_line = kMaxPeerLine;
+    node.control_nodes = 1;  // --status and --stacks reach the node on its connection
+    peer->in_round = true;
+    setup.children.push_back(std::move(node));
   }
   if (!peers.empty()) {
     setup.summary +=

@@ -50,11 +50,10 @@ std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
 // as many.
 int this_node_nproc(const Options& options, const PlanInputs& inputs, const Environment& env);
 
-// Node 0: adds to `setup` one relay child per connected node (`self --peer-relay`, its
-// socket as descriptor 3), whose first message is the round's start; the summary names the
+// Node 0: adds to `setup` one agent child per connected node, its connection (no process:
+// ChildSet::connect), whose first message is the round's start; the summary names the
 // connections refused so far.
-void add_peer_relays(RoundSetup& setup, const RendezvousHost& host, int round, int master_port,
-                     const std::string& self, const Environment& env);
+void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int master_port);
 
 // What a peer's rounds need from main.
 struct PeerJob {

@@ -57,7 +57,7 @@ bool port_is_free(int port) {
 }
 
 UniqueFd listen_on(int port, const std::string& address) {
-  const int fd = open_listener(port, 128, address);
+  const int fd = open_listener(port, SOMAXCONN, address);  // every node may join at once
   return UniqueFd(fd < 0 ? -1 : fd);
 }
 

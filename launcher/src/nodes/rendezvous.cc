@@ -18,16 +18,16 @@
 #include "nodes/ports.h"
 #include "nodes/rendezvous_secret.h"
 #include "report/control.h"
+#include "run/agent_messages.h"
 
 namespace ddprun {
 namespace {
 
-// Connections that have not sent a whole join yet; past this, the oldest is closed (a
-// flood): a real node sends its join as soon as it connects.
+// Connections that have not sent a whole join yet, at least (or twice the node count);
+// past this, the oldest is closed (a flood): a real node sends its join as soon as it
+// connects.
 constexpr std::size_t kMaxPending = 512;
 constexpr int kMaxLoggedRefusals = 5;
-// A node's answer to --stacks: every rank's stacks and traces, as one line.
-constexpr std::size_t kMaxAnswerBytes = std::size_t{64} << 20;
 
 // Nonces and proofs are hex digests (rendezvous_secret.h); a little room for longer ones.
 constexpr std::size_t kMaxNonceBytes = 128;
@@ -56,7 +56,16 @@ std::string printable_host(std::string_view text) {
 std::string descriptor_limit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "the descriptor limit";
-  return "the limit is " + std::to_string(limit.rlim_cur) + " open descriptors";
+  return "the limit is " + std::to_string(limit.rlim_cur) + " open descriptors (hard limit " +
+         (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                          : std::to_string(limit.rlim_max)) +
+         ")";
+}
+
+// Node 0's descriptors for a job: one connection per other node, its workers' pipes and log
+// files (five each at most), and ddprun's own (signals, the control socket, the console).
+rlim_t descriptors_needed(int nodes, int nproc) {
+  return static_cast<rlim_t>(nodes - 1) + 5 * static_cast<rlim_t>(nproc) + 64;
 }
 
 int ms_until(RendezvousClock::time_point when) {
@@ -226,12 +235,30 @@ RendezvousHost::RendezvousHost(int port, std::string run_id, std::string secret,
   set_blocking(listener_.get(), false);
   joined_.resize(static_cast<std::size_t>(nodes_));
   // A connection per node: the soft descriptor limit most sites give (1024) goes up to the
-  // hard one, as a process may raise its own (node 0's workers inherit it).
+  // hard one, as a process may raise its own (node 0's workers inherit it). A limit still
+  // too small is said now, not as a failed join much later.
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &limit);
   }
+  const rlim_t needed = descriptors_needed(nodes_, nproc_);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < needed) {
+    throw ConfigError("node 0's ddprun needs about " + std::to_string(needed) +
+                          " open descriptors for " + std::to_string(nodes_) + " nodes (one per " +
+                          "node, and its own and its workers'), but " + descriptor_limit(),
+                      "raise the hard limit (ulimit -Hn, or the site's limits.conf) on node 0 to "
+                      "at least " +
+                          std::to_string(needed));
+  }
+}
+
+std::vector<JoinedPeer*> RendezvousHost::peers() {
+  std::vector<JoinedPeer*> out;
+  for (auto& peer : joined_) {
+    if (peer) out.push_back(&*peer);
+  }
+  return out;
 }
 
 std::vector<const JoinedPeer*> RendezvousHost::peers() const {
@@ -272,8 +299,10 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
          newline = peer.buffer.find('\n')) {
       const std::string line = peer.buffer.substr(0, newline);
       peer.buffer.erase(0, newline + 1);
-      // Exit reports of a round whose relay was killed are old news; events decide.
+      // The exit report of a round that gave up on this node (SIGKILL) ends that round
+      // here; events decide.
       if (auto reported = parse_node_event_line(line); reported && !event) event = reported;
+      if (parse_exit_report(line)) peer.in_round = false;
     }
     if (peer.buffer.size() > kMaxJoinBytes) return false;  // not a ddprun
     const ssize_t got = ::recv(peer.socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
@@ -389,10 +418,22 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     return std::count_if(joined_.begin() + 1, joined_.end(),
                          [](const auto& peer) { return !peer; });
   };
+  // Nodes whose last round node 0 gave up on: their exit report comes first (at once:
+  // they were told to SIGKILL their workers).
+  const auto finishing = [&] {
+    return std::count_if(joined_.begin() + 1, joined_.end(),
+                         [](const auto& peer) { return peer && peer->in_round; });
+  };
+  // Every node may connect at once (srun starts them together): all are let wait.
+  const std::size_t max_pending = std::max(kMaxPending, 2 * static_cast<std::size_t>(nodes_));
+  // The nodes kept from earlier rounds are read in full once, then those that poll says
+  // sent something: one that left is dropped (it may join again); one stopped or noticed
+  // meanwhile ends the job. (Never every node on every wake: 1,000 joins would cost a
+  // million reads.)
+  std::vector<std::size_t> to_read;
+  for (std::size_t node = 1; node < joined_.size(); ++node) to_read.push_back(node);
   for (;;) {
-    // The nodes kept from earlier rounds: one that left is dropped (it may join again);
-    // one stopped or noticed meanwhile ends the job.
-    for (std::size_t node = 1; node < joined_.size(); ++node) {
+    for (const std::size_t node : to_read) {
       auto& peer = joined_[node];
       if (!peer) continue;
       std::optional<NodeEvent> event;
@@ -408,20 +449,22 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
         peer.reset();
       }
     }
-    if (missing() == 0) return Gathered::kAllJoined;
+    to_read.clear();
+    if (missing() == 0 && finishing() == 0) return Gathered::kAllJoined;
     const auto now = RendezvousClock::now();
     if (now >= deadline) {
       std::string absent;
       for (int node = 1; node < nodes_; ++node) {
-        if (!joined_[static_cast<std::size_t>(node)]) absent += " " + std::to_string(node);
+        const auto& peer = joined_[static_cast<std::size_t>(node)];
+        if (!peer || peer->in_round) absent += " " + std::to_string(node);
       }
-      const std::string what =
-          "only " + std::to_string(nodes_ - missing()) + " of " + std::to_string(nodes_) +
-          " nodes joined round " + std::to_string(round) + " of the rendezvous on port " +
-          std::to_string(port_) + " in time; missing node(s):" + absent +
-          (refused_ > 0
-               ? " (" + std::to_string(refused_) + " refused connection(s): node 0's log says why)"
-               : "");
+      const std::string what = "only " + std::to_string(nodes_ - missing() - finishing()) + " of " +
+                               std::to_string(nodes_) + " nodes joined round " +
+                               std::to_string(round) + " of the rendezvous on port " +
+                               std::to_string(port_) + " in time; missing node(s):" + absent +
+                               (refused_ > 0 ? " (" + std::to_string(refused_) +
+                                                   " refused connection(s): node 0's log says why)"
+                                             : "");
       end_job({kExitLauncherError, what});  // the nodes that came learn why
       throw ConfigError(what,
                         "start ddprun on every node with the same options, or raise --rdzv-conf "
@@ -434,10 +477,17 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       fds.push_back({p.fd.get(), POLLIN, 0});
       wake = std::min(wake, p.until);
     }
-    for (const auto& peer : joined_) {
-      if (peer) fds.push_back({peer->socket.get(), POLLIN, 0});
+    const std::size_t first_joined = fds.size();
+    std::vector<std::size_t> polled_nodes;
+    for (std::size_t node = 1; node < joined_.size(); ++node) {
+      if (!joined_[node]) continue;
+      fds.push_back({joined_[node]->socket.get(), POLLIN, 0});
+      polled_nodes.push_back(node);
     }
     const int ready = ::poll(fds.data(), fds.size(), ms_until(wake));
+    for (std::size_t k = 0; ready > 0 && k < polled_nodes.size(); ++k) {
+      if (fds[first_joined + k].revents != 0) to_read.push_back(polled_nodes[k]);
+    }
     if (ready < 0 && errno != EINTR)
       throw std::system_error(errno, std::generic_category(), "poll");
     // What came with the interruption is read first: nothing waits on it.
@@ -468,19 +518,23 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
         const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
           if (errno == EMFILE || errno == ENFILE) {
-            throw ConfigError("node 0's ddprun ran out of file descriptors while " +
-                                  std::to_string(nodes_ - 1) + " nodes joined (" +
-                                  descriptor_limit() + ")",
-                              "raise the limit (ulimit -n) on node 0: it needs about 2 per node");
+            // Another process's share of the system, or descriptors held elsewhere: every
+            // node that came learns why, and none waits for a round that cannot start.
+            const std::string what = "node 0's ddprun ran out of file descriptors while " +
+                                     std::to_string(nodes_ - 1) + " nodes joined (" +
+                                     descriptor_limit() + ")";
+            end_job({kExitLauncherError, what});
+            throw ConfigError(what, "raise the limit (ulimit -n) on node 0: it needs one per " +
+                                        std::string("node and a few dozen of its own"));
           }
           break;
         }
-        if (pending_.size() >= kMaxPending) {
+        if (pending_.size() >= max_pending) {
           const auto oldest = std::min_element(
               pending_.begin(), pending_.end(),
               [](const Pending& a, const Pending& b) { return a.until < b.until; });
           pending_.erase(oldest);
-          refuse(log, "more than " + std::to_string(kMaxPending) +
+          refuse(log, "more than " + std::to_string(max_pending) +
                           " connections without a join: the oldest is closed");
         }
         // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
@@ -503,19 +557,6 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
 }
 
 namespace {
-
-// Receives what came on `fd`, at most `size` bytes and never past the end of a line (what
-// follows a line may be someone else's to read). As recv.
-ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
-  const ssize_t got = ::recv(fd, buffer, size, MSG_PEEK);
-  if (got <= 0) return got;
-  const auto* end =
-      static_cast<const char*>(std::memchr(buffer, '\n', static_cast<std::size_t>(got)));
-  return ::recv(
-      fd, buffer,
-      end != nullptr ? static_cast<std::size_t>(end - buffer + 1) : static_cast<std::size_t>(got),
-      0);
-}
 
 enum class HostLine { kLine, kStop, kClosed, kTimedOut };
 
@@ -540,7 +581,7 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
     }
     char chunk[512];
     const ssize_t got = recv_to_line_end(socket, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) return HostLine::kClosed;
     line.append(chunk, static_cast<std::size_t>(got));
     if (line.back() == '\n') {
@@ -635,79 +676,43 @@ std::optional<HostWord> wait_for_host(int socket, const std::string& where,
                                       std::optional<RendezvousClock::time_point> deadline,
                                       int interrupt_fd, const OnInterrupt& on_interrupt) {
   std::string line;
-  switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line)) {
-    case HostLine::kTimedOut:
-      throw ConfigError("node 0's ddprun at " + where + " started no round in time",
-                        "a node may be missing: raise --rdzv-conf join_timeout, or check "
-                        "every node's ddprun");
-    case HostLine::kStop:
-    case HostLine::kClosed:
-      return std::nullopt;  // told to stop, or the host is gone
-    case HostLine::kLine:
-      break;
-  }
-  HostWord word;
-  word.start = parse_round_start(line);
-  if (!word.start) word.end = parse_job_end(line);
-  if (!word.start && !word.end) {
+  for (;;) {
+    switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line)) {
+      case HostLine::kTimedOut:
+        throw ConfigError("node 0's ddprun at " + where + " started no round in time",
+                          "a node may be missing: raise --rdzv-conf join_timeout, or check "
+                          "every node's ddprun");
+      case HostLine::kStop:
+      case HostLine::kClosed:
+        return std::nullopt;  // told to stop, or the host is gone
+      case HostLine::kLine:
+        break;
+    }
+    HostWord word;
+    word.start = parse_round_start(line);
+    if (!word.start) word.end = parse_job_end(line);
+    if (word.start || word.end) return word;
+    // A signal or a control request that node 0 sent for the round this node had already
+    // ended (its exit report was on the way): nothing to do.
+    try {
+      (void)parse_agent_message(line);
+      continue;
+    } catch (const Error&) {
+    }
     throw ConfigError("node 0's ddprun at " + where + " sent something else than a round start");
   }
-  return word;
 }
 
-int run_peer_relay() {
-  constexpr int kSocket = 3;
-  std::string from_peer;
-  char buffer[4096];
-  for (;;) {
-    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {kSocket, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return 255;
-    }
-    if (fds[0].revents != 0) {
-      const ssize_t got = ::read(STDIN_FILENO, buffer, sizeof buffer);
-      if (got < 0 && errno == EINTR) continue;
-      // The host's end closed: the peer's node must stop, as after a lost head.
-      if (got <= 0 ||
-          !write_all_fd(kSocket, std::string_view(buffer, static_cast<std::size_t>(got)))) {
-        return 255;
-      }
-    }
-    if (fds[1].revents != 0) {
-      // Never past the end of a line: after the exit report the connection goes on to the
-      // host (the next round, or what the node says between rounds).
-      const ssize_t got = recv_to_line_end(kSocket, buffer, sizeof buffer);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        const char lost[] = "ddprun: lost the connection to a node's ddprun\n";
-        (void)!::write(STDERR_FILENO, lost, sizeof lost - 1);
-        return 255;
-      }
-      from_peer.append(buffer, static_cast<std::size_t>(got));
-      // The node's events (its failure, a stop, a notice) as they happen, to node 0's
-      // round on this relay's stderr; then its exit code.
-      for (auto newline = from_peer.find('\n'); newline != std::string::npos;
-           newline = from_peer.find('\n')) {
-        const std::string line = from_peer.substr(0, newline);
-        from_peer.erase(0, newline + 1);
-        if (const auto event = parse_node_event_line(line)) {
-          const std::string clean = node_event_line(*event);
-          if (!write_all(STDERR_FILENO, clean)) return 255;
-          continue;
-        }
-        if (parse_agent_answer(line)) {  // its ranks, for node 0's --status or --stacks
-          if (!write_all(STDERR_FILENO, line + "\n")) return 255;
-          continue;
-        }
-        const auto code = parse_exit_report(line);
-        return code ? *code : 255;
-      }
-      // An answer with every rank's stacks may be long; nothing else is.
-      const bool answer = from_peer.rfind(kAgentAnswerMarker, 0) == 0;
-      if (from_peer.size() > (answer ? kMaxAnswerBytes : kMaxJoinBytes)) return 255;
-    }
+std::optional<int> peer_round_line(JoinedPeer& peer, std::string& line) {
+  if (const auto event = parse_node_event_line(line)) {
+    line = node_event_line(*event);  // as this side writes it: nothing else comes through
+    line.pop_back();
+    return std::nullopt;
   }
+  if (parse_agent_answer(line)) return std::nullopt;  // its ranks, for --status or --stacks
+  const auto code = parse_exit_report(line);
+  if (code) peer.in_round = false;
+  return code.value_or(255);
 }
 
 }  // namespace ddprun

@@ -10,8 +10,9 @@
 // cause when the job is stopped for another node's failure), and back the node's events
 // the moment they happen (its failure, a stop, a notice: NodeEvent) and its exit code
 // ({"exit": N}) at the round's end. The host makes each connection an agent child of its
-// round, through a small relay process (run_peer_relay), so the round's policy (job.h)
-// treats a node behind a connection exactly as one behind ssh. Between rounds the host
+// round with no process behind it (ChildSet::connect: one descriptor per node, read in the
+// one event loop), so the round's policy (job.h) treats a node behind a connection exactly
+// as one behind ssh. Between rounds the host
 // still reads every connection: a node that leaves is dropped and may join again (its
 // ddprun restarted), a node stopped or noticed there ends the job on every node. At the
 // job's end every node is told the job's exit code ({"end": N, "why": ...}).
@@ -104,6 +105,9 @@ struct JoinedPeer {
   JoinRequest join;
   UniqueFd socket;
   std::string buffer;  // what it sent between rounds that is not a whole line yet
+  // A round started on it whose exit report has not come yet: the next round waits for
+  // it, so that no line of the old round is taken for the new one's.
+  bool in_round = false;
 };
 
 class RendezvousHost {
@@ -130,6 +134,7 @@ class RendezvousHost {
                   std::ostream& log, NodeEvent& ended, int control_fd = -1);
   // The connected nodes, in node rank order (after kAllJoined: all of them).
   std::vector<const JoinedPeer*> peers() const;
+  std::vector<JoinedPeer*> peers();
   // Tells every connected node the job's end and closes the connections.
   void end_job(const JobEnd& end);
   // Who joined and who is awaited, for a status answer: "joined: 1 (n2); awaited: 2",
@@ -199,10 +204,15 @@ std::optional<HostWord> wait_for_host(int socket, const std::string& where,
                                       std::optional<RendezvousClock::time_point> deadline,
                                       int interrupt_fd, const OnInterrupt& on_interrupt);
 
-// `ddprun --peer-relay`, started by the host for one peer with the peer's socket as
-// descriptor 3: copies its standard input (the round's start, then signals) to the socket,
-// and exits with the code the peer reports, or 255 when the connection ends without one
-// (the node is lost).
-int run_peer_relay();
+// Host: what a line from a node during its round is. Its events (its failure, a stop, a
+// notice; `line` rewritten as this side writes them) and its answers to control requests
+// are passed to the round (nullopt); any other line ends the node's round with the code it
+// reports ({"exit": N}), or 255 when it is nothing a node sends. Node 0 reads each
+// connection during a round a line at a time, never past the exit report: what follows is
+// the host's to read between rounds (ChildSet::connect).
+std::optional<int> peer_round_line(JoinedPeer& peer, std::string& line);
+
+// The longest line a node sends in a round: an answer with every rank's stacks.
+inline constexpr std::size_t kMaxPeerLine = std::size_t{64} << 20;
 
 }  // namespace ddprun

@@ -1,7 +1,9 @@
 #include "run/child_set.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,11 +11,13 @@
 #include <cerrno>
 #include <system_error>
 
+#include "ddprun/common/net.h"
+
 namespace ddprun {
 
 ChildSet::~ChildSet() {
   for (Child& child : children_) {
-    if (child.exited) continue;
+    if (child.exited || child.connection >= 0) continue;
     signal_group(child.pid, SIGKILL);
     int status = 0;
     while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
@@ -50,6 +54,92 @@ std::size_t ChildSet::start(SpawnSpec spec, const std::string& input, bool keep_
   return children_.size() - 1;
 }
 
+std::size_t ChildSet::connect(int socket, const std::string& hello, LineEnd line_end,
+                              std::size_t max_line) {
+  Child& child = children_.emplace_back();
+  child.pid = 0;
+  child.started_at = SteadyClock::now();
+  child.connection = socket;
+  child.reading = true;
+  child.line_end = std::move(line_end);
+  child.max_line = max_line;
+  // A first message fits in an idle socket's buffer; a peer that is gone shows as the
+  // connection's end when it is read.
+  (void)send(children_.size() - 1, hello);
+  return children_.size() - 1;
+}
+
+bool ChildSet::send(std::size_t index, std::string_view message) {
+  Child& child = children_.at(index);
+  ssize_t written = -1;
+  do {
+    if (child.connection >= 0) {
+      if (child.exited) return false;
+      written =
+          ::send(child.connection, message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else if (child.stdin_pipe.valid()) {
+      const int input = child.stdin_pipe.get();
+      ::fcntl(input, F_SETFL, ::fcntl(input, F_GETFL) | O_NONBLOCK);
+      written = ::write(input, message.data(), message.size());
+    } else {
+      return false;
+    }
+  } while (written < 0 && errno == EINTR);
+  return written == static_cast<ssize_t>(message.size());
+}
+
+void ChildSet::kill(std::size_t index, const ChildEvents& events) {
+  Child& child = children_.at(index);
+  if (child.exited) return;
+  if (child.connection < 0) {
+    signal_group(child.pid, SIGKILL);
+    return;
+  }
+  end_connection(index, SIGKILL, events);  // as a process killed by SIGKILL
+}
+
+void ChildSet::end_connection(std::size_t index, int wait_status, const ChildEvents& events) {
+  Child& child = children_.at(index);
+  child.exited = true;
+  if (child.reading) {
+    child.reading = false;
+    if (events.output) {
+      events.output(index, false, {});
+      events.output(index, true, {});
+    }
+  }
+  const ChildExit exit{
+      wait_status, 0, std::chrono::duration<double>(SteadyClock::now() - child.started_at).count()};
+  if (events.exited) events.exited(index, exit);
+}
+
+void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
+  Child& child = children_[index];
+  const ssize_t got = recv_to_line_end(child.connection, buffer_.data(), buffer_.size());
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got <= 0) {
+    if (events.output) {
+      events.output(index, true, "ddprun: lost the connection to a node's ddprun\n");
+    }
+    end_connection(index, 255 << 8, events);
+    return;
+  }
+  child.line.append(buffer_.data(), static_cast<std::size_t>(got));
+  if (child.line.back() != '\n') {
+    if (child.line.size() > child.max_line) end_connection(index, 255 << 8, events);
+    return;
+  }
+  child.line.pop_back();
+  std::string line = std::move(child.line);
+  child.line.clear();
+  if (const auto code = child.line_end(line)) {
+    end_connection(index, (*code & 0xff) << 8, events);
+    return;
+  }
+  line += '\n';
+  if (events.output) events.output(index, true, line);
+}
+
 std::size_t ChildSet::running_count() const {
   return static_cast<std::size_t>(
       std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.exited; }));
@@ -57,11 +147,19 @@ std::size_t ChildSet::running_count() const {
 
 bool ChildSet::output_open() const {
   return std::any_of(children_.begin(), children_.end(),
-                     [](const Child& c) { return c.out.valid() || c.err.valid(); });
+                     [](const Child& c) { return c.out.valid() || c.err.valid() || c.reading; });
 }
 
 void ChildSet::close_output(const ChildEvents& events) {
   for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (children_[i].reading) {
+      children_[i].reading = false;  // a connection not read again: its exit is a kill's
+      if (events.output) {
+        events.output(i, false, {});
+        events.output(i, true, {});
+      }
+      continue;
+    }
     for (const bool is_stderr : {false, true}) {
       UniqueFd& fd = is_stderr ? children_[i].err : children_[i].out;
       if (!fd.valid()) continue;
@@ -78,6 +176,11 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   fds.push_back({signals_.fd(), POLLIN, 0});
   fds.push_back({extra_fd, POLLIN, 0});  // a negative fd is ignored by poll
   for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (children_[i].reading) {
+      fds.push_back({children_[i].connection, POLLIN, 0});
+      owners.emplace_back(i, true);
+      continue;
+    }
     for (const bool is_stderr : {false, true}) {
       const UniqueFd& fd = is_stderr ? children_[i].err : children_[i].out;
       if (!fd.valid()) continue;
@@ -105,7 +208,13 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   }
   // Output first, then exits: a child's last lines are relayed before its exit is known.
   for (std::size_t k = 2; k < first_output; ++k) {
-    if (fds[k].revents != 0) pump(owners[k - 2].first, owners[k - 2].second, events);
+    if (fds[k].revents == 0) continue;
+    const auto [child, is_stderr] = owners[k - 2];
+    if (children_[child].reading) {
+      pump_connection(child, events);
+    } else {
+      pump(child, is_stderr, events);
+    }
   }
   for (std::size_t k = first_output; k < first_input; ++k) {
     if (fds[k].revents != 0 && events.writable) events.writable(fds[k].fd);
@@ -128,7 +237,7 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
 void ChildSet::reap(const ChildEvents& events) {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
-    if (child.exited) continue;
+    if (child.exited || child.connection >= 0) continue;
     int status = 0;
     rusage usage{};
     pid_t pid = 0;

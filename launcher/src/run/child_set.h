@@ -1,6 +1,7 @@
 #pragma once
 // The launcher's one event loop: a set of children, each in its own process group with
-// its stdout and stderr on pipes, and one blocking poll() over the signalfd, those pipes,
+// its stdout and stderr on pipes (or a connection to another node's ddprun, connect()),
+// and one blocking poll() over the signalfd, those pipes and connections,
 // one extra descriptor, the descriptors that have output waiting (the console) and a
 // deadline. Child exits are reaped on SIGCHLD. Nothing polls on a timer, and nothing in
 // the loop waits for a reader. Used by the job's process runner, --check and --doctor.
@@ -63,12 +64,32 @@ class ChildSet {
   // stays open for later messages (stdin_fd); otherwise stdin is /dev/null.
   std::size_t start(SpawnSpec spec, const std::string& input = {}, bool keep_stdin = false);
 
+  // A child that is a connection, not a process: a node behind the launchers' rendezvous
+  // (rendezvous.h), served from this loop with no process and no descriptor of its own.
+  // `hello` is sent on `socket` first (not owned: it outlives the set, and is only ever
+  // used without waiting). The socket is then read a line at a time, never past the line
+  // that ends the child: `line_end` is asked about each line (it may rewrite it) and gives
+  // the child's exit code, or nullopt to pass the line on as the child's stderr. A line
+  // longer than `max_line`, or the connection's end, is exit 255.
+  using LineEnd = std::function<std::optional<int>(std::string& line)>;
+  std::size_t connect(int socket, const std::string& hello, LineEnd line_end, std::size_t max_line);
+
+  // 0 for a connection.
   pid_t pid(std::size_t child) const { return children_.at(child).pid; }
   bool running(std::size_t child) const { return !children_.at(child).exited; }
   std::size_t running_count() const;
   bool output_open() const;  // some child's stdout or stderr is still open
-  // The write end of the child's stdin pipe, or -1.
-  int stdin_fd(std::size_t child) const { return children_.at(child).stdin_pipe.get(); }
+  // Whether the child takes messages (send): its stdin was kept, or it is a connection.
+  bool takes_messages(std::size_t child) const {
+    const Child& c = children_.at(child);
+    return c.stdin_pipe.valid() || (c.connection >= 0 && !c.exited);
+  }
+  // Sends `message` to a child that takes messages, never waiting: false when it could not
+  // take all of it now (a full pipe or socket: a reader that stopped) or is gone.
+  bool send(std::size_t child, std::string_view message);
+  // SIGKILL to a process's whole group (its exit is reaped as any other); a connection is
+  // given up at once: it is not read again and ends as if killed.
+  void kill(std::size_t child, const ChildEvents& events);
 
   // Stops reading every open pipe, reporting the end of each stream (bounded drains).
   void close_output(const ChildEvents& events);
@@ -84,15 +105,24 @@ class ChildSet {
 
  private:
   struct Child {
-    pid_t pid = -1;
+    pid_t pid = -1;  // 0: a connection
     bool exited = false;
     SteadyClock::time_point started_at;
     UniqueFd out;
     UniqueFd err;
     UniqueFd stdin_pipe;
+    // A connection: its socket (not owned), read while `reading`.
+    int connection = -1;
+    bool reading = false;
+    std::string line;  // what came of the line not yet whole
+    LineEnd line_end;
+    std::size_t max_line = 0;
   };
   void reap(const ChildEvents& events);
   void pump(std::size_t child, bool is_stderr, const ChildEvents& events);
+  void pump_connection(std::size_t child, const ChildEvents& events);
+  // A connection's end: its streams close and it exits with `wait_status`.
+  void end_connection(std::size_t child, int wait_status, const ChildEvents& events);
 
   SignalChannel& signals_;
   Guardian* guardian_;

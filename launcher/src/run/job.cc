@@ -60,6 +60,7 @@ constexpr std::size_t kNoChild = static_cast<std::size_t>(-1);
 //   kFailing/kTimedOut/kStalled/kStopping --grace-> stacks, SIGKILL to the rest (to agents
 //                                                    only after agent_stack_allowance)
 //   kStopping --a second SIGINT----------> SIGKILL at once
+//   any       --SIGKILL from the head------> SIGKILL at once (the head gave up on the node)
 //   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
 //                                          or killed by the notice, is drained, not failed;
 //                                          an exit 75 without a notice is a failure)
@@ -380,6 +381,13 @@ class Round {
 
   void on_signal(const RunnerEvent& event) {
     const int sig = event.signal_number;
+    if (event.from_head && sig == SIGKILL) {
+      // The head gave up on this node after its grace: nothing is waited for any more.
+      if (stop_signal_ == 0) stop_signal_ = SIGKILL;
+      phase_ = Phase::kStopping;
+      kill_live();
+      return;
+    }
     const bool stop = is_stop_signal(sig, policy_.extra_stop_signals);
     if (!event.from_head) {  // ddprun's own: the head (when there is one) must know at once
       NodeEvent own;

@@ -131,11 +131,9 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
     }
     const int stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
     if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
-        ::dup2(spec.stderr_fd, STDERR_FILENO) < 0 ||
-        (spec.fd3 >= 0 && spec.fd3 != 3 && ::dup2(spec.fd3, 3) < 0)) {
+        ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) {
       ::_exit(127);
     }
-    if (spec.fd3 == 3) ::fcntl(3, F_SETFD, 0);  // already there: keep it across exec
     if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
       write_stderr_raw("ddprun: error: cannot bind the worker to its CPUs: ");
       write_stderr_raw(::strerror(errno));

@@ -64,7 +64,6 @@ struct SpawnSpec {
   int stdin_fd = -1;              // -1: /dev/null
   int stdout_fd = -1;
   int stderr_fd = -1;
-  int fd3 = -1;             // given to the child as its descriptor 3 (a relay's socket); -1: none
   std::vector<int> cpus{};  // the child's CPU affinity (placement.h); empty: ddprun's own
 };
 

@@ -17,21 +17,6 @@
 #include "run/stack_capture.h"
 
 namespace ddprun {
-namespace {
-
-// A message to an agent on its stdin pipe, never waiting: false when the pipe is full (an
-// agent or its link that stopped reading) or broken.
-bool send_to_agent(int input, const std::string& message) {
-  ::fcntl(input, F_SETFL, ::fcntl(input, F_GETFL) | O_NONBLOCK);
-  ssize_t written;
-  do {
-    written = ::write(input, message.data(), message.size());
-  } while (written < 0 && errno == EINTR);
-  return written == static_cast<ssize_t>(message.size());
-}
-
-}  // namespace
-
 ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, ProcessRunnerConfig config)
     : signals_(signals),
       guardian_(guardian),
@@ -203,11 +188,15 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   if (!spec.python_stack_file.empty()) ::unlink(spec.python_stack_file.c_str());
   if (!spec.stacks_log.empty()) ::unlink(spec.stacks_log.c_str());
   if (!spec.trace_file.empty()) ::unlink(spec.trace_file.c_str());
-  SpawnSpec process{spec.path, spec.argv, spec.env};
-  process.fd3 = spec.fd3;
-  process.cpus = spec.cpus;
-  const std::size_t child =
-      children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
+  std::size_t child = 0;
+  if (spec.connection >= 0) {
+    child = children_->connect(spec.connection, spec.hello, spec.connection_line_end,
+                               spec.connection_max_line);
+  } else {
+    SpawnSpec process{spec.path, spec.argv, spec.env};
+    process.cpus = spec.cpus;
+    child = children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
+  }
   relay_->add(std::move(target));
   specs_.push_back({spec.agent, spec.rank, spec.node_rank, spec.host, spec.control_nodes,
                     spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file});
@@ -263,19 +252,22 @@ std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size
 void ProcessRunner::signal(std::size_t child, int sig) {
   const pid_t pid = children_->pid(child);
   if (sig == SIGKILL) {
-    signal_group(pid, sig);
+    // A node behind a connection is told to end its workers at once; its round then ends
+    // without node 0 (which reads its late exit report before the next round).
+    if (pid == 0) (void)children_->send(child, agent_signal_message(SIGKILL, nullptr));
+    children_->kill(child, events_);
   } else if (!specs_.at(child).agent) {
     // The worker's main process alone: its handler may still need its children (a
     // DataLoader's workers for an emergency checkpoint). The rest of its group goes with
     // it when it exits (ChildSet::reap), or gets SIGKILL at the grace's end.
     signal_process(pid, sig);
-  } else if (const int messages = children_->stdin_fd(child); messages >= 0) {
+  } else if (children_->takes_messages(child)) {
     // ssh delivers no signals: the agent gets them as messages. Never waiting for them:
     // a pipe that is full (an agent or its link that stopped reading) or broken is a dead
     // link, and a dead link gets SIGKILL (the agent's node then stops its workers).
     const bool stop = sig != SIGUSR1 && sig != SIGUSR2;
     const NodeEvent* cause = stop && stop_cause_ ? &*stop_cause_ : nullptr;
-    if (!send_to_agent(messages, agent_signal_message(sig, cause))) signal_group(pid, SIGKILL);
+    if (!children_->send(child, agent_signal_message(sig, cause))) children_->kill(child, events_);
   } else {
     signal_process(pid, sig);  // srun and mpirun forward it to their tasks
   }
@@ -422,10 +414,9 @@ int ProcessRunner::tell_agents(const std::string& message, bool& unasked) {
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const Child& child = specs_[i];
     if (!child.agent || child.exited) continue;
-    const int input = children_->stdin_fd(i);
-    if (child.control_nodes == 0 || input < 0) {
+    if (child.control_nodes == 0 || !children_->takes_messages(i)) {
       unasked = true;
-    } else if (send_to_agent(input, message)) {
+    } else if (children_->send(i, message)) {
       nodes += child.control_nodes;
     }
   }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,8 +44,13 @@ struct ChildSpec {
   std::string python_stack_file;
   std::string stacks_log;  // where its stacks are written when captured; empty: nowhere
   std::string trace_file;  // DDPRUN_TRACE_FILE; removed before the start
-  int fd3 = -1;            // the child's descriptor 3 (a rendezvous relay's socket, rendezvous.h)
-  std::vector<int> cpus;   // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
+  // An agent that is another node's ddprun behind this socket of the launchers'
+  // rendezvous (rendezvous.h): no process is started; `hello` goes on the socket, which is
+  // read a line at a time as ChildSet::connect says. -1: a process.
+  int connection = -1;
+  std::function<std::optional<int>(std::string& line)> connection_line_end;
+  std::size_t connection_max_line = 0;
+  std::vector<int> cpus;  // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
   bool stdout_to_console = true;  // workers only: agents filter their own workers
   bool stderr_to_console = true;
 };

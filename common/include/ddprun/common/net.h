@@ -2,7 +2,9 @@
 // TCP addresses and connections. Thread-safe.
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -23,5 +25,10 @@ UniqueFd connect_tcp(const std::string& host, int port, int timeout_ms);
 // Whether a TCP connection to `host`:`port` is accepted within `timeout_ms`, trying each
 // address `host` resolves to. The connection is closed at once.
 bool can_connect(const std::string& host, int port, int timeout_ms);
+
+// Receives what came on `fd` (never waiting), at most `size` bytes and never past the end
+// of a line: what follows a line may be someone else's to read. As recv; -1 with EAGAIN
+// when nothing came.
+ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size);
 
 }  // namespace ddprun
