@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -346,6 +347,88 @@ TEST(Output, LogDirHoldsEachRanksStreamsAndRedirectsAndTeeControlTheConsole) {
   std::ifstream filtered_out(dir3.path() + "/attempt_0/rank_0.stdout.log");
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(filtered_out)), {}),
             "rank 0 line 0\nrank 0 line 1\n");  // the filter is for the console only
+}
+
+// Four ranks that print the same three lines and one line of their own. A barrier in files
+// makes each rank print only once all four have started, so that their lines arrive
+// together however loaded the machine; the long window is for the same reason and costs
+// nothing, as a group goes out as soon as every rank has its line.
+std::vector<std::string> four_ranks_print(const std::string& barrier,
+                                          std::vector<std::string> options) {
+  const std::string script =
+      "touch " + barrier + "/ready.$RANK; until [ $(ls " + barrier +
+      " | grep -c ready) -eq 4 ]; do sleep 0.01; done; "
+      "echo 'loading the model'; echo 'torch 2.9.0'; echo 'warning: TF32 is off'; "
+      "echo \"rank $RANK is ready\"";
+  options.insert(options.begin(), {"--nproc-per-node", "4"});
+  options.insert(options.end(), {"--", "/bin/sh", "-c", script});
+  return options;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+TEST(Output, FoldOutputShowsTheSameLinesOnceWithTheirRanksAndTheFilesKeepEveryLine) {
+  TempDir barrier, logs;
+  const auto done = run_ddprun(four_ranks_print(
+      barrier.path(), {"--fold-output", "--fold-window", "3000", "--tag-output", "--log-dir",
+                       logs.path(), "--duplicate-stdout-filters", "warning:,torch"}));
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto lines = split_lines(done.out);
+  std::vector<std::string> folded;
+  std::map<int, int> own;
+  const std::regex own_pattern(R"(^\[[^:\]]+:(\d)\] rank (\d) is ready$)");
+  for (const auto& line : lines) {
+    std::smatch match;
+    if (std::regex_match(line, match, own_pattern)) {
+      EXPECT_EQ(match[1], match[2]) << line;
+      ++own[std::stoi(match[1])];
+    } else {
+      folded.push_back(line);
+    }
+  }
+  EXPECT_EQ(folded, (std::vector<std::string>{"[0-3] loading the model", "[0-3] torch 2.9.0",
+                                              "[0-3] warning: TF32 is off"}))
+      << done.out;
+  EXPECT_EQ(own, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}, {3, 1}})) << done.out;
+  // Nothing is dropped: each rank's file has its four lines; the filtered copy has the two
+  // lines of every rank that match, each with its rank.
+  std::map<int, int> copied;
+  const std::regex copy_pattern(R"(^\[[^:\]]+:(\d)\] (torch 2\.9\.0|warning: TF32 is off)$)");
+  for (const auto& line : split_lines(read_text(logs.path() + "/attempt_0/filtered_stdout.log"))) {
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, copy_pattern)) << line;
+    ++copied[std::stoi(match[1])];
+  }
+  EXPECT_EQ(copied, (std::map<int, int>{{0, 2}, {1, 2}, {2, 2}, {3, 2}}));
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(read_text(logs.path() + "/attempt_0/rank_" + r + ".stdout.log"),
+              "loading the model\ntorch 2.9.0\nwarning: TF32 is off\nrank " + r + " is ready\n");
+  }
+}
+
+TEST(Output, AFoldedLineGoesOutWhenItsWindowEndsWhileTheRanksRunOn) {
+  // Rank 1 prints nothing and keeps its output open: rank 0's line is let out by the loop's
+  // deadline, not by the end of the job (the test stops the job only once it has seen it).
+  Launched job({"--nproc-per-node", "2", "--fold-output", "--fold-window", "200", "--", "/bin/sh",
+                "-c", "[ $RANK = 0 ] && echo 'only rank 0'; exec sleep 60"});
+  job.wait_stdout([](const std::string& out) { return out == "only rank 0\n"; });
+  job.signal(SIGTERM);
+  const auto done = job.finish();
+  EXPECT_EQ(done.exit_code, 128 + SIGTERM) << done.err;
+}
+
+TEST(Output, InAPipeEveryRanksLineIsShownUnlessFoldOutputIsAsked) {
+  // The default folds only on a terminal: a pipe's reader gets one line per rank and line.
+  TempDir barrier;
+  const auto done = run_ddprun(four_ranks_print(barrier.path(), {}));
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto lines = split_lines(done.out);
+  EXPECT_EQ(lines.size(), 16u) << done.out;
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "loading the model"), 4) << done.out;
 }
 
 TEST(Restarts, FailedRoundIsRestartedWithNextRestartCountAndNewPort) {

@@ -130,6 +130,28 @@ TEST(AgentArguments, CarryTheHeadsDecisionsAndTheProgramAfterDashDash) {
   EXPECT_EQ(args, expected);
 }
 
+TEST(AgentArguments, EveryNodeFoldsAsTheHeadDecidedAndCopiesWhatTheFiltersMatch) {
+  Options options;
+  LaunchPlan plan;
+  plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 3, 2}};
+  const auto has = [](const std::vector<std::string>& args, std::vector<std::string> words) {
+    return std::search(args.begin(), args.end(), words.begin(), words.end()) != args.end();
+  };
+  options.fold_output = true;
+  options.fold_window_ms = 300;
+  options.duplicate_stdout_filters = {"warning", "NaN"};
+  options.duplicate_stderr_filters = {"Traceback"};
+  auto args = agent_arguments(options, plan, &plan.nodes[1]);
+  EXPECT_TRUE(has(args, {"--fold-output", "--fold-window", "300"}));
+  EXPECT_TRUE(has(args, {"--duplicate-stdout-filters", "warning,NaN"}));
+  EXPECT_TRUE(has(args, {"--duplicate-stderr-filters", "Traceback"}));
+  // Off at the head (a pipe, few ranks): off on every node, whatever its own console.
+  options.fold_output = false;
+  args = agent_arguments(options, plan, &plan.nodes[1]);
+  EXPECT_TRUE(has(args, {"--no-fold-output"}));
+  EXPECT_FALSE(has(args, {"--fold-window"}));
+}
+
 TEST(SshCommand, QuotesEveryWordOnceAndEndsOptionsBeforeTheHost) {
   Options options;
   options.ssh_config = "/tmp/cfg";

@@ -362,6 +362,32 @@ TEST(CommandLine, EveryTorchrunOptionIsAcceptedInBothSpellings) {
   }
 }
 
+TEST(CommandLine, FoldOutputIsUnsetOnOrOffAndItsTwoFlagsExcludeEachOther) {
+  EXPECT_EQ(parse({"x"}).options->fold_output, std::nullopt);  // the default decides
+  EXPECT_EQ(parse({"--fold-output", "x"}).options->fold_output, true);
+  EXPECT_EQ(parse({"--no_fold_output", "x"}).options->fold_output, false);
+  EXPECT_EQ(parse({"x"}).options->fold_window_ms, 150);
+  EXPECT_EQ(parse({"--fold-window", "400", "x"}).options->fold_window_ms, 400);
+  const auto both = parse({"--fold-output", "--no-fold-output", "x"});
+  EXPECT_FALSE(both.options);
+  EXPECT_EQ(both.message, "ddprun: error: --fold-output and --no-fold-output exclude each other\n");
+  EXPECT_FALSE(parse({"--fold-window", "0", "x"}).options);
+}
+
+TEST(CommandLine, TorchrunsDuplicateFiltersAreCommaListsInBothSpellingsAndFromPet) {
+  const auto dashes = parse({"--duplicate-stdout-filters", "warning,NaN,,loss=", "x"});
+  ASSERT_TRUE(dashes.options) << dashes.message;
+  EXPECT_EQ(dashes.options->duplicate_stdout_filters,
+            (std::vector<std::string>{"warning", "NaN", "loss="}));  // the empty one is left out
+  EXPECT_TRUE(dashes.options->duplicate_stderr_filters.empty());
+  const auto underscores = parse({"--duplicate_stderr_filters=Traceback", "x"});
+  ASSERT_TRUE(underscores.options) << underscores.message;
+  EXPECT_EQ(underscores.options->duplicate_stderr_filters, std::vector<std::string>{"Traceback"});
+  const auto pet = parse({"x"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "apple,orange"}});
+  ASSERT_TRUE(pet.options) << pet.message;
+  EXPECT_EQ(pet.options->duplicate_stdout_filters, (std::vector<std::string>{"apple", "orange"}));
+}
+
 TEST(CommandLine, ADoubleDashRightAfterTheProgramIsDroppedAsTorchrunDrops) {
   const auto right_after = parse({"-m", "scripts.base_train", "--", "--depth=20"});
   ASSERT_TRUE(right_after.options) << right_after.message;

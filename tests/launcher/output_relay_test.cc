@@ -8,12 +8,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "ddprun/common/nonblocking_output.h"
 #include "report/control.h"
 #include "run/output_relay.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -164,6 +166,52 @@ TEST(OutputRelay, ALogThatCannotBeWrittenIsSaidOnceAndTheConsoleKeepsTheLines) {
   EXPECT_EQ(err.read_all(),
             "ddprun: warning: cannot write logs/rank0.stdout.log: No space left on device; the "
             "rest of this output is on the console only\n");
+}
+
+RelayTarget fold_worker(int rank, bool stdout_to_console = true) {
+  RelayTarget target;
+  target.worker = true;
+  target.rank = rank;
+  target.label = "[n1:" + std::to_string(rank) + "] ";
+  target.stdout_to_console = stdout_to_console;
+  return target;
+}
+
+TEST(OutputRelay, FoldedLinesGoOutOnceTaggedAndADdprunMessageLetsOutWhatIsHeld) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get());
+  RelayConfig config;
+  config.fold = true;
+  OutputRelay relay(config, console);
+  console.set_before_message([&] { relay.release_all_folded(); });
+  for (int rank = 0; rank < 3; ++rank) relay.add(fold_worker(rank));
+  for (std::size_t child = 0; child < 3; ++child) relay.feed(child, false, "loading\n");
+  EXPECT_EQ(out.read_all(), "[0-2] loading\n");  // every rank has it: out at once
+  relay.feed(1, false, "rank 1 only\n");
+  EXPECT_EQ(out.read_all(), "");  // ranks 0 and 2 may still print it
+  ASSERT_TRUE(relay.fold_deadline());
+  console.message("ddprun: a message\n");
+  EXPECT_EQ(out.read_all(), "rank 1 only\n");
+  EXPECT_FALSE(relay.fold_deadline());
+}
+
+TEST(OutputRelay, LinesThatMatchTheFiltersAreCopiedWithTheirRankWhateverTheConsoleShows) {
+  TestPipe out, err;
+  Console console(out.write_end.get(), err.write_end.get());
+  const support::TempDir dir;
+  RelayConfig config;
+  config.stdout_filters = {"warn", "NaN"};
+  OutputRelay relay(config, console);
+  relay.open_filtered(false, dir.path() + "/filtered_stdout.log");
+  relay.add(fold_worker(0));
+  relay.add(fold_worker(1, /*stdout_to_console=*/false));  // -r 1: files only
+  relay.feed(0, false, "a warning\nfine\n");
+  relay.feed(1, false, "loss NaN\nwarn");
+  relay.feed(1, false, "");  // the end of its stream: its last line, unterminated
+  EXPECT_EQ(out.read_all(), "a warning\nfine\n");
+  std::ifstream copied(dir.path() + "/filtered_stdout.log");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(copied)), {}),
+            "[n1:0] a warning\n[n1:1] loss NaN\n[n1:1] warn\n");
 }
 
 // A worker cannot forge ddprun's own messages: a line of its that holds the marker of an

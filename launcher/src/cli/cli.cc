@@ -72,6 +72,7 @@ struct TorchrunStrings {
   std::optional<std::string> logs_specs;
   std::optional<std::string> numa_binding;
   std::optional<std::string> cpu_bind;
+  std::optional<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   std::optional<std::string> rdzv_id;
   std::string restart_on = "any";
   bool standalone = false;
@@ -90,6 +91,8 @@ struct Parser {
   bool check = false;
   bool doctor = false;
   bool print_job_end = false;
+  bool fold_output = false;  // --fold-output and --no-fold-output (Options::fold_output)
+  bool no_fold_output = false;
 
   Parser();
 
@@ -137,6 +140,8 @@ constexpr PetVariable kPetVariables[] = {
     {"PET_LOCAL_RANKS_FILTER", "--local-ranks-filter", false},
     {"PET_LOCAL_ADDR", "--local-addr", false},
     {"PET_SIGNALS_TO_HANDLE", "--signals-to-handle", false},
+    {"PET_DUPLICATE_STDOUT_FILTERS", "--duplicate-stdout-filters", false},
+    {"PET_DUPLICATE_STDERR_FILTERS", "--duplicate-stderr-filters", false},
 };
 
 std::string seconds_check(const std::string& value, double low, double high) {
@@ -390,6 +395,15 @@ void Parser::add_output(CLI::App& group) {
             "RANKS", "Show only these local ranks on the console, e.g. 0 or 0,3 (files keep all)");
   group.add_flag("--tag-output,--tag_output", options.tag_output,
                  "Prefix every output line with [host:rank]");
+  group.add_flag("--fold-output,--fold_output", fold_output,
+                 "Show the same line from several ranks once, tagged with the ranks ([0-7,9] "
+                 "text), when they print it within --fold-window; the files keep every line. "
+                 "Default: on when the console is a terminal and the job has 8 ranks or more");
+  group.add_flag("--no-fold-output,--no_fold_output", no_fold_output,
+                 "One console line per rank and line, whatever the console and the ranks");
+  add_value(group, "--fold-window,--fold_window", options.fold_window_ms, "MS",
+            "How long a line waits for the same line from other ranks (default 150)")
+      ->check(CLI::Range(1, 10000));
   group.add_flag("-q,--quiet", options.quiet,
                  "Print no start summary and no per-rank table at the end (errors still)");
 }
@@ -480,6 +494,13 @@ void Parser::add_torchrun(CLI::App& group) {
       ->check(one_of({"spawn", "fork", "forkserver"}, "start method"));
   add_value(group, "--event-log-handler,--event_log_handler", torchrun.event_log_handler, "null",
             "Accepted for torchrun: only 'null'");
+  add_value(group, "--duplicate-stdout-filters,--duplicate_stdout_filters",
+            torchrun.duplicate_stdout_filters, "TEXT,...",
+            "Also copy the workers' stdout lines that contain any of these strings to "
+            "filtered_stdout.log in the round's log folder (torchrun 2.9's)");
+  add_value(group, "--duplicate-stderr-filters,--duplicate_stderr_filters",
+            torchrun.duplicate_stderr_filters, "TEXT,...",
+            "The same for stderr lines, to filtered_stderr.log");
   group
       .add_option("--logs-specs,--logs_specs", torchrun.logs_specs,
                   "torchrun's Python plugin for logs: not supported")
@@ -496,6 +517,18 @@ void Parser::add_agent() {
   app.add_option("--agent-subtree", options.agent_subtree_last, "Last node this agent starts")
       ->check(CLI::Range(0, 1 << 24))
       ->group("");
+}
+
+// torchrun's comma-separated filter list; an empty piece would match every line and is
+// left out.
+std::vector<std::string> split_filters(const std::string& list) {
+  std::vector<std::string> filters;
+  for (std::size_t start = 0; start <= list.size();) {
+    const auto comma = std::min(list.find(',', start), list.size());
+    if (comma > start) filters.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return filters;
 }
 
 CommandLine usage_error(const std::string& message) {
@@ -575,6 +608,16 @@ void finish_options(Parser& parser) {
   if (torchrun.tee) options.tee = parse_stream_choice("--tee", *torchrun.tee);
   if (torchrun.local_ranks_filter) {
     options.local_ranks_filter = parse_local_ranks_filter(*torchrun.local_ranks_filter);
+  }
+  if (parser.fold_output && parser.no_fold_output) {
+    throw UsageError("--fold-output and --no-fold-output exclude each other");
+  }
+  if (parser.fold_output || parser.no_fold_output) options.fold_output = parser.fold_output;
+  if (torchrun.duplicate_stdout_filters) {
+    options.duplicate_stdout_filters = split_filters(*torchrun.duplicate_stdout_filters);
+  }
+  if (torchrun.duplicate_stderr_filters) {
+    options.duplicate_stderr_filters = split_filters(*torchrun.duplicate_stderr_filters);
   }
   if (torchrun.signals_to_handle) {
     options.signals_to_handle = parse_signal_list(*torchrun.signals_to_handle);

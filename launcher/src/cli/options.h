@@ -53,6 +53,14 @@ struct Options {
   StreamChoice tee;
   std::optional<std::set<int>> local_ranks_filter;  // console only; files keep every rank
   bool tag_output = false;
+  // --fold-output / --no-fold-output (output_fold.h); unset: the default, on when the
+  // console is a terminal and the job has kFoldFromRanks ranks or more (fold_wanted).
+  std::optional<bool> fold_output;
+  int fold_window_ms = 150;  // --fold-window
+  // torchrun's --duplicate-stdout-filters and --duplicate-stderr-filters: lines holding
+  // any of these strings are also copied to the round's filtered files (plan.h).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   // Take the stacks of workers before SIGKILL (stacks.h); --no-stacks turns it off.
   bool stacks = true;
   bool quiet = false;  // no start summary and no end table; errors are still printed

@@ -33,6 +33,7 @@
 #include "run/control_socket.h"
 #include "run/job.h"
 #include "run/job_settings.h"
+#include "run/output_fold.h"
 #include "run/process_runner.h"
 #include "run/restart_policy.h"
 #include "run/scratch_dir.h"
@@ -139,8 +140,11 @@ int run(Options options, Environment env) {
 
   const std::string program_path = resolve_program(options.program.front(), env);
   const std::string self = this_executable();
-  if (!options.log_dir && (options.redirects.any() || options.tee.any())) {
-    // torchrun keeps redirected output in a temporary folder when given none.
+  const bool filters =
+      !options.duplicate_stdout_filters.empty() || !options.duplicate_stderr_filters.empty();
+  if (!options.log_dir && (options.redirects.any() || options.tee.any() || filters)) {
+    // torchrun keeps redirected output (and the filtered copies) in a temporary folder
+    // when given none.
     const LogFolder logs = default_log_folder(tmpdir(env), inputs.run_id);
     std::cerr << logs.note;
     options.log_dir = logs.path;
@@ -150,8 +154,20 @@ int run(Options options, Environment env) {
   if (!options.log_dir) scratch.emplace(tmpdir(env), inputs.run_id);
   inputs.scratch_dir = scratch ? scratch->path() : std::string();
 
+  if (!options.fold_output) {
+    // The default (docs/launching.md#folded-output): only a person at a terminal gets it,
+    // so the plan is built for its rank count only then; agents are told by their head.
+    options.fold_output =
+        inputs.stdout_is_tty && !options.agent &&
+        static_cast<int>(build_plan(plan_options(options), inputs, env).ranks.size()) >=
+            kFoldFromRanks;
+  }
   ProcessRunnerConfig runner_config;
   runner_config.relay.console_is_tty = inputs.stdout_is_tty;
+  runner_config.relay.fold = *options.fold_output;
+  runner_config.relay.fold_window = std::chrono::milliseconds(options.fold_window_ms);
+  runner_config.relay.stdout_filters = options.duplicate_stdout_filters;
+  runner_config.relay.stderr_filters = options.duplicate_stderr_filters;
   runner_config.tag_output = options.tag_output;
   runner_config.head_fd = options.agent_stdin ? STDIN_FILENO : -1;
   if (options.stacks) {

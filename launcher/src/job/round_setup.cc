@@ -121,6 +121,12 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
             ? write_python_stack_hook(std::filesystem::absolute(plan.attempt_dir + "/python"))
             : std::string();
     setup.children = worker_children(plan, program_path, env, hook_dir);
+    for (ChildSpec& child : setup.children) {
+      if (!options.duplicate_stdout_filters.empty())
+        child.filtered_stdout_log = filtered_log(plan, false);
+      if (!options.duplicate_stderr_filters.empty())
+        child.filtered_stderr_log = filtered_log(plan, true);
+    }
   }
   setup.summary = format_launch_summary(plan, options.log_dir.has_value());
   if (inputs.launcher != LauncherKind::kLocal) {

@@ -41,6 +41,12 @@ bool forwarded_by_default(std::string_view name) {
                      [&](std::string_view prefix) { return name.rfind(prefix, 0) == 0; });
 }
 
+std::string join_filters(const std::vector<std::string>& filters) {
+  std::string list;
+  for (const auto& filter : filters) list += (list.empty() ? "" : ",") + filter;
+  return list;
+}
+
 std::string seconds_text(double seconds) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", seconds);
@@ -144,6 +150,21 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
     args.insert(args.end(), {flag.substr(0, space), flag.substr(space + 1)});
   }
   if (options.tag_output) args.emplace_back("--tag-output");
+  // Each node folds its own ranks' lines, as the head decided for the job.
+  if (options.fold_output) {
+    args.emplace_back(*options.fold_output ? "--fold-output" : "--no-fold-output");
+    if (*options.fold_output && options.fold_window_ms != Options().fold_window_ms) {
+      args.insert(args.end(), {"--fold-window", std::to_string(options.fold_window_ms)});
+    }
+  }
+  if (!options.duplicate_stdout_filters.empty()) {
+    args.insert(args.end(),
+                {"--duplicate-stdout-filters", join_filters(options.duplicate_stdout_filters)});
+  }
+  if (!options.duplicate_stderr_filters.empty()) {
+    args.insert(args.end(),
+                {"--duplicate-stderr-filters", join_filters(options.duplicate_stderr_filters)});
+  }
   if (!options.stacks) args.emplace_back("--no-stacks");
   if (options.mode == Mode::kCheck) {
     args.emplace_back("--check");  // answer the preflight, run nothing

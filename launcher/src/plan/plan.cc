@@ -121,6 +121,12 @@ std::string rank_file(const LaunchPlan& plan, int rank, RankFile file) {
   return path;
 }
 
+std::string filtered_log(const LaunchPlan& plan, bool is_stderr) {
+  std::string path = plan.attempt_dir + (is_stderr ? "/filtered_stderr" : "/filtered_stdout");
+  if (plan.nodes.size() > 1) path += ".node_" + std::to_string(plan.this_node);
+  return path + ".log";
+}
+
 std::vector<int> rank_devices(const LaunchPlan& plan, const RankPlan& rank) {
   std::vector<int> positions;
   const int k = plan.devices.per_rank;

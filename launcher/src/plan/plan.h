@@ -123,6 +123,12 @@ std::string rank_file(const LaunchPlan& plan, int rank, RankFile file);
 // The same, appended to `out`: for printing many ranks without a string for each.
 void append_rank_file(std::string& out, const LaunchPlan& plan, int rank, RankFile file);
 
+// This node's copy of the lines that match torchrun's --duplicate-stdout-filters (or
+// stderr's), every rank of the node in one file: "<attempt_dir>/filtered_stdout.log" (or
+// filtered_stderr.log) as torchrun names it when the job has one node; with several,
+// "filtered_stdout.node_<K>.log", so that nodes sharing a --log-dir never write one file.
+std::string filtered_log(const LaunchPlan& plan, bool is_stderr);
+
 // How this ddprun reaches the job's other nodes: kLocal runs this node's workers only
 // (one node, or one ddprun per node started by someone else); the others make it the
 // head that starts an agent on every node (docs/multinode.md).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "ddprun/common/files.h"
 #include "report/control.h"
 #include "report/report.h"
 
@@ -46,6 +47,11 @@ void Console::write(bool is_stderr, std::string chunk, std::size_t lines, bool l
 }
 
 void Console::message(std::string text) {
+  if (before_message_ && !in_message_) {
+    in_message_ = true;
+    before_message_();
+    in_message_ = false;
+  }
   const bool was_empty = err_->queue.empty();
   err_->queue.push_message(std::move(text));
   if (was_empty) flush(*err_);
@@ -147,8 +153,18 @@ void ConsoleMessages::pass_lines() {
   pending_.erase(0, newline + 1);
 }
 
+OutputRelay::OutputRelay(RelayConfig config, Console& console)
+    : config_(std::move(config)), console_(console) {
+  if (config_.fold) fold_.emplace(config_.fold_window);
+}
+
 void OutputRelay::add(RelayTarget target) {
   Source& source = sources_.emplace_back();
+  if (fold_ && target.worker) {
+    source.fold_source = fold_count_++;
+    fold_->add_source(target.rank, target.stdout_to_console, target.stderr_to_console);
+  }
+  source.label = std::move(target.label);
   source.prefix = std::move(target.prefix);
   source.out.log = std::move(target.stdout_log);
   source.err.log = std::move(target.stderr_log);
@@ -174,12 +190,18 @@ void OutputRelay::feed(std::size_t child, bool is_stderr, std::string_view data)
   Stream& stream = is_stderr ? source.err : source.out;
   if (data.empty()) {
     emit(child, is_stderr, stream.splitter.finish());
+    if (source.fold_source) {
+      fold_->close(std::chrono::steady_clock::now(), *source.fold_source, is_stderr);
+      write_folded();
+    }
     return;
   }
   if (stream.log.valid()) write_log(stream, data);
   emit(child, is_stderr, stream.splitter.feed(data));
   if (config_.console_is_tty && stream.to_console) {
     if (auto redraw = stream.splitter.take_redraw()) {
+      // A line redrawn in place goes out now: what the fold holds goes first, in order.
+      release_all_folded();
       // An empty redraw (only "erase line") clears the line for what comes next.
       const bool clear_only = redraw->empty() || *redraw == kEraseLine;
       console_.write(is_stderr, "\r" + (clear_only ? std::string() : source.prefix) + *redraw, 0,
@@ -241,30 +263,100 @@ void OutputRelay::emit(std::size_t child, bool is_stderr, const std::vector<std:
   if (is_stderr) {
     for (const auto& line : lines) source.tail.add(line);
   }
+  if (source.worker) copy_filtered(source, is_stderr, lines);
   if (!stream.to_console) return;
+  if (source.fold_source) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& line : lines) {
+      std::string alone;
+      append_console_line(alone, source, line);
+      // A line redrawn in place on a terminal is shown as it is, never folded.
+      const bool redrawn = config_.console_is_tty && line.find('\r') != std::string::npos;
+      fold_->add(now, *source.fold_source, is_stderr, line, std::move(alone), stream.log.valid(),
+                 !redrawn);
+    }
+    write_folded();
+    return;
+  }
   // One chunk per batch of whole lines: lines of different ranks never mix.
   std::string buffer;
-  for (const auto& line : lines) {
-    const auto cr = config_.console_is_tty ? line.rfind('\r') : std::string::npos;
-    if (cr == std::string::npos) {
-      buffer += source.prefix;
-      buffer += line;
-    } else {
-      // The end of a line redrawn in place: back to its start, prefix, last version. An
-      // "erase line" right after the '\r' goes before the prefix, so the result does not
-      // depend on whether the erase and the line arrived in one read or two.
-      std::string_view rest = std::string_view(line).substr(cr + 1);
-      buffer += '\r';
-      if (rest.starts_with(kEraseLine)) {
-        buffer += kEraseLine;
-        rest.remove_prefix(kEraseLine.size());
-      }
-      buffer += source.prefix;
-      buffer += rest;
-    }
-    buffer += '\n';
-  }
+  for (const auto& line : lines) append_console_line(buffer, source, line);
   console_.write(is_stderr, std::move(buffer), lines.size(), stream.log.valid());
+}
+
+void OutputRelay::append_console_line(std::string& buffer, const Source& source,
+                                      const std::string& line) const {
+  const auto cr = config_.console_is_tty ? line.rfind('\r') : std::string::npos;
+  if (cr == std::string::npos) {
+    buffer += source.prefix;
+    buffer += line;
+  } else {
+    // The end of a line redrawn in place: back to its start, prefix, last version. An
+    // "erase line" right after the '\r' goes before the prefix, so the result does not
+    // depend on whether the erase and the line arrived in one read or two.
+    std::string_view rest = std::string_view(line).substr(cr + 1);
+    buffer += '\r';
+    if (rest.starts_with(kEraseLine)) {
+      buffer += kEraseLine;
+      rest.remove_prefix(kEraseLine.size());
+    }
+    buffer += source.prefix;
+    buffer += rest;
+  }
+  buffer += '\n';
+}
+
+void OutputRelay::open_filtered(bool is_stderr, const std::string& path) {
+  Filtered& filtered = filtered_[is_stderr ? 1 : 0];
+  if (filtered.log.valid() || !filtered.path.empty()) return;  // open, or failed and said so
+  filtered.log = open_own_file_for_append(path);
+  filtered.path = path;
+}
+
+// Each matching line is written whole, with its rank's label, in one write: the ranks of
+// a node share the file and their lines never mix.
+void OutputRelay::copy_filtered(const Source& source, bool is_stderr,
+                                const std::vector<std::string>& lines) {
+  Filtered& filtered = filtered_[is_stderr ? 1 : 0];
+  if (!filtered.log.valid()) return;
+  const auto& filters = is_stderr ? config_.stderr_filters : config_.stdout_filters;
+  std::string copy;
+  for (const auto& line : lines) {
+    const bool match = std::any_of(filters.begin(), filters.end(), [&](const std::string& f) {
+      return line.find(f) != std::string::npos;
+    });
+    if (!match) continue;
+    copy += source.label;
+    copy += line;
+    copy += '\n';
+  }
+  if (copy.empty() || write_all(filtered.log.get(), copy)) return;
+  const int error = errno;
+  filtered.log.reset();
+  console_.message("ddprun: warning: cannot write " + filtered.path + ": " + std::strerror(error) +
+                   "; lines that match the filters are no longer copied\n");
+}
+
+std::optional<std::chrono::steady_clock::time_point> OutputRelay::fold_deadline() const {
+  return fold_ ? fold_->next_deadline() : std::nullopt;
+}
+
+void OutputRelay::release_folded(std::chrono::steady_clock::time_point now) {
+  if (!fold_) return;
+  fold_->release_due(now);
+  write_folded();
+}
+
+void OutputRelay::release_all_folded() {
+  if (!fold_ || !fold_->holding()) return;
+  fold_->release_all();
+  write_folded();
+}
+
+void OutputRelay::write_folded() {
+  for (OutputFold::Out& out : fold_->take()) {
+    console_.write(out.is_stderr, std::move(out.text), out.lines, out.logged);
+  }
 }
 
 }  // namespace ddprun

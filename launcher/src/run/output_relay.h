@@ -2,17 +2,22 @@
 // Relays children's output to ddprun's console and per-rank log files: whole lines only
 // (lines of different ranks never mix), an optional "[host:rank] " prefix, lines a
 // worker redraws with '\r' passed on as they come when the console is a terminal, and the
-// last stderr lines of each child kept for failure reports.
+// last stderr lines of each child kept for failure reports. With --fold-output, the same
+// line from several workers becomes one console line (output_fold.h); lines that match
+// torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters are also copied to one
+// file per stream.
 //
 // The console never holds up the event loop: writes to it never wait, what it cannot take
 // yet waits in a bounded queue, and what does not fit there is left out of the console
 // (the log files still get every line) and counted (Console below).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <streambuf>
 #include <string>
 #include <string_view>
@@ -21,6 +26,7 @@
 #include "ddprun/common/nonblocking_output.h"
 #include "ddprun/common/unique_fd.h"
 #include "run/line_buffer.h"
+#include "run/output_fold.h"
 
 namespace ddprun {
 
@@ -31,6 +37,14 @@ struct RelayConfig {
   std::size_t tail_lines = 20;  // stderr lines kept per child for failure reports
   int console_stdout = 1;       // where relayed output goes (Console)
   int console_stderr = 2;
+  // --fold-output: workers' console lines go through an OutputFold with this window.
+  bool fold = false;
+  std::chrono::milliseconds fold_window = OutputFold::kDefaultWindow;
+  // torchrun's --duplicate-stdout-filters and --duplicate-stderr-filters: a worker's line
+  // that holds any of these strings is also copied, tagged "[host:rank] ", to the round's
+  // filtered file of its stream (open_filtered); whatever the console shows.
+  std::vector<std::string> stdout_filters;
+  std::vector<std::string> stderr_filters;
 };
 
 // ddprun's stdout and stderr as the event loop writes them: a write never waits (the
@@ -52,8 +66,10 @@ class Console {
   // A worker's output: `chunk` holds `lines` whole lines (0: a redraw); `logged`: a log
   // file has them too.
   void write(bool is_stderr, std::string chunk, std::size_t lines, bool logged);
-  // ddprun's own text, for stderr: never dropped to make room.
+  // ddprun's own text, for stderr: never dropped to make room. `before_message`, when
+  // set, is called first (the workers' lines the fold holds go out before it).
   void message(std::string text);
+  void set_before_message(std::function<void()> hook) { before_message_ = std::move(hook); }
   // Where the log files are, named by the notices (empty: there are none).
   void set_log_folder(std::string folder) { log_folder_ = std::move(folder); }
   const std::string& log_folder() const noexcept { return log_folder_; }
@@ -99,6 +115,8 @@ class Console {
   std::string log_folder_;
   std::uint64_t written_ = 0;
   bool noticed_ = false;
+  std::function<void()> before_message_;
+  bool in_message_ = false;
 };
 
 // A streambuf that hands ddprun's own messages to a Console, a whole line at a time (and
@@ -135,6 +153,8 @@ struct RelayTarget {
   // shown with the marker's first byte escaped, so that no worker can forge an answer or a
   // node's event on its way to the head.
   bool worker = false;
+  int rank = -1;      // a worker's: the rank a folded line names
+  std::string label;  // a worker's "[host:rank] ", for the filtered files
 };
 
 // The longest line an agent may send in one piece: an answer with every rank's stacks.
@@ -143,10 +163,20 @@ inline constexpr std::size_t kMaxAgentLine = std::size_t{64} << 20;
 class OutputRelay {
  public:
   // `console` must outlive the relay.
-  OutputRelay(RelayConfig config, Console& console) : config_(config), console_(console) {}
+  OutputRelay(RelayConfig config, Console& console);
 
   // Adds a child's target; children are numbered in the order they are added.
   void add(RelayTarget target);
+  // Opens `path` (appending, never through a link) as the filtered file of the stream,
+  // unless one is open already. Throws std::system_error when it cannot.
+  void open_filtered(bool is_stderr, const std::string& path);
+  // --fold-output: when release_folded has something to let out next; none while nothing
+  // is held.
+  std::optional<std::chrono::steady_clock::time_point> fold_deadline() const;
+  // Writes to the console the folded lines whose time has come by `now`.
+  void release_folded(std::chrono::steady_clock::time_point now);
+  // Writes every line the fold holds, in order (a round's end, ddprun's own messages).
+  void release_all_folded();
   // Bytes from child `child`'s stream; an empty `data` is the end of the stream, which
   // flushes an unterminated last line.
   void feed(std::size_t child, bool is_stderr, std::string_view data);
@@ -175,13 +205,27 @@ class OutputRelay {
     std::string last;
     bool answers = false;
     bool worker = false;
+    std::string label;
+    std::optional<std::size_t> fold_source;  // its number in fold_
+  };
+  struct Filtered {
+    UniqueFd log;
+    std::string path;
   };
   void emit(std::size_t child, bool is_stderr, const std::vector<std::string>& lines);
+  // The console's form of `line`: the prefix, a redrawn line's last version, '\n'.
+  void append_console_line(std::string& buffer, const Source& source,
+                           const std::string& line) const;
+  void copy_filtered(const Source& source, bool is_stderr, const std::vector<std::string>& lines);
+  void write_folded();
   void write_log(Stream& stream, std::string_view data);
 
   RelayConfig config_;
   Console& console_;
   std::vector<Source> sources_;
+  std::optional<OutputFold> fold_;
+  std::size_t fold_count_ = 0;  // workers added to fold_
+  Filtered filtered_[2];        // stdout's, stderr's
   std::function<void(std::size_t child, std::string_view line)> answer_handler_;
 };
 

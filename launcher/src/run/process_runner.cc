@@ -25,6 +25,7 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
       message_buffer_(*console_),
       messages_(&message_buffer_) {
   start_fresh();
+  console_->set_before_message([this] { relay_->release_all_folded(); });
   events_.output = [this](std::size_t child, bool is_stderr, std::string_view data) {
     relay_->feed(child, is_stderr, data);
   };
@@ -127,6 +128,7 @@ std::string ProcessRunner::private_path(const std::string& name) {
 }
 
 void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
+  relay_->release_all_folded();
   messages_.flush();
   // A signal (or the head's message) that comes meanwhile ends the drain and stays queued
   // for the policy.
@@ -137,7 +139,7 @@ void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
     const auto deadline = std::min(moved_at + stall, started + config_.console_drain_limit);
     if (RunnerClock::now() >= deadline) break;
     const auto written = console_->bytes_written();
-    children_->wait_once(deadline, config_.head_fd, events_);
+    wait_once(deadline);
     if (console_->bytes_written() != written) moved_at = RunnerClock::now();
   }
 }
@@ -168,8 +170,11 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
     target.answers = config_.head_fd < 0;
   } else {
     target.worker = true;
-    if (config_.tag_output)
-      target.prefix = "[" + spec.host + ":" + std::to_string(spec.rank) + "] ";
+    target.rank = spec.rank;
+    target.label = "[" + spec.host + ":" + std::to_string(spec.rank) + "] ";
+    if (config_.tag_output) target.prefix = target.label;
+    if (!spec.filtered_stdout_log.empty()) relay_->open_filtered(false, spec.filtered_stdout_log);
+    if (!spec.filtered_stderr_log.empty()) relay_->open_filtered(true, spec.filtered_stderr_log);
     target.stdout_to_console = spec.stdout_to_console;
     target.stderr_to_console = spec.stderr_to_console;
     // A log of an earlier run in a reused --log-dir goes on (append); nothing through a link.
@@ -284,11 +289,20 @@ void ProcessRunner::announce(const NodeEvent& event) {
   (void)::send(config_.head_events_fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
+  // The fold's next release is a deadline of the loop's own: no timer, no polling.
+  if (const auto fold = relay_->fold_deadline(); fold && (!deadline || *fold < *deadline)) {
+    deadline = fold;
+  }
+  children_->wait_once(deadline, config_.head_fd, events_);
+  relay_->release_folded(RunnerClock::now());
+}
+
 RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
   const bool output_was_open = children_->output_open();
   while (pending_.empty()) {
     if (deadline && RunnerClock::now() >= *deadline) return RunnerEvent{};
-    children_->wait_once(deadline, config_.head_fd, events_);
+    wait_once(deadline);
     // The last output closing is news too: after the last exit it ends the round, which
     // must not wait out the drain deadline (seen: 2 s when a pipe's end came after its
     // child's exit).
@@ -395,7 +409,7 @@ std::vector<RankStatus> ProcessRunner::ask_agents(ControlVerb verb,
       now() + (verb == ControlVerb::kStacks ? kStacksAnswerLimit : kStatusAnswerLimit);
   while (static_cast<int>(answers_.size()) < expected && now() < deadline &&
          pending_.size() == events_before) {
-    children_->wait_once(deadline, config_.head_fd, events_);
+    wait_once(deadline);
   }
   std::vector<RankStatus> ranks;
   for (AgentAnswer& answer : answers_) {

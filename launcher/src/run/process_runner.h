@@ -110,6 +110,9 @@ class ProcessRunner : public Runner {
   // without progress (or ProcessRunnerConfig::console_drain_limit in all, or an event).
   void drain_console(std::chrono::milliseconds stall);
   void start_fresh();  // a new child set and relay: children number from 0 again
+  // One turn of the loop (ChildSet::wait_once) that also wakes for the fold's next
+  // release and lets out what is due.
+  void wait_once(std::optional<RunnerClock::time_point> deadline);
   void read_head();
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();

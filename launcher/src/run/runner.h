@@ -38,6 +38,10 @@ struct ChildSpec {
   int control_nodes = 0;
   std::string stdout_log;  // workers with --log-dir; empty: no log file
   std::string stderr_log;
+  // Workers with --duplicate-stdout-filters/--duplicate-stderr-filters: the node's one
+  // file for the lines that match (plan.h, filtered_log); empty: none.
+  std::string filtered_stdout_log;
+  std::string filtered_stderr_log;
   std::string error_file;     // TORCHELASTIC_ERROR_FILE; removed before the start
   std::string progress_file;  // DDPRUN_PROGRESS_FILE; removed before the start
   // DDPRUN_PYTHON_STACK_FILE (python_stack_hook.h); removed before the start; empty: none.
