@@ -8,7 +8,7 @@ _ddprun() {
     case ${COMP_WORDS[i]} in
       --) COMPREPLY=($(compgen -f -- "$cur")); return ;;
       # Options that take a value, in --help's order (both spellings).
-      --nproc-per-node|--nproc_per_node|--run-id|--run_id|--scheduler|--hostfile|--nnodes|--node-rank|--node_rank|--master-addr|--master_addr|--master-port|--master_port|--local-addr|--local_addr|--launcher|--env|--ssh-config|--ssh-fanout|--max-restarts|--max_restarts|--restart-on|--shutdown-timeout|--shutdown_timeout|--exit-timeout|--exit_timeout|--stall-timeout|--stall_timeout|--deadline|--time-limit|--drain-before|--drain-signal|--signals-to-handle|--signals_to_handle|--log-dir|--log_dir|-r|--redirects|-t|--tee|--local-ranks-filter|--local_ranks_filter|--gpus-per-proc|--gpus_per_proc|--numa-binding|--numa_binding|--cpu-bind|--cpu_bind|--format|--check-path|--rdzv-backend|--rdzv_backend|--rdzv-endpoint|--rdzv_endpoint|--rdzv-conf|--rdzv_conf|--rdzv-id|--rdzv_id|--role|--monitor-interval|--monitor_interval|--start-method|--start_method|--event-log-handler|--event_log_handler) ((i++)) ;;
+      --nproc-per-node|--nproc_per_node|--run-id|--run_id|--scheduler|--hostfile|--nnodes|--node-rank|--node_rank|--master-addr|--master_addr|--master-port|--master_port|--local-addr|--local_addr|--launcher|--env|--ssh-config|--ssh-fanout|--max-restarts|--max_restarts|--restart-on|--shutdown-timeout|--shutdown_timeout|--exit-timeout|--exit_timeout|--stall-timeout|--stall_timeout|--deadline|--time-limit|--drain-before|--drain-signal|--signals-to-handle|--signals_to_handle|--log-dir|--log_dir|-r|--redirects|-t|--tee|--local-ranks-filter|--local_ranks_filter|--report|--gpus-per-proc|--gpus_per_proc|--numa-binding|--numa_binding|--cpu-bind|--cpu_bind|--format|--check-path|--rdzv-backend|--rdzv_backend|--rdzv-endpoint|--rdzv_endpoint|--rdzv-conf|--rdzv_conf|--rdzv-id|--rdzv_id|--role|--monitor-interval|--monitor_interval|--start-method|--start_method|--event-log-handler|--event_log_handler) ((i++)) ;;
       -*) ;;
       *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
@@ -25,11 +25,11 @@ _ddprun() {
     --format) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
     --launcher) COMPREPLY=($(compgen -W "auto ssh mpirun srun local" -- "$cur")); return ;;
     --env) COMPREPLY=($(compgen -v -- "$cur")); return ;;
-    --hostfile|--log-dir|--log_dir|--ssh-config|--check-path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --hostfile|--log-dir|--log_dir|--ssh-config|--check-path|--report) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --nnodes|--node-rank|--master-addr|--master-port|--run-id|--max-restarts|--shutdown-timeout) return ;;
   esac
   if [[ $cur == -* ]]; then
-    COMPREPLY=($(compgen -W "--nproc-per-node --gpus-per-proc --virtual-local-rank --numa-binding --cpu-bind --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --rdzv-backend --rdzv-endpoint --rdzv-id --rdzv-conf --role --module --no-python --run-path --redirects --local-ranks-filter --local-addr --signals-to-handle --monitor-interval --start-method --event-log-handler --exit-timeout --stall-timeout --no-stacks --restart-on --restart-repeated --drain-before --drain-signal --deadline --time-limit --print-job-end --status --stacks --stop --attach --dry-run --format --launcher --env --ssh-config --ssh-fanout --check --check-path --bandwidth --doctor --quiet --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "--nproc-per-node --gpus-per-proc --virtual-local-rank --numa-binding --cpu-bind --scheduler --hostfile --nnodes --node-rank --master-addr --master-port --run-id --max-restarts --shutdown-timeout --log-dir --tee --tag-output --standalone --rdzv-backend --rdzv-endpoint --rdzv-id --rdzv-conf --role --module --no-python --run-path --redirects --local-ranks-filter --local-addr --signals-to-handle --monitor-interval --start-method --event-log-handler --exit-timeout --stall-timeout --no-stacks --restart-on --restart-repeated --drain-before --drain-signal --deadline --time-limit --print-job-end --status --stacks --stop --attach --dry-run --format --launcher --env --ssh-config --ssh-fanout --check --check-path --bandwidth --doctor --quiet --report --help --version" -- "$cur"))
   else
     COMPREPLY=($(compgen -c -- "$cur"))
   fi
