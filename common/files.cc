@@ -148,6 +148,27 @@ void write_new_file(const std::string& path, const std::string& text) {
   }
 }
 
+void replace_file(const std::string& path, const std::string& text) {
+  const std::filesystem::path target(path);
+  const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::string temporary = folder + "/." + target.filename().string() + ".XXXXXX";
+  UniqueFd fd(::mkostemp(temporary.data(), O_CLOEXEC));
+  if (!fd.valid()) throw_errno("open", temporary);
+  try {
+    if (!write_all(fd.get(), text)) throw_errno("write", temporary);
+    if (::fsync(fd.get()) != 0) throw_errno("fsync", temporary);
+    fd.close_or_throw(temporary);
+    if (::rename(temporary.c_str(), path.c_str()) != 0) throw_errno("rename", path);
+  } catch (...) {
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  // The rename itself reaches the disk with the folder's own flush; a folder that cannot
+  // be opened or flushed (some network file systems) still has the whole new file.
+  const UniqueFd dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.valid()) ::fsync(dir.get());
+}
+
 std::string read_file(const std::string& path) {
   const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) throw_errno("open", path);

@@ -25,6 +25,7 @@ test_packages=(
   rpm                                # rpmbuild, for the RPMs' test (CPack's RPM generator)
   python3-build python3-venv python3-setuptools python3-wheel   # the wheel's test (offline build, fresh venv)
   lmod                               # the modulefile's test
+  python3-jsonschema                 # --report's test: the report against docs/report.schema.json
 )
 
 # Multi-node tests (tests/multinode, root only): namespaces, sshd, mpirun, Slurm, Grid

@@ -3,8 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "ddprun/common/files.h"
 #include "ddprun/common/parse_int.h"
@@ -158,6 +161,39 @@ TEST_F(Files, PerRankFilesAreNeverReachedThroughALinkOrAFifo) {
   EXPECT_THROW(open_own_file_for_append(log), std::system_error);
   EXPECT_EQ(read_file_head(log), "");  // planted by another user: no answer
   EXPECT_EQ(read_any_file_head(log), "one\ntwo\n");
+}
+
+TEST_F(Files, ReplaceFileSwapsTheWholeTextInAndNeverWritesThroughALink) {
+  const std::string report = dir_ + "/report.json";
+  replace_file(report, "first\n");
+  replace_file(report, "second\n");
+  EXPECT_EQ(read_file(report), "second\n");
+  struct stat info {};
+  ASSERT_EQ(::stat(report.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+
+  // A link at the path is replaced by the file; what it pointed at is untouched.
+  const std::string target = dir_ + "/target";
+  write_new_file(target, "kept\n");
+  const std::string link = dir_ + "/linked.json";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  replace_file(link, "new\n");
+  EXPECT_EQ(read_file(target), "kept\n");
+  ASSERT_EQ(::lstat(link.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISREG(info.st_mode));
+  EXPECT_EQ(read_file(link), "new\n");
+
+  // No temporary file is left beside them.
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"linked.json", "report.json", "target"}));
+
+  // A folder that is not there: an error naming the path, and nothing made.
+  EXPECT_THROW(replace_file(dir_ + "/missing/report.json", "x"), std::system_error);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/missing"));
 }
 
 TEST(Printable, ToHexWritesTwoLowerCaseDigitsAByte) {

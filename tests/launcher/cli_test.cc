@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "cli/options.h"
 #include "ddprun/contract/errors.h"
@@ -85,6 +86,23 @@ TEST(CommandLine, LogDirWithTeeAndFormat) {
   EXPECT_EQ(result.options->tee.all, 2);
   EXPECT_EQ(result.options->mode, Mode::kDryRun);
   EXPECT_EQ(result.options->format, PlanFormat::kJson);
+}
+
+TEST(CommandLine, ReportNamesAFileOnlyForAJobThatRuns) {
+  const auto result = parse({"--report", "out/r.json", "w"});
+  ASSERT_TRUE(result.options) << result.message;
+  EXPECT_EQ(result.options->report, "out/r.json");
+  EXPECT_FALSE(parse({"w"}).options->report);
+  for (const char* mode : {"--dry-run", "--check", "--doctor", "--print-job-end", "--status"}) {
+    const bool program = std::string_view(mode) != "--status";  // it takes a run id
+    const auto refused = parse(program ? std::vector<const char*>{mode, "--report", "r.json", "w"}
+                                       : std::vector<const char*>{mode, "--report", "r.json"});
+    EXPECT_FALSE(refused.options) << mode;
+    EXPECT_EQ(refused.exit_code, kExitLauncherError) << mode;
+    EXPECT_NE(refused.message.find("--report writes the report of a job that runs"),
+              std::string::npos)
+        << mode << ": " << refused.message;
+  }
 }
 
 TEST(CommandLine, HelpAndVersionExitZeroWithText) {

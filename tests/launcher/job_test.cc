@@ -129,13 +129,15 @@ TEST(JobPolicy, TheRootCauseIsTheFirstFailureNotTheWorkersStoppedAfterIt) {
       << job.messages;
 }
 
+// A different rank fails each round (rank N in round N): not the same failure again.
+FakeBehaviour rank_of_the_round_exits_7(int round, std::size_t child) {
+  return child == static_cast<std::size_t>(round) ? exits_after(Ms(10), exited(7))
+                                                  : runs_until_stopped();
+}
+
 TEST(JobPolicy, FailedRoundsRestartUpToMaxRestartsThenTheLastFailureIsTheExitCode) {
   FakeRunner runner;
-  // A different rank fails each round: not the same failure again.
-  runner.behaviour = [](int round, std::size_t child) {
-    return child == static_cast<std::size_t>(round) ? exits_after(Ms(10), exited(7))
-                                                    : runs_until_stopped();
-  };
+  runner.behaviour = rank_of_the_round_exits_7;
   JobSettings settings;
   settings.max_restarts = 2;
   const JobRun job = run(runner, settings);
@@ -271,6 +273,107 @@ TEST(JobPolicy, ARestartThatSucceedsEndsTheJobWithZero) {
   const JobRun job = run(runner, settings);
   EXPECT_EQ(job.exit_code, 0);
   EXPECT_EQ(runner.started.size(), 2u);
+}
+
+// What an observer (--report) hears: each decision, in order with the rounds' making.
+struct Observed {
+  std::vector<std::string> order;  // "make N", "decided N"
+  std::vector<RoundDecision> decisions;
+  std::vector<std::optional<Outcome>> outcomes;  // nullopt: the round never started
+  int exit_code = -1;
+};
+
+Observed run_observed(FakeRunner& runner, JobSettings settings,
+                      std::optional<RoundSetup> ends_before_round_1 = std::nullopt) {
+  settings.round.shutdown_grace = kGrace;
+  std::ostringstream messages;
+  Observed seen;
+  seen.exit_code = run_job(
+      runner, settings,
+      [&](int round, const RoundResult*) {
+        seen.order.push_back("make " + std::to_string(round));
+        if (round == 1 && ends_before_round_1) return *ends_before_round_1;
+        return RoundSetup{workers(2), "", "", ""};
+      },
+      messages,
+      [&](const RoundResult* result, const RoundDecision& decision) {
+        seen.order.push_back("decided " + std::to_string(decision.round));
+        seen.decisions.push_back(decision);
+        seen.outcomes.push_back(result ? std::optional(result->outcome) : std::nullopt);
+      });
+  return seen;
+}
+
+TEST(JobPolicyObserver, HearsEveryRoundsDecisionBeforeTheNextRoundIsMade) {
+  FakeRunner runner;
+  runner.behaviour = rank_of_the_round_exits_7;
+  JobSettings settings;
+  settings.max_restarts = 1;
+  const Observed seen = run_observed(runner, settings);
+  EXPECT_EQ(seen.exit_code, 7);
+  EXPECT_EQ(seen.order, (std::vector<std::string>{"make 0", "decided 0", "make 1", "decided 1"}));
+  ASSERT_EQ(seen.decisions.size(), 2u);
+  EXPECT_TRUE(seen.decisions[0].restart);
+  EXPECT_EQ(seen.decisions[0].why, "restart 1 of 1");
+  EXPECT_EQ(seen.decisions[0].round_code, 7);
+  EXPECT_FALSE(seen.decisions[0].exit_code);
+  EXPECT_DOUBLE_EQ(seen.decisions[0].run_seconds, 0.010);  // the fake clock: exits at 10 ms
+  EXPECT_FALSE(seen.decisions[1].restart);
+  EXPECT_EQ(seen.decisions[1].why, "not restarting: no restart left (--max-restarts 1)");
+  EXPECT_EQ(seen.decisions[1].exit_code, 7);
+  EXPECT_EQ(seen.outcomes[1], Outcome::kWorkerFailed);
+}
+
+TEST(JobPolicyObserver, AStopAndARoundThatNeverStartedAreDecisionsToo) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  runner.signal_at(0, Ms(50), SIGTERM);
+  JobSettings settings;
+  settings.max_restarts = 3;
+  Observed seen = run_observed(runner, settings);
+  ASSERT_EQ(seen.decisions.size(), 1u);
+  EXPECT_EQ(seen.decisions[0].why,
+            "not restarting: ddprun was stopped by SIGTERM (a stopped job is never restarted)");
+  EXPECT_EQ(seen.decisions[0].exit_code, 128 + SIGTERM);
+
+  FakeRunner second;
+  second.behaviour = [](int round, std::size_t) {
+    return round == 0 ? exits_after(Ms(1), exited(2)) : runs_until_stopped();
+  };
+  RoundSetup ends;
+  ends.end_code = 130;
+  ends.end_message = "ddprun: stopped by SIGINT while the nodes gathered\n";
+  seen = run_observed(second, settings, ends);
+  EXPECT_EQ(seen.exit_code, 130);
+  ASSERT_EQ(seen.decisions.size(), 2u);
+  EXPECT_EQ(seen.outcomes[1], std::nullopt);
+  EXPECT_EQ(seen.decisions[1].why, "stopped by SIGINT while the nodes gathered");
+  EXPECT_EQ(seen.decisions[1].exit_code, 130);
+}
+
+TEST(JobPolicyObserver, ARoundThatCannotBeMadeOrStartedEndsTheJobWithItsError) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(true); };
+  runner.fail_start_of = 1;
+  std::ostringstream messages;
+  std::vector<RoundDecision> decisions;
+  const RoundObserver observer = [&](const RoundResult* result, const RoundDecision& decision) {
+    EXPECT_EQ(result, nullptr);
+    decisions.push_back(decision);
+  };
+  const auto make = [](int, const RoundResult*) { return RoundSetup{workers(2), "", "", ""}; };
+  EXPECT_THROW(run_job(runner, {}, make, messages, observer), std::system_error);
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].exit_code, kExitLauncherError);
+  EXPECT_EQ(decisions[0].why.rfind("error: ", 0), 0u) << decisions[0].why;
+
+  const auto unmade = [](int, const RoundResult*) -> RoundSetup {
+    throw UsageError("--log-dir logs: not a folder");
+  };
+  EXPECT_THROW(run_job(runner, {}, unmade, messages, observer), UsageError);
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[1].why, "error: --log-dir logs: not a folder");
+  EXPECT_EQ(decisions[1].exit_code, kExitLauncherError);
 }
 
 TEST(JobPolicy, AnAgentRunsOneRoundWhateverMaxRestartsSays) {

@@ -406,6 +406,9 @@ void Parser::add_output(CLI::App& group) {
       ->check(CLI::Range(1, 10000));
   group.add_flag("-q,--quiet", options.quiet,
                  "Print no start summary and no per-rank table at the end (errors still)");
+  add_value(group, "--report", options.report, "FILE",
+            "Write the job's report to FILE as JSON (docs/report.md): every round, each "
+            "rank's end, the root cause; replaced whole after every round and at the end");
 }
 
 void Parser::add_placement(CLI::App& group) {
@@ -680,6 +683,11 @@ void finish_options(Parser& parser) {
   if (options.check_bandwidth && options.mode != Mode::kCheck) {
     throw UsageError("--bandwidth measures the links during --check",
                      "run ddprun --check --bandwidth ...");
+  }
+  if (options.report && options.mode != Mode::kRun) {
+    throw UsageError("--report writes the report of a job that runs",
+                     "leave --report out with --dry-run, --check, --doctor, --print-job-end "
+                     "and the job handle's options");
   }
   if (options.module && options.no_python) {
     throw UsageError("--module and --no-python cannot go together (as in torchrun)");

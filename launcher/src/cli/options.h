@@ -64,6 +64,8 @@ struct Options {
   // Take the stacks of workers before SIGKILL (stacks.h); --no-stacks turns it off.
   bool stacks = true;
   bool quiet = false;  // no start summary and no end table; errors are still printed
+  // --report FILE: the job's report (report/job_report.h), written by node 0's ddprun.
+  std::optional<std::string> report;
   Mode mode = Mode::kRun;
   // kCheck: preflight every node, print a table, start nothing.
   std::vector<std::string> check_paths;  // --check-path: folders --check tries on every node

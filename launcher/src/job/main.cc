@@ -17,6 +17,7 @@
 #include "job/job_inputs.h"
 #include "job/preflight.h"
 #include "job/rendezvous_job.h"
+#include "job/report_file.h"
 #include "job/round_setup.h"
 #include "nodes/agents.h"
 #include "nodes/ports.h"
@@ -67,6 +68,8 @@ RunCommand tool_runner(const Environment& env) {
 }
 
 int run(Options options, Environment env) {
+  const auto launched = RunnerClock::now();  // the report's start-up phases
+  const auto launched_unix = static_cast<std::int64_t>(std::time(nullptr));
   const Mode mode = options.mode;
   if (mode == Mode::kControl) {
     return run_control_client(options.control, options.control_run, env, std::cout, std::cerr);
@@ -260,6 +263,19 @@ int run(Options options, Environment env) {
   }
   RoundState round_state = first_round_state(inputs);
   ProcessRunner runner(signals, guardian, runner_config);
+  std::optional<ReportFile> report;  // --report: node 0's view of the job, round by round
+  if (writes_report(options, inputs)) {
+    const double inputs_seconds =
+        std::chrono::duration<double>(RunnerClock::now() - launched).count();
+    report.emplace(*options.report, report_start(options, inputs, launched_unix, inputs_seconds),
+                   runner.messages());
+  }
+  const RoundObserver observe = [&](const RoundResult* result, const RoundDecision& decision) {
+    if (!report) return;
+    std::vector<std::string> hosts;
+    for (const NodeSlots& node : round_state.nodes) hosts.push_back(node.host);
+    report->add_round(result, decision, std::move(hosts));
+  };
   // ddprun's messages go through the runner's console: a console that is not reading
   // must not hold up the job, nor its exit for long (process_runner.h).
   const int code = run_job(
@@ -284,7 +300,7 @@ int run(Options options, Environment env) {
         }
         return setup;
       },
-      runner.messages());
+      runner.messages(), observe);
   if (rendezvous) rendezvous->end_job({code, ""});  // every node exits with the job's code
   // A console that stalls across the job's end: what it did not take goes to a file.
   // (The pid keeps two runs of one job id apart.)

@@ -249,12 +249,15 @@ constexpr std::size_t kMaxEventText = 512;
 
 }  // namespace
 
-std::string node_event_json(const NodeEvent& event) {
-  const char* name = "failed";
-  for (const auto& [kind, text] : kEventNames) {
-    if (kind == event.kind) name = text;
+const char* node_event_name(NodeEvent::Kind kind) {
+  for (const auto& [named, text] : kEventNames) {
+    if (named == kind) return text;
   }
-  return nlohmann::json{{"event", name},
+  return "failed";
+}
+
+std::string node_event_json(const NodeEvent& event) {
+  return nlohmann::json{{"event", node_event_name(event.kind)},
                         {"node", event.node},
                         {"code", event.code},
                         {"signal", event.signal},

@@ -90,6 +90,8 @@ std::optional<AgentAnswer> parse_agent_answer(std::string_view line);
 
 // A node's event (round_result.h) as one JSON object: {"event":"failed","node":N,...}.
 std::string node_event_json(const NodeEvent& event);
+// Its "event": "failed", "stopped", "notice" or "setup_failed".
+const char* node_event_name(NodeEvent::Kind kind);
 // nullopt for anything else. `what` comes back printable (printable.h), cut at 512 bytes:
 // it is printed.
 std::optional<NodeEvent> parse_node_event_json(std::string_view json);

@@ -91,6 +91,7 @@ struct RoundResult {
   long long ahead_step = -1;
   std::vector<RankResult> ranks;  // workers in local rank order, then agents
   std::string stacks_when;        // when the ranks' stacks were taken; empty: never
+  double spawn_seconds = 0;       // how long starting every child took
 };
 
 }  // namespace ddprun

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <string_view>
 
 #include "ddprun/common/files.h"
 #include "ddprun/common/signal_name.h"
@@ -78,6 +80,7 @@ class Round {
 
   RoundResult run(const std::vector<ChildSpec>& children) {
     ranks_.reserve(children.size());
+    const auto spawn_start = runner_.now();
     try {
       for (const ChildSpec& spec : children) {
         RankResult& rank = ranks_.emplace_back();
@@ -98,6 +101,7 @@ class Round {
       runner_.end_round();
       throw;
     }
+    spawn_seconds_ = seconds_since(spawn_start);
     wait_for_all();
     RoundResult result = finish();
     runner_.end_round();
@@ -483,7 +487,12 @@ class Round {
     result.cause = cause_;
     result.notice = notice_seen_;
     result.stacks_when = stacks_when_;
+    result.spawn_seconds = spawn_seconds_;
     return result;
+  }
+
+  double seconds_since(RunnerClock::time_point start) const {
+    return std::chrono::duration<double>(runner_.now() - start).count();
   }
 
   Runner& runner_;
@@ -504,6 +513,7 @@ class Round {
   std::optional<std::size_t> first_exit_;
   std::vector<std::size_t> still_running_;
   std::string stacks_when_;  // set when the stacks were taken
+  double spawn_seconds_ = 0;
   // --stall-timeout: each worker's last progress, when any advanced last, the next check.
   std::vector<std::optional<long long>> steps_;
   RunnerClock::time_point last_advance_{};
@@ -582,6 +592,47 @@ std::string format_stop_cause(const NodeEvent& cause) {
   return "ddprun: stopped: " + node + ": " + cause.what + "\n";
 }
 
+// One of ddprun's messages as a report's sentence: without the "ddprun: " (and "error: ")
+// at the start of each line, its lines joined by a space.
+std::string plain_message(const std::string& message) {
+  std::string text;
+  std::size_t start = 0;
+  while (start < message.size()) {
+    std::size_t end = message.find('\n', start);
+    if (end == std::string::npos) end = message.size();
+    std::string_view line(message.data() + start, end - start);
+    for (const std::string_view prefix : {"ddprun: ", "error: "}) {
+      if (line.substr(0, prefix.size()) == prefix) line.remove_prefix(prefix.size());
+    }
+    if (!line.empty()) text += (text.empty() ? "" : " ") + std::string(line);
+    start = end + 1;
+  }
+  return text;
+}
+
+// The job ends with the exception being handled (a round that could not be made or
+// started): `observer` hears it as the round's decision, then it passes on. Call only
+// inside a catch block.
+[[noreturn]] void end_with_exception(const RoundObserver& observer, RoundDecision& decision) {
+  int code = kExitLauncherError;
+  std::string what = "an unknown error";
+  try {
+    throw;
+  } catch (const Error& e) {
+    code = e.exit_code();
+    what = e.what();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  decision.round_code = code;
+  decision.exit_code = code;
+  decision.restart = false;
+  decision.why = "error: " + what;
+  if (observer) observer(nullptr, decision);
+  throw;
+}
+
 // The report of the round's first failure and the digest of every rank's errors.
 std::string failure_lines(const RoundResult& result, bool colour) {
   std::vector<std::string> error_files;
@@ -597,19 +648,48 @@ std::string failure_lines(const RoundResult& result, bool colour) {
 
 int run_job(Runner& runner, const JobSettings& settings,
             const std::function<RoundSetup(int round, const RoundResult* previous)>& make_round,
-            std::ostream& messages) {
+            std::ostream& messages, const RoundObserver& observer) {
   std::string previous_failure;  // how the last restarted round failed
   std::optional<long long> best_step;
   std::optional<RoundResult> previous;
+  const auto seconds_since = [&](RunnerClock::time_point start) {
+    return std::chrono::duration<double>(runner.now() - start).count();
+  };
   for (int round = 0;; ++round) {
-    const RoundSetup setup = make_round(round, previous ? &*previous : nullptr);
+    RoundDecision decision;
+    decision.round = round;
+    const auto prepare_start = runner.now();
+    RoundSetup setup;
+    try {
+      setup = make_round(round, previous ? &*previous : nullptr);
+    } catch (...) {
+      end_with_exception(observer, decision);
+    }
+    decision.prepare_seconds = seconds_since(prepare_start);
+    // What the observer hears of this round's decision; returns the job's code when it ends.
+    const auto decide = [&](const RoundResult* result, std::optional<int> code, std::string why) {
+      decision.restart = !code;
+      decision.exit_code = code;
+      decision.why = std::move(why);
+      if (observer) observer(result, decision);
+      return code.value_or(0);
+    };
     if (setup.end_code) {
       messages << setup.end_message;
-      return *setup.end_code;
+      decision.round_code = *setup.end_code;
+      return decide(nullptr, *setup.end_code, plain_message(setup.end_message));
     }
     if (settings.summaries || !setup.notice.empty()) messages << setup.notice;
     if (settings.summaries) messages << setup.summary;
-    const RoundResult& result = previous.emplace(run_round(runner, setup.children, settings.round));
+    const auto run_start = runner.now();
+    try {
+      previous.emplace(run_round(runner, setup.children, settings.round));
+    } catch (...) {
+      end_with_exception(observer, decision);
+    }
+    const RoundResult& result = *previous;
+    decision.run_seconds = seconds_since(run_start);
+    decision.round_code = exit_code_for(result);
     if (settings.tables) messages << format_rank_table(result);
     messages << format_stack_digest(
         result, result.stacks_when,
@@ -637,23 +717,34 @@ int run_job(Runner& runner, const JobSettings& settings,
         messages << "ddprun: not restarting: a preemption notice (" << signal_name(result.notice)
                  << ") came during the round; exit " << kExitPreempted
                  << ": run the same command again to resume from the last checkpoint\n";
-        return kExitPreempted;
+        return decide(&result, kExitPreempted,
+                      "not restarting: a preemption notice (" + signal_name(result.notice) +
+                          ") came during the round");
       }
-      if (round < settings.max_restarts && !settings.agent) {
-        std::string why;
-        if (!restart_covers(settings.restart, result, why)) {
-          messages << "ddprun: not restarting: " << why << "\n";
-        } else if (!settings.restart.allow_repeats && failure == previous_failure && !progressed) {
-          messages << "ddprun: not restarting: round " << round
-                   << " failed as the one before it did (" << failure
-                   << ") and reached no newer step (DDPRUN_PROGRESS_FILE); --restart-repeated "
-                      "restarts anyway\n";
-        } else {
-          previous_failure = failure;
-          messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
-                   << settings.max_restarts << ")\n";
-          continue;
-        }
+      std::string not_restarting;  // why this failed round is the job's last
+      if (settings.agent) {
+        not_restarting = "the head ddprun decides on restarts";
+      } else if (round >= settings.max_restarts) {
+        not_restarting =
+            settings.max_restarts == 0
+                ? "no restart asked for (--max-restarts 0)"
+                : "no restart left (--max-restarts " + std::to_string(settings.max_restarts) + ")";
+      } else if (!restart_covers(settings.restart, result, not_restarting)) {
+        messages << "ddprun: not restarting: " << not_restarting << "\n";
+      } else if (!settings.restart.allow_repeats && failure == previous_failure && !progressed) {
+        not_restarting = "round " + std::to_string(round) + " failed as the one before it did (" +
+                         failure +
+                         ") and reached no newer step (DDPRUN_PROGRESS_FILE); "
+                         "--restart-repeated restarts anyway";
+        messages << "ddprun: not restarting: " << not_restarting << "\n";
+      } else {
+        previous_failure = failure;
+        messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
+                 << settings.max_restarts << ")\n";
+        decide(&result, std::nullopt,
+               "restart " + std::to_string(round + 1) + " of " +
+                   std::to_string(settings.max_restarts));
+        continue;
       }
       if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
       // An agent's last word to its head: which node's rank failed first (the head gives
@@ -661,6 +752,7 @@ int run_job(Runner& runner, const JobSettings& settings,
       if (settings.agent && result.outcome == Outcome::kWorkerFailed) {
         if (const auto node = first_failed_node(result)) messages << first_failed_node_line(*node);
       }
+      return decide(&result, decision.round_code, "not restarting: " + not_restarting);
     } else if (result.outcome == Outcome::kPreempted) {
       messages << "ddprun: workers stopped on a preemption notice"
                << (result.drained ? " (" + signal_name(settings.round.drain_signal) +
@@ -669,24 +761,33 @@ int run_job(Runner& runner, const JobSettings& settings,
                                              : "")
                << "; exit " << kExitPreempted
                << ": run the same command again to resume from their last checkpoint\n";
+      return decide(&result, decision.round_code,
+                    "not restarting: the workers stopped on a preemption notice; run the same "
+                    "command again to resume from their last checkpoint");
     } else if (result.lost_head) {
       if (result.first_failure) messages << failure_lines(result, settings.colour);
       messages << "ddprun: error: lost the connection to the head ddprun; stopped this node's "
                   "workers\n";
+      return decide(&result, decision.round_code,
+                    "not restarting: lost the connection to the head ddprun");
     } else if (result.outcome == Outcome::kStopped) {
       // A failure before the stop is still worth its report; the stop decides the rest.
       if (result.first_failure) messages << failure_lines(result, settings.colour);
       if (result.cause) {
-        messages << format_stop_cause(*result.cause);
-      } else {
-        messages << "ddprun: stopped by " << signal_name(result.stop_signal)
-                 << (result.first_failure ? " while stopping the workers after a failure; not "
-                                            "restarting"
-                                          : "")
-                 << "\n";
+        const std::string said = format_stop_cause(*result.cause);
+        messages << said;
+        return decide(&result, decision.round_code, "not restarting: " + plain_message(said));
       }
+      messages << "ddprun: stopped by " << signal_name(result.stop_signal)
+               << (result.first_failure ? " while stopping the workers after a failure; not "
+                                          "restarting"
+                                        : "")
+               << "\n";
+      return decide(&result, decision.round_code,
+                    "not restarting: ddprun was stopped by " + signal_name(result.stop_signal) +
+                        " (a stopped job is never restarted)");
     }
-    return exit_code_for(result);
+    return decide(&result, decision.round_code, "every worker exited 0");
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "report/job_report.h"
 #include "report/round_result.h"
 #include "run/restart_policy.h"
 #include "run/runner.h"
@@ -85,12 +86,17 @@ struct RoundSetup {
   std::string end_message = std::string();
 };
 
+// Told after every round what run_job decided (--report): the round's result (null when
+// the job ended before it started) and the decision, before the next round is made.
+using RoundObserver = std::function<void(const RoundResult* result, const RoundDecision& decision)>;
+
 // Runs rounds made by `make_round(round number, previous round)` until one succeeds, is stopped or
-// preempted, or fails with no restart left; messages go to `messages`. Returns ddprun's
-// exit code. Exceptions from make_round and the runner pass through.
+// preempted, or fails with no restart left; messages go to `messages`, and each round's
+// decision to `observer` when there is one. Returns ddprun's exit code. Exceptions from
+// make_round, the runner and the observer pass through.
 // `previous` is the round before (null for round 0).
 int run_job(Runner& runner, const JobSettings& settings,
             const std::function<RoundSetup(int round, const RoundResult* previous)>& make_round,
-            std::ostream& messages);
+            std::ostream& messages, const RoundObserver& observer = {});
 
 }  // namespace ddprun

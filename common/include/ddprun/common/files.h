@@ -56,6 +56,14 @@ std::string read_file(const std::string& path);
 // PATH", "write PATH").
 void write_new_file(const std::string& path, const std::string& text);
 
+// Replaces the file at `path` with `text` all at once, so a reader finds the old content
+// or the new, never a part: the text goes to a new file of a random name beside it
+// (mkostemp: O_EXCL, so never through a link planted there; 0600), is flushed to the disk
+// (fsync), then renamed over `path` (a link at `path` is replaced, not followed), and the
+// folder is flushed too. Throws std::system_error ("open PATH", "write PATH", "fsync PATH",
+// "rename PATH"); the new file is removed then, and `path` is as it was.
+void replace_file(const std::string& path, const std::string& text);
+
 // At most `max_bytes` from the start of the file at `path`; empty when it cannot be read,
 // and when it is a link, not a regular file, or not owned by this user (a file planted in a
 // shared folder is no answer). For small files whose absence is an answer: error files,
