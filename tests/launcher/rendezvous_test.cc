@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -265,30 +266,49 @@ TEST(Rendezvous, RealNodesJoinThroughHostileClientsAndGetTheRoundsStart) {
 }
 
 // c10d by hand: joins for any rank get the lowest ranks still free, in order of arrival.
-TEST(Rendezvous, JoinsForAnyRankArePlacedInOrderOfArrival) {
+// c10d by hand: whatever order the nodes arrive in, once all have come they are ranked by
+// the natural order of their host names (node7 before node66; torchrun sorts node66 first).
+TEST(Rendezvous, JoinsForAnyRankAreRankedByTheNaturalOrderOfTheirHostNames) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 4, 1);
-  std::vector<Peer> peers(3);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&, i] {
-      run_peer(port, join_of("run-a", "", -1, 4, "n" + std::to_string(i)),
-               peers[static_cast<std::size_t>(i)]);
-    });
-  }
+  const std::vector<std::string> hosts = {"node66", "node7", "node10"};  // as they arrive
   std::ostringstream log;
+  std::vector<Peer> peers(hosts.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    // One after the other: each is in before the next starts.
+    threads.emplace_back(
+        [&, i] { run_peer(port, join_of("run-a", "", -1, 4, hosts[i]), peers[i]); });
+    gather_until(host, log, [&] { return host.peers().size() == i + 1; });
+  }
+  EXPECT_EQ(host.peers()[0]->join.host, "node66");  // by arrival until all have come
   NodeEvent ended;
   ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
   ASSERT_EQ(host.peers().size(), 3u) << log.str();
   start_round(host, 0, 41000);
   for (auto& t : threads) t.join();
-  std::vector<int> placed;
-  for (const auto& peer : peers) {
-    ASSERT_TRUE(peer.word && peer.word->start) << peer.error;
-    placed.push_back(peer.word->start->node_rank);
+  std::map<std::string, int> placed;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    ASSERT_TRUE(peers[i].word && peers[i].word->start) << peers[i].error;
+    placed[hosts[i]] = peers[i].word->start->node_rank;
   }
-  std::sort(placed.begin(), placed.end());
-  EXPECT_EQ(placed, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(placed, (std::map<std::string, int>{{"node7", 1}, {"node10", 2}, {"node66", 3}}));
+}
+
+TEST(Rendezvous, HostNamesCompareWithTheirNumbersAsNumbers) {
+  EXPECT_TRUE(natural_less("node7", "node66"));
+  EXPECT_FALSE(natural_less("node66", "node7"));
+  EXPECT_TRUE(natural_less("node9", "node10"));
+  EXPECT_TRUE(natural_less("a1b2", "a1b10"));
+  EXPECT_TRUE(natural_less("gpu-r1-n9", "gpu-r2-n1"));  // rack first, then node
+  EXPECT_TRUE(natural_less("node007", "node8"));        // leading zeros count for nothing
+  EXPECT_TRUE(natural_less("node", "node1"));
+  EXPECT_TRUE(natural_less("alpha", "beta"));
+  EXPECT_FALSE(natural_less("node5", "node5"));
+  std::vector<std::string> names = {"n100", "n2", "m3", "n10", "n1"};
+  std::sort(names.begin(), names.end(),
+            [](const std::string& a, const std::string& b) { return natural_less(a, b); });
+  EXPECT_EQ(names, (std::vector<std::string>{"m3", "n1", "n2", "n10", "n100"}));
 }
 
 // Node 0 waiting for the others: a stop signal ends the job on every node that joined,

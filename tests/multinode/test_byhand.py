@@ -4,7 +4,7 @@ nodes), the third node started 2 s after the others, every worker an unmodified
 torchrun-style Python script (gloo all-reduce):
   --form static  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
   --form c10d    ddprun --nnodes 3 --rdzv-backend c10d --rdzv-endpoint node1:P --rdzv-id J
-                 (no node rank: node1 is node 0, the others are placed as they arrive)
+                 (no node rank: node1 is node 0, the others ranked by host name once all came)
   --form absent  the static form with --nnodes 4 and --rdzv-conf join_timeout=5 on the 3
                  nodes: node 0 must fail within the timeout naming the node that never
                  came, and every ddprun must exit non-zero, nothing left behind.
@@ -149,8 +149,8 @@ def main():
                 seen[int(rank)] = host
                 if int(size) != world:
                     failures.append(f"rank {rank} saw a world of {size}, not {world}")
-                if host != cluster.nodes[i] or (a.form == "static" and (
-                        int(group) != i or int(rank) // NPROC != i)):
+                # c10d: ranked by the natural order of the host names (node1, node2, node3).
+                if host != cluster.nodes[i] or int(group) != i or int(rank) // NPROC != i:
                     failures.append(f"rank {rank} ran on {host} as group {group}, "
                                     f"from node {i}'s ddprun")
                 if float(total) != world * (world + 1) / 2:

@@ -73,7 +73,7 @@ bool names_this_host(const std::string& address, const HostFacts& host,
 
 // torchrun's by-hand multi-node forms, one command per node with no scheduler or hostfile:
 // --nnodes N with node 0 at --master-addr (or --rdzv-endpoint), and this node's
-// --node-rank, or, with --rdzv-backend c10d and no node rank, a rank by order of arrival at
+// --node-rank, or, with --rdzv-backend c10d and no node rank, a rank by host name from
 // the launchers' rendezvous (rendezvous.h; node 0 is the one the endpoint names). Returns
 // this node's rank, or nullopt when the rendezvous will give it.
 std::optional<int> by_hand_node_rank(const Options& options, const HostFacts& host,

@@ -101,7 +101,7 @@ int run(Options options, Environment env) {
   // before every round (rendezvous.h), node 0's on the agreed master port, so that every
   // node runs the same rounds; the workers get a fresh port each round.
   // By hand, they always meet: nothing else makes sure every node comes (a node that never
-  // does is one error after --rdzv-conf join_timeout), or gives c10d's ranks by arrival.
+  // does is one error after --rdzv-conf join_timeout), or gives c10d its node ranks.
   const bool meet = (options.max_restarts > 0 || inputs.cluster.scheduler == "static") &&
                     !options.agent && mode == Mode::kRun && inputs.cluster.nodes.size() > 1 &&
                     started_per_node(options, inputs.cluster, env);

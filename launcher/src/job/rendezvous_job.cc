@@ -176,7 +176,7 @@ int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
     if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
     hung_up = false;
     if (start.node_rank != *job.inputs.cluster.this_node) {
-      // Placed by order of arrival (the same place for every later round).
+      // Placed by node 0 (by host name; the same place for every later round).
       if (!job.inputs.rank_by_arrival ||
           start.node_rank >= static_cast<int>(job.inputs.cluster.nodes.size())) {
         throw ConfigError("node 0's ddprun placed this node at rank " +

@@ -313,6 +313,55 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
   }
 }
 
+bool natural_less(std::string_view a, std::string_view b) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0;
+  std::size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      // Two numbers: the one with fewer digits (leading zeros aside) is smaller.
+      std::size_t a_end = i;
+      std::size_t b_end = j;
+      while (a_end < a.size() && digit(a[a_end])) ++a_end;
+      while (b_end < b.size() && digit(b[b_end])) ++b_end;
+      std::size_t a_start = i;
+      std::size_t b_start = j;
+      while (a_start + 1 < a_end && a[a_start] == '0') ++a_start;
+      while (b_start + 1 < b_end && b[b_start] == '0') ++b_start;
+      const auto a_number = a.substr(a_start, a_end - a_start);
+      const auto b_number = b.substr(b_start, b_end - b_start);
+      if (a_number.size() != b_number.size()) return a_number.size() < b_number.size();
+      if (a_number != b_number) return a_number < b_number;
+      i = a_end;
+      j = b_end;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+void RendezvousHost::order_by_host() {
+  std::vector<std::size_t> slots;
+  std::vector<JoinedPeer> placed;
+  for (std::size_t node = 1; node < joined_.size(); ++node) {
+    if (!joined_[node] || !joined_[node]->any_rank) continue;
+    slots.push_back(node);
+    placed.push_back(std::move(*joined_[node]));
+  }
+  // Stable: two nodes of one host keep their order of arrival (their ranks so far).
+  std::stable_sort(placed.begin(), placed.end(), [](const JoinedPeer& a, const JoinedPeer& b) {
+    return natural_less(a.join.host, b.join.host);
+  });
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    placed[k].join.node_rank = static_cast<int>(slots[k]);
+    placed[k].any_rank = false;  // placed for good: a later join takes the rank it left
+    joined_[slots[k]] = std::move(placed[k]);
+  }
+}
+
 void RendezvousHost::refuse(std::ostream& log, const std::string& why) {
   ++refused_;
   if (refused_ <= kMaxLoggedRefusals || refused_ % 100 == 0) {
@@ -409,6 +458,7 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
   JoinRequest placed = *join;
   placed.node_rank = place;
   slot = JoinedPeer{placed, std::move(p.fd), p.buffer.substr(newline + 1)};
+  slot->any_rank = join->node_rank == -1;
 }
 
 RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,
@@ -450,7 +500,10 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       }
     }
     to_read.clear();
-    if (missing() == 0 && finishing() == 0) return Gathered::kAllJoined;
+    if (missing() == 0 && finishing() == 0) {
+      if (round == 0) order_by_host();
+      return Gathered::kAllJoined;
+    }
     const auto now = RendezvousClock::now();
     if (now >= deadline) {
       std::string absent;

@@ -55,7 +55,7 @@ inline constexpr std::chrono::milliseconds kJoinReadTimeout{5000};
 
 struct JoinRequest {
   std::string run_id;
-  int node_rank = -1;  // -1: any, by order of arrival (c10d by hand, no --node-rank)
+  int node_rank = -1;  // -1: any (c10d by hand, no --node-rank): node 0 places it
   int round = 0;       // 0: a ddprun that has run no round (a node's ddprun restarted too)
   int nproc = 1;       // its workers; every node must have as many (its WORLD_SIZE)
   std::string host;
@@ -108,7 +108,12 @@ struct JoinedPeer {
   // A round started on it whose exit report has not come yet: the next round waits for
   // it, so that no line of the old round is taken for the new one's.
   bool in_round = false;
+  bool any_rank = false;  // it asked for any rank (c10d by hand): placed by host name
 };
+
+// Host names in natural order: runs of digits compare as numbers, so node7 comes before
+// node66 (torchrun's c10d sorts them as text, node66 first, which scatters rings).
+bool natural_less(std::string_view a, std::string_view b);
 
 class RendezvousHost {
  public:
@@ -126,10 +131,12 @@ class RendezvousHost {
   // Before `round`: reads the connections kept from earlier rounds (a node whose
   // connection ended is dropped and may join again) and accepts joins until nodes
   // 1..N-1 are all connected; a join for any rank (-1) gets the lowest one still free,
-  // and a node that joins again replaces its earlier connection. Throws ConfigError naming
-  // who joined and who did not at `deadline`, after telling the joined nodes. Joins are never
-  // lost to an interruption. Bad joins are logged to `log` (one line each, at most a few,
-  // then every hundredth with the count), counted and closed.
+  // and a node that joins again replaces its earlier connection. Once all have come for
+  // round 0, the nodes that asked for any rank are ranked by the natural order of their
+  // host names (natural_less; two on one host in order of arrival), for every round. Throws
+  // ConfigError naming who joined and who did not at `deadline`, after telling the joined nodes.
+  // Joins are never lost to an interruption. Bad joins are logged to `log` (one line each, at most
+  // a few, then every hundredth with the count), counted and closed.
   Gathered gather(int round, RendezvousClock::time_point deadline, int interrupt_fd,
                   std::ostream& log, NodeEvent& ended, int control_fd = -1);
   // The connected nodes, in node rank order (after kAllJoined: all of them).
@@ -149,6 +156,7 @@ class RendezvousHost {
   bool read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event);
   void take_join(std::size_t pending, int round, std::ostream& log);
   void refuse(std::ostream& log, const std::string& why);
+  void order_by_host();
 
   UniqueFd listener_;
   int port_;
