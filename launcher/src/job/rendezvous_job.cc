@@ -4,9 +4,12 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <iostream>
 
+#include "ddprun/common/printable.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "job/round_setup.h"
@@ -83,9 +86,23 @@ void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int mast
     setup.children.push_back(std::move(node));
   }
   if (!peers.empty()) {
+    // The start-up's rendezvous phase, once: how long the nodes took to come, and the last.
+    std::string came;
+    if (round == 0) {
+      const JoinedPeer* last = *std::max_element(
+          peers.begin(), peers.end(),
+          [](const JoinedPeer* a, const JoinedPeer* b) { return a->joined_at < b->joined_at; });
+      char seconds[32];
+      std::snprintf(
+          seconds, sizeof seconds, "%.2f s",
+          std::chrono::duration<double>(last->joined_at - host.listening_since()).count());
+      came = " within " + std::string(seconds) + " (the last: node " +
+             std::to_string(last->join.node_rank) + ", " + printable(last->join.host, 64) + ")";
+    }
     setup.summary +=
         "ddprun: " + std::to_string(peers.size()) + " other node(s) joined round " +
-        std::to_string(round) + "; their workers get master port " + std::to_string(master_port) +
+        std::to_string(round) + came + "; their workers get master port " +
+        std::to_string(master_port) +
         (host.refused() > 0 ? "; " + std::to_string(host.refused()) + " refused connection(s)"
                             : std::string()) +
         "\n";

@@ -457,8 +457,12 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
   }
   JoinRequest placed = *join;
   placed.node_rank = place;
-  slot = JoinedPeer{placed, std::move(p.fd), p.buffer.substr(newline + 1)};
+  slot.emplace();
+  slot->join = placed;
+  slot->socket = std::move(p.fd);
+  slot->buffer = p.buffer.substr(newline + 1);
   slot->any_rank = join->node_rank == -1;
+  slot->joined_at = RendezvousClock::now();
 }
 
 RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,

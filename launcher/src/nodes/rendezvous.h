@@ -109,6 +109,7 @@ struct JoinedPeer {
   // it, so that no line of the old round is taken for the new one's.
   bool in_round = false;
   bool any_rank = false;  // it asked for any rank (c10d by hand): placed by host name
+  std::chrono::steady_clock::time_point joined_at;  // its latest join
 };
 
 // Host names in natural order: runs of digits compare as numbers, so node7 comes before
@@ -148,6 +149,8 @@ class RendezvousHost {
   // with "; refused connections: N" once there are any.
   std::string describe() const;
   int port() const noexcept { return port_; }
+  // When node 0 began to listen: the start of the launchers' rendezvous.
+  RendezvousClock::time_point listening_since() const noexcept { return listening_since_; }
   // Connections refused in the job's life (bad joins, floods, silent or slow clients).
   int refused() const noexcept { return refused_; }
 
@@ -165,6 +168,7 @@ class RendezvousHost {
   int nodes_;
   int nproc_;
   int refused_ = 0;  // refused connections so far
+  RendezvousClock::time_point listening_since_ = RendezvousClock::now();
   struct Pending {
     UniqueFd fd;
     std::string nonce;  // the greeting's

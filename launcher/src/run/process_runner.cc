@@ -59,8 +59,13 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
       fds.push_back(config_.control->fd());
     }
     for (const UniqueFd& peer : attached_) fds.push_back(peer.get());
+    if (first_steps_ && first_steps_->fd() >= 0) fds.push_back(first_steps_->fd());
   };
   events_.readable = [this](int fd) {
+    if (first_steps_ && fd == first_steps_->fd()) {
+      if (first_steps_->on_readable(RunnerClock::now())) show_first_steps();
+      return;
+    }
     if (config_.control != nullptr && fd == config_.control->fd()) {
       serve_control();
       return;
@@ -80,7 +85,19 @@ ProcessRunner::~ProcessRunner() {
   }
 }
 
+void ProcessRunner::show_first_steps() {
+  std::vector<int> ranks;
+  std::vector<std::string> hosts;
+  for (const Child& child : specs_) {
+    ranks.push_back(child.rank);
+    hosts.push_back(child.host);
+  }
+  console_->message(format_first_steps(first_steps_->seconds(), ranks, hosts));
+}
+
 void ProcessRunner::end_round() {
+  first_round_ = false;
+  first_steps_.reset();
   stop_cause_.reset();
   drain_console(config_.console_stall);
   const auto dropped = console_->take_dropped();
@@ -163,6 +180,7 @@ void ProcessRunner::start_fresh() {
 }
 
 pid_t ProcessRunner::start(const ChildSpec& spec) {
+  if (specs_.empty()) round_started_at_ = RunnerClock::now();
   RelayTarget target;
   if (spec.agent) {
     // Agents tag and filter their own workers' lines. The head takes its agents' answers
@@ -299,6 +317,11 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
 }
 
 RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
+  if (first_round_ && config_.show_first_steps && !first_steps_ && !specs_.empty()) {
+    std::vector<std::string> files;
+    for (const Child& child : specs_) files.push_back(child.agent ? "" : child.progress_file);
+    first_steps_.emplace(files, round_started_at_);
+  }
   const bool output_was_open = children_->output_open();
   while (pending_.empty()) {
     if (deadline && RunnerClock::now() >= *deadline) return RunnerEvent{};

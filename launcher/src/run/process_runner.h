@@ -14,6 +14,7 @@
 #include "report/control.h"
 #include "run/child_set.h"
 #include "run/control_socket.h"
+#include "run/first_steps.h"
 #include "run/output_relay.h"
 #include "run/runner.h"
 
@@ -38,6 +39,8 @@ struct ProcessRunnerConfig {
   // The job's control socket (control_socket.h), served from the loop; null: none. An
   // agent answers its head's control requests whatever this is.
   ControlServer* control = nullptr;
+  // The first round's line saying when every worker reported its first step (first_steps.h).
+  bool show_first_steps = false;
   std::string run_id;    // for status answers
   int max_restarts = 0;  // for status answers
   // SIGHUP detaches from the terminal (docs/launching.md): ddprun's stdout and stderr go
@@ -110,6 +113,7 @@ class ProcessRunner : public Runner {
   // without progress (or ProcessRunnerConfig::console_drain_limit in all, or an event).
   void drain_console(std::chrono::milliseconds stall);
   void start_fresh();  // a new child set and relay: children number from 0 again
+  void show_first_steps();
   // One turn of the loop (ChildSet::wait_once) that also wakes for the fold's next
   // release and lets out what is due.
   void wait_once(std::optional<RunnerClock::time_point> deadline);
@@ -170,6 +174,10 @@ class ProcessRunner : public Runner {
   std::vector<UniqueFd> attached_;       // --attach connections, told the exit code at the end
   std::optional<NodeEvent> stop_cause_;  // this round's (set_stop_cause)
   std::deque<RunnerEvent> pending_;
+  // The first round's watch on its workers' progress files (made at its first wait).
+  std::optional<FirstSteps> first_steps_;
+  bool first_round_ = true;
+  RunnerClock::time_point round_started_at_;
   ChildEvents events_;
   LineSplitter head_lines_;
 };
