@@ -34,6 +34,13 @@ struct Cluster {
   std::optional<int> this_node;  // index into nodes, when known
   // The variables and files the reader used, for --dry-run and diagnostics.
   std::map<std::string, std::string> sources;
+  // Slurm's --segment (SLURM_JOB_SEGMENT_SIZE, Slurm 25.11 and later): the allocation was
+  // made of groups of this many nodes, each on one block of the fabric; 0: none given.
+  // The nodes keep the scheduler's order, in which nodes [k*S, (k+1)*S) are taken as
+  // segment k (docs/schedulers.md, "Slurm 25.11 and 26.05", says what is assumed).
+  int segment_size = 0;
+  // What the reader found odd but usable, one sentence each; node 0 shows them once.
+  std::vector<std::string> warnings{};
 };
 
 // A cluster of one node: this machine, with its CPUs as slots.

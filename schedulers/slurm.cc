@@ -35,6 +35,35 @@ void check_num_nodes(const std::optional<EnvEntry>& num, const EnvEntry& list, s
   }
 }
 
+// SLURM_JOB_SEGMENT_SIZE (srun and salloc with --segment, Slurm 25.11): the allocation's
+// groups of nodes on one block. Slurm requires a node count above the segment size to be a
+// multiple of it; a step on part of the job, or a value that breaks that rule, still runs,
+// with a warning, since the groups' boundaries in the node list are then unknown.
+void read_segment_size(const Environment& env, const EnvEntry& list, std::size_t job_nodes,
+                       Cluster& cluster) {
+  const std::optional<EnvEntry> segment = first_set(env, {"SLURM_JOB_SEGMENT_SIZE"});
+  if (!segment) return;
+  note(cluster, *segment);
+  const int size = env_int(*segment);
+  if (size < 1) {
+    throw SchedulerEnvError(
+        env_message(segment->name, segment->value, "expected a segment size of at least 1"));
+  }
+  cluster.segment_size = size;
+  const std::size_t nodes = cluster.nodes.size();
+  const auto every = static_cast<std::size_t>(size);
+  if (nodes != job_nodes) {
+    cluster.warnings.push_back(segment->name + "=" + segment->value + " groups the job's " +
+                               std::to_string(job_nodes) + " nodes, but " + list.name + " has " +
+                               std::to_string(nodes) +
+                               ": the segments' boundaries among this step's nodes are unknown");
+  } else if (nodes > every && nodes % every != 0) {
+    cluster.warnings.push_back(segment->name + "=" + segment->value + " does not divide the " +
+                               std::to_string(nodes) + " nodes of " + list.name +
+                               ": the last segment is short, and ranks follow the node order");
+  }
+}
+
 }  // namespace
 
 bool slurm_detected(const Environment& env) {
@@ -116,6 +145,8 @@ Cluster read_slurm(const ReaderInput& input) {
       cluster.nodes.push_back({job_hosts[i], job_slots[i]});
     }
   }
+
+  read_segment_size(env, list, job_hosts.size(), cluster);
 
   // This node: SLURM_NODEID (relative to the step inside one), checked against the name.
   if (const std::optional<EnvEntry> node_id = first_set(env, {"SLURM_NODEID"})) {

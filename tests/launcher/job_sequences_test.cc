@@ -385,6 +385,7 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   const long stop_order = first_stop ? first_stop->order : LONG_MAX;
   const long policy_order = first_policy_stop ? first_policy_stop->order : LONG_MAX;
   std::optional<FakeRunner::Happened> root;
+  std::optional<int> root_code;  // the code a node reported for its failure, when it did
   for (const auto& h : exits) {
     if (!round0.clean(h) && h.order < stop_order && h.order < policy_order) {
       root = h;
@@ -415,6 +416,7 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
     if (agent_exit != exits.end()) {
       root = *agent_exit;
       root->order = failure_report->order;
+      root_code = failure_report->reported->code;  // what it reported, whatever its exit
     }
   }
   const bool timed_out = !root && first_policy_stop && first_policy_stop->order < stop_order;
@@ -496,7 +498,10 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
     return {};
   }
   // A stop signal (here, or a node's reported stop) never leads to a restart, and the exit
-  // code is 128 + the signal, or the code of the failure elsewhere that the head named.
+  // code is 128 + the signal, or the code of the failure elsewhere that the head named. A
+  // stop after the round's own cause (a failure, the exit timeout, a stall: Slurm 26.05's
+  // SIGTERM after a task failed) keeps that cause's code, checked below.
+  const bool cause_before_stop = root || timed_out;
   if (first_stop) {
     const int cause = first_stop->status_or_signal == 0 ? SIGHUP
                       : first_stop->reported            ? first_stop->reported->signal
@@ -508,11 +513,13 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
       }
       return {};
     }
-    if (outcome.exit_code != 128 + cause) {
-      return "stopped by " + std::to_string(cause) + " but exited " +
-             std::to_string(outcome.exit_code);
+    if (!cause_before_stop) {
+      if (outcome.exit_code != 128 + cause) {
+        return "stopped by " + std::to_string(cause) + " but exited " +
+               std::to_string(outcome.exit_code);
+      }
+      return {};
     }
-    return {};
   }
   // A notice is never lost: a failed round that had one ends the job drained, with no
   // round after it whose workers would never hear of it.
@@ -525,22 +532,24 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   }
   if (root) {
     // --restart-on signals: a signal death, here or behind an agent, is one.
-    const bool restart = !agent && (!config.restart_on_signals || signal_death(config.mode, *root));
+    const bool restart =
+        !agent && !first_stop && (!config.restart_on_signals || signal_death(config.mode, *root));
     if (restart) {
       if (rounds != 2 || outcome.exit_code != 0) {
         return "a failure (" + std::to_string(code_of(root->status_or_signal)) +
                ") that the rule covers was not restarted (rounds " + std::to_string(rounds) +
                ", exit " + std::to_string(outcome.exit_code) + ")";
       }
-    } else if (rounds != 1 || outcome.exit_code != code_of(root->status_or_signal)) {
-      return "a failure (" + std::to_string(code_of(root->status_or_signal)) +
+    } else if (rounds != 1 ||
+               outcome.exit_code != root_code.value_or(code_of(root->status_or_signal))) {
+      return "a failure (" + std::to_string(root_code.value_or(code_of(root->status_or_signal))) +
              ") ended with rounds " + std::to_string(rounds) + ", exit " +
              std::to_string(outcome.exit_code);
     }
     return {};
   }
   if (timed_out) {
-    const bool restart = !agent && !config.restart_on_signals;
+    const bool restart = !agent && !first_stop && !config.restart_on_signals;
     if (restart ? (rounds != 2 || outcome.exit_code != 0)
                 : (rounds != 1 || outcome.exit_code != kExitTimedOut)) {
       return "an exit timeout ended with rounds " + std::to_string(rounds) + ", exit " +

@@ -42,7 +42,8 @@ struct JobRun {
   std::string messages;
 };
 
-JobRun run(FakeRunner& runner, JobSettings settings, int nproc = 4) {
+// Every round runs `children`.
+JobRun run(FakeRunner& runner, JobSettings settings, const std::vector<ChildSpec>& children) {
   settings.round.shutdown_grace = kGrace;
   settings.colour = false;
   std::ostringstream messages;
@@ -50,11 +51,15 @@ JobRun run(FakeRunner& runner, JobSettings settings, int nproc = 4) {
   result.exit_code = run_job(
       runner, settings,
       [&](int, const RoundResult*) {
-        return RoundSetup{workers(nproc), "", "", ""};
+        return RoundSetup{children, "", "", ""};
       },
       messages);
   result.messages = messages.str();
   return result;
+}
+
+JobRun run(FakeRunner& runner, JobSettings settings, int nproc = 4) {
+  return run(runner, std::move(settings), workers(nproc));
 }
 
 FakeBehaviour exits_after(Ms after, int status) {
@@ -534,7 +539,9 @@ TEST(JobPolicy, AStopSignalAfterTheNoticeReachesTheWorkersAndTheDrainedJobStillE
 
 // A worker that a stop signal finds after a failed round began stopping: the stop decides
 // (128 + the signal), and nothing restarts, whatever --max-restarts says.
-TEST(JobPolicy, AStopSignalDuringAFailedRoundsGraceIsNeverRestarted) {
+// The stop cuts the failure's grace short and forbids a restart; the failure stays the
+// root cause and gives the exit code.
+TEST(JobPolicy, AStopSignalDuringAFailedRoundsGraceIsNeverRestartedAndKeepsTheFailuresCode) {
   FakeRunner runner;
   runner.behaviour = [](int, std::size_t child) {
     return child == 0 ? exits_after(Ms(100), exited(1)) : runs_until_stopped(true);
@@ -543,10 +550,14 @@ TEST(JobPolicy, AStopSignalDuringAFailedRoundsGraceIsNeverRestarted) {
   JobSettings settings;
   settings.max_restarts = 2;
   const JobRun job = run(runner, settings, 2);
-  EXPECT_EQ(job.exit_code, 128 + SIGINT) << job.messages;
+  EXPECT_EQ(job.exit_code, 1) << job.messages;
   EXPECT_EQ(runner.started.size(), 1u);
   EXPECT_EQ(job.messages.find("restarting all workers"), std::string::npos) << job.messages;
-  EXPECT_NE(job.messages.find("stopped by SIGINT while stopping the workers after a failure"),
+  EXPECT_NE(job.messages.find("rank 0 (local rank 0 on node0, pid 1000) failed first"),
+            std::string::npos)
+      << job.messages;
+  EXPECT_NE(job.messages.find("ddprun: not restarting: ddprun was stopped by SIGINT after the "
+                              "round failed; exit 1, the failure's"),
             std::string::npos)
       << job.messages;
   const auto sent = runner.sent_to(1);
@@ -554,6 +565,142 @@ TEST(JobPolicy, AStopSignalDuringAFailedRoundsGraceIsNeverRestarted) {
   EXPECT_EQ(sent[1].signal_number, SIGINT);
   EXPECT_EQ(sent[2].signal_number, SIGKILL);
   EXPECT_EQ(sent[2].at, Ms(100) + kGrace);
+}
+
+// One ddprun per node under srun (Slurm 26.05, or srun --kill-on-bad-exit): node 2 failed
+// first and the head told this node so with its stop; then Slurm's SIGTERM reaches every
+// surviving task. This node still exits with node 2's code, not 143, so srun's exit code
+// (the highest of its tasks') is the job's root cause.
+TEST(JobPolicySlurm, AnAgentStoppedForAnotherNodesFailureKeepsItsCodeWhenSlurmsSigtermFollows) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return runs_until_stopped(); };
+  NodeEvent cause;
+  cause.node = 2;
+  cause.code = 3;
+  cause.what = "rank 5 (node2) exited with code 3";
+  runner.head_signal_at(0, Ms(30), SIGTERM, cause);
+  runner.signal_at(0, Ms(40), SIGTERM);  // Slurm's, to every task of the step
+  JobSettings settings;
+  settings.agent = true;
+  const JobRun job = run(runner, settings, 2);
+  EXPECT_EQ(job.exit_code, 3) << job.messages;
+  EXPECT_NE(job.messages.find("node 2 failed first (rank 5 (node2) exited with code 3); exit 3"),
+            std::string::npos)
+      << job.messages;
+}
+
+// A head: worker 0 here, node 1's ddprun as child 1.
+std::vector<ChildSpec> worker_and_node1() {
+  std::vector<ChildSpec> children = workers(1);
+  ChildSpec& agent = children.emplace_back();
+  agent.agent = true;
+  agent.node_rank = 1;
+  agent.host = "node1";
+  return children;
+}
+
+// The head heard node 1's failure (kFailed, at once, before node 1's ddprun ends); Slurm's
+// SIGTERM to every task follows, and node 1 also reports that it was stopped by it. The
+// head's exit code stays node 1's failure's, its message names node 1's rank, and no round
+// is restarted.
+TEST(JobPolicySlurm, TheHeadKeepsAReportedFailuresCodeWhenSigtermsFollowHereAndOnTheNode) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 1 ? exits_after(Ms(300), exited(3)) : runs_until_stopped(true);
+  };
+  NodeEvent failed;
+  failed.kind = NodeEvent::Kind::kFailed;
+  failed.node = 1;
+  failed.code = 3;
+  failed.what = "rank 1 (node1) exited with code 3";
+  runner.report_at(0, Ms(20), 1, failed);
+  NodeEvent stopped;
+  stopped.kind = NodeEvent::Kind::kStopped;
+  stopped.node = 1;
+  stopped.signal = SIGTERM;
+  stopped.code = 128 + SIGTERM;
+  stopped.what = "stopped by SIGTERM";
+  runner.report_at(0, Ms(50), 1, stopped);
+  runner.signal_at(0, Ms(60), SIGTERM);
+  JobSettings settings;
+  settings.max_restarts = 3;
+  const JobRun job = run(runner, settings, worker_and_node1());
+  const std::string& text = job.messages;
+  EXPECT_EQ(job.exit_code, 3) << text;
+  EXPECT_EQ(runner.started.size(), 1u) << text;
+  EXPECT_NE(text.find("node1"), std::string::npos) << text;
+  EXPECT_NE(text.find("failed first"), std::string::npos) << text;
+  EXPECT_NE(text.find("not restarting: ddprun was stopped by SIGTERM after the round failed; "
+                      "exit 3, the failure's"),
+            std::string::npos)
+      << text;
+  // The other nodes were told node 1's failure, never node 1's stop.
+  ASSERT_FALSE(runner.stop_causes.empty());
+  ASSERT_TRUE(runner.stop_causes[0].has_value());
+  EXPECT_EQ(runner.stop_causes[0]->kind, NodeEvent::Kind::kFailed);
+  EXPECT_EQ(runner.stop_causes[0]->code, 3);
+}
+
+// Head mode through srun: one srun child stands for every node. Node 1's agent reports its
+// rank's failure (code 3) at once; srun's --kill-on-bad-exit then sends SIGTERM to the
+// other agents, and srun ends with the highest code of its tasks, 143. The head exits 3.
+TEST(JobPolicySlurm, AHeadOverSrunExitsWithTheReportedFailureNotSrunsHighestCode) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return exits_after(Ms(400), exited(128 + SIGTERM)); };
+  NodeEvent failed;
+  failed.kind = NodeEvent::Kind::kFailed;
+  failed.node = 1;
+  failed.code = 3;
+  failed.what = "rank 9 (node1) exited with code 3";
+  runner.report_at(0, Ms(20), 0, failed);
+  ChildSpec srun;
+  srun.agent = true;
+  srun.node_rank = -1;
+  srun.host = "srun";
+  const JobRun job = run(runner, {}, {srun});
+  EXPECT_EQ(job.exit_code, 3) << job.messages;
+}
+
+// One ddprun for a whole node: a worker failed, SIGTERM reaches ddprun during the grace
+// (srun --kill-on-bad-exit after another task's exit): the failure's code, no restart.
+TEST(JobPolicySlurm, OwnSigtermAfterAWorkerFailedKeepsTheWorkersCode) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 2 ? exits_after(Ms(10), exited(7)) : runs_until_stopped(true);
+  };
+  runner.signal_at(0, Ms(20), SIGTERM);
+  JobSettings settings;
+  settings.max_restarts = 1;
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, 7) << job.messages;
+  EXPECT_EQ(runner.started.size(), 1u);
+  EXPECT_NE(job.messages.find("rank 2 (local rank 2 on node0, pid 1002) failed first: exit code 7"),
+            std::string::npos)
+      << job.messages;
+}
+
+// The exit timeout is a cause too: a SIGTERM after it keeps 124 (the timeout's code).
+TEST(JobPolicySlurm, OwnSigtermAfterTheExitTimeoutKeepsTheTimeoutsCode) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 0 ? exits_after(Ms(10), exited(0)) : runs_until_stopped(true);
+  };
+  runner.signal_at(0, Ms(200), SIGTERM);
+  JobSettings settings;
+  settings.round.exit_timeout = Ms(100);
+  const JobRun job = run(runner, settings);
+  EXPECT_EQ(job.exit_code, kExitTimedOut) << job.messages;
+}
+
+// A stop that comes first is still the job's end: 128 + the signal, as before.
+TEST(JobPolicySlurm, ASigtermBeforeAnyFailureIsStillTheExitCode) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    return child == 2 ? exits_after(Ms(30), exited(7)) : runs_until_stopped();
+  };
+  runner.signal_at(0, Ms(20), SIGTERM);
+  const JobRun job = run(runner, {});
+  EXPECT_EQ(job.exit_code, 128 + SIGTERM) << job.messages;
 }
 
 // Head mode: the agent of a node whose worker was killed by a signal exits 128 + N; for

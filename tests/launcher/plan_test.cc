@@ -212,6 +212,8 @@ std::string library_json(const LaunchPlan& plan) {
                  {"source", gpus.source},
                  {"per_rank", plan.devices.per_rank},
                  {"virtual_local_rank", plan.devices.virtual_local_rank}};
+  doc["segment_size"] = plan.segment_size > 0 ? nlohmann::ordered_json(plan.segment_size)
+                                              : nlohmann::ordered_json(nullptr);
   doc["socket_ifname"] = plan.socket_interface.name.empty()
                              ? nlohmann::ordered_json(nullptr)
                              : nlohmann::ordered_json(plan.socket_interface.name);
@@ -249,6 +251,39 @@ std::string library_json(const LaunchPlan& plan) {
     doc["ranks"].push_back(entry);
   }
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+// Slurm's --segment: the nodes keep the scheduler's order, ranks follow it, and the plan
+// says which segment each node is in (node i: segment i / size).
+TEST(PlanFormat, SlurmSegmentsAreShownAndRanksStayInNodeOrder) {
+  PlanInputs inputs = local_inputs();
+  inputs.cluster = Cluster{"slurm", "7", {}, 0, {}};
+  for (const char* host : {"b07", "b02", "a11", "a03", "c01", "c02"}) {
+    inputs.cluster.nodes.push_back({host, 2});
+  }
+  inputs.cluster.segment_size = 2;
+  const LaunchPlan plan = build_plan(plan_options(options_with("2")), inputs, {});
+  EXPECT_EQ(plan.segment_size, 2);
+  ASSERT_EQ(plan.nodes.size(), 6u);
+  EXPECT_EQ(plan.nodes[2].host, "a11");
+  EXPECT_EQ(plan.nodes[2].first_rank, 4);
+  const std::string text = format_plan_text(plan);
+  EXPECT_NE(text.find("segments     2 nodes each (Slurm's --segment): 3 segments, ranks in "
+                      "node order within each\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" a03  ranks 6..7  segment 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(" b07  ranks 0..1  segment 0  (this node)\n"), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(format_plan_json(plan))["segment_size"], 2);
+  inputs.cluster.segment_size = 4;
+  EXPECT_NE(format_plan_text(build_plan(plan_options(options_with("2")), inputs, {}))
+                .find("2 segments, ranks in node order within each; the last one is short\n"),
+            std::string::npos);
+  // Without --segment, no line and null.
+  inputs.cluster.segment_size = 0;
+  const LaunchPlan plain = build_plan(plan_options(options_with("2")), inputs, {});
+  EXPECT_EQ(format_plan_text(plain).find("segment"), std::string::npos);
+  EXPECT_TRUE(nlohmann::json::parse(format_plan_json(plain))["segment_size"].is_null());
 }
 
 TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
@@ -357,7 +392,7 @@ TEST(PlanFormat, LargePlansAreWrittenInPiecesNotHeldWhole) {
     EXPECT_LE(recorder.largest, 256u * 1024u);
     // Text: 9 header lines, one per node, one per rank. JSON: 33 lines per rank.
     EXPECT_EQ(std::count(recorder.text.begin(), recorder.text.end(), '\n'),
-              write == write_plan_text ? 9 + 1024 + 8192 : 23 + 1024 * 6 + 4 + 8192 * 33);
+              write == write_plan_text ? 9 + 1024 + 8192 : 24 + 1024 * 6 + 4 + 8192 * 33);
   }
 }
 

@@ -203,7 +203,81 @@ TEST(SlurmReader, InconsistentOrMalformedVariablesNameVariableAndExpectation) {
            "gpu02",
            "SLURM_STEP_NODELIST=\"gpu[02-04]\": names host 'gpu04', which is not in "
            "SLURM_JOB_NODELIST=\"gpu[01-03]\""},
+          {"segment size zero",
+           with(batch_env(), "SLURM_JOB_SEGMENT_SIZE", "0"),
+           {},
+           "gpu01",
+           "SLURM_JOB_SEGMENT_SIZE=\"0\": expected a segment size of at least 1"},
+          {"segment size not a number",
+           with(batch_env(), "SLURM_JOB_SEGMENT_SIZE", "4 nodes"),
+           {},
+           "gpu01",
+           "SLURM_JOB_SEGMENT_SIZE=\"4 nodes\": expected a non-negative integer"},
       });
+}
+
+// sbatch -N 8 --segment 4 (Slurm 25.11): eight nodes in two segments of four.
+Environment segmented_env() {
+  return {{"SLURM_JOB_ID", "77"},
+          {"SLURM_JOB_NODELIST", "blk2-n[07-08],blk1-n[01-06]"},
+          {"SLURM_JOB_NUM_NODES", "8"},
+          {"SLURM_JOB_SEGMENT_SIZE", "4"},
+          {"SLURM_NODEID", "0"}};
+}
+
+struct SegmentCase {
+  const char* name;
+  Environment env;
+  int segment_size;
+  std::vector<std::string> warnings;
+};
+
+// SLURM_JOB_SEGMENT_SIZE is read as given; the node order is the scheduler's, untouched;
+// a size that does not divide the nodes, or a step on part of the job, is a warning.
+TEST(SlurmReader, SegmentSizeIsReadAndTheNodeOrderIsKept) {
+  const std::vector<SegmentCase> cases = {
+      {"no --segment", batch_env(), 0, {}},
+      {"two segments of four", segmented_env(), 4, {}},
+      {"one segment larger than the job: no effect, no warning",
+       with(segmented_env(), "SLURM_JOB_SEGMENT_SIZE", "16"),
+       16,
+       {}},
+      {"a size that does not divide the nodes",
+       with(segmented_env(), "SLURM_JOB_SEGMENT_SIZE", "3"),
+       3,
+       {"SLURM_JOB_SEGMENT_SIZE=3 does not divide the 8 nodes of SLURM_JOB_NODELIST: the last "
+        "segment is short, and ranks follow the node order"}},
+      {"a step on part of the job",
+       with(with(with(segmented_env(), "SLURM_STEP_NODELIST", "blk1-n[01-03]"),
+                 "SLURM_STEP_NUM_NODES", "3"),
+            "SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+       4,
+       {"SLURM_JOB_SEGMENT_SIZE=4 groups the job's 8 nodes, but SLURM_STEP_NODELIST has 3: the "
+        "segments' boundaries among this step's nodes are unknown"}},
+      {"a step on the whole job",
+       with(with(with(segmented_env(), "SLURM_STEP_NODELIST", "blk2-n[07-08],blk1-n[01-06]"),
+                 "SLURM_STEP_NUM_NODES", "8"),
+            "SLURM_STEP_TASKS_PER_NODE", "1(x8)"),
+       4,
+       {}},
+  };
+  for (const SegmentCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const ReadFile read = testing::files_from({});
+    const Cluster cluster = read_slurm({c.env, read, HostFacts{"x", 4, 0}, std::nullopt});
+    EXPECT_EQ(cluster.segment_size, c.segment_size);
+    EXPECT_EQ(cluster.warnings, c.warnings);
+    if (c.segment_size > 0) {
+      EXPECT_EQ(cluster.sources.at("SLURM_JOB_SEGMENT_SIZE"), c.env.at("SLURM_JOB_SEGMENT_SIZE"));
+    }
+  }
+  // The scheduler's order, not sorted by name: blk2's two nodes first.
+  const Cluster cluster =
+      read_slurm({segmented_env(), testing::files_from({}), HostFacts{"x", 4, 0}, std::nullopt});
+  std::vector<std::string> hosts;
+  for (const NodeSlots& node : cluster.nodes) hosts.push_back(node.host);
+  EXPECT_EQ(hosts, (std::vector<std::string>{"blk2-n07", "blk2-n08", "blk1-n01", "blk1-n02",
+                                             "blk1-n03", "blk1-n04", "blk1-n05", "blk1-n06"}));
 }
 
 }  // namespace

@@ -90,6 +90,13 @@ int run(Options options, Environment env) {
   PlanInputs inputs =
       resolve_plan_inputs(options, env, read_file_from_disk, read_host_facts(),
                           system_services(env), mode == Mode::kRun || mode == Mode::kCheck);
+  // What the scheduler's reader found odd but usable (a --segment size that does not
+  // divide the nodes): node 0 says it once for the job.
+  if (!options.agent && inputs.cluster.this_node.value_or(0) == 0) {
+    for (const std::string& warning : inputs.cluster.warnings) {
+      std::cerr << "ddprun: warning: " << warning << "\n";
+    }
+  }
   // MIG devices name no PCI device: nvidia-smi -L tells which GPU each is on.
   const auto& gpus = inputs.gpus.devices;
   if (options.bind != BindMode::kNone &&

@@ -177,7 +177,9 @@ int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
   for (;;) {
     const auto word = wait_for_host(socket.get(), where, deadline, signals.fd(), on_interrupt);
     deadline.reset();
-    if (!word && stop != 0) return 128 + stop;
+    // A stop while node 0 decides after a failed round (Slurm 26.05 sends SIGTERM to every
+    // task once one ended badly) keeps that round's code, the cause node 0 named.
+    if (!word && stop != 0) return last && *last != 0 ? *last : 128 + stop;
     if (!word && !last) {
       throw ConfigError("node 0's ddprun at " + where + " closed the connection before round 0",
                         "it refused this node's join or ended: node 0's output says why");

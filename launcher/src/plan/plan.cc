@@ -187,6 +187,7 @@ LaunchPlan build_plan(const PlanOptions& options, const PlanInputs& inputs,
   plan.restart_count = inputs.restart_count;
   plan.max_restarts = options.max_restarts;
   plan.this_node = cluster.this_node.value_or(0);
+  plan.segment_size = cluster.segment_size;
   plan.program = options.program;
   plan.stdout_is_tty = inputs.stdout_is_tty;
   plan.logs_to_dir = options.log_dir.has_value();

@@ -86,6 +86,8 @@ struct LaunchPlan {
   int this_node = 0;        // index into nodes
   std::string attempt_dir;  // folder of this round's log and error files
   std::vector<NodePlan> nodes;
+  // Slurm's --segment: nodes [k*S, (k+1)*S) are segment k (Cluster::segment_size); 0: none.
+  int segment_size = 0;
   std::vector<RankPlan> ranks;                  // the whole job, in rank order
   std::vector<std::string> program;             // argv of every worker
   std::string role = "default";                 // ROLE_NAME

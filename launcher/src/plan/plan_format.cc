@@ -190,6 +190,16 @@ std::string as_string(Write write, const LaunchPlan& plan) {
   return std::move(out).str();
 }
 
+// "4 nodes each (Slurm's --segment): 2 segments, ranks in node order within each".
+std::string segments_text(int segment_size, std::size_t nodes) {
+  const auto size = static_cast<std::size_t>(segment_size);
+  const std::size_t count = (nodes + size - 1) / size;
+  return std::to_string(segment_size) + (segment_size == 1 ? " node" : " nodes") +
+         " each (Slurm's --segment): " + std::to_string(count) +
+         (count == 1 ? " segment" : " segments") + ", ranks in node order within each" +
+         (nodes % size != 0 && nodes > size ? "; the last one is short" : "");
+}
+
 }  // namespace
 
 void write_plan_text(const LaunchPlan& plan, std::ostream& stream) {
@@ -220,8 +230,14 @@ void write_plan_text(const LaunchPlan& plan, std::ostream& stream) {
   if (plan.placement.mode != BindMode::kNone) {
     line("binding", bind_mode_text(plan.placement.mode) + " (each node places its own ranks)");
   }
+  if (plan.segment_size > 0) {
+    line("segments", segments_text(plan.segment_size, plan.nodes.size()));
+  }
   for (const auto& node : plan.nodes) {
     std::string marker = node.node_rank == plan.this_node ? "  (this node)" : "";
+    if (plan.segment_size > 0) {
+      marker = "  segment " + std::to_string(node.node_rank / plan.segment_size) + marker;
+    }
     line("node " + std::to_string(node.node_rank),
          node.host + "  ranks " + std::to_string(node.first_rank) + ".." +
              std::to_string(node.first_rank + node.nproc - 1) + marker);
@@ -269,6 +285,7 @@ void write_plan_json(const LaunchPlan& plan, std::ostream& stream) {
                  {"source", gpus.source},
                  {"per_rank", plan.devices.per_rank},
                  {"virtual_local_rank", plan.devices.virtual_local_rank}};
+  doc["segment_size"] = plan.segment_size > 0 ? Json(plan.segment_size) : Json(nullptr);
   doc["socket_ifname"] =
       plan.socket_interface.name.empty() ? Json(nullptr) : Json(plan.socket_interface.name);
   doc["socket_ifname_reason"] = plan.socket_interface.reason;

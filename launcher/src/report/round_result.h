@@ -69,7 +69,10 @@ enum class Outcome {
 
 struct RoundResult {
   Outcome outcome = Outcome::kSucceeded;
-  int stop_signal = 0;     // with kStopped and kPreempted
+  // With kStopped and kPreempted: the stop signal. With kWorkerFailed, kTimedOut and
+  // kStalled: a stop that came after that cause (Slurm 26.05 stops every task once one
+  // failed); the round keeps its cause and code but is never restarted. 0: none.
+  int stop_signal = 0;
   bool lost_head = false;  // agent: the head's connection closed
   bool drained = false;    // the walltime notice went out this round
   // With kStopped: what stopped it when it came from elsewhere (another node's failure or
@@ -81,6 +84,11 @@ struct RoundResult {
   // starting another round, whose workers would never hear of it.
   int notice = 0;
   std::optional<std::size_t> first_failure;  // index into ranks, with kWorkerFailed
+  // With kWorkerFailed when the first failure was an agent's that reported its node's
+  // failure first (NodeEvent::kFailed): the code it reported, the job's exit code. srun
+  // standing for every node ends with the highest code of its tasks, which may be the
+  // SIGTERM (143) its --kill-on-bad-exit sent the others; the report names the root cause.
+  std::optional<int> first_failure_code;
   // With kTimedOut: the child that exited first, and those still running at the timeout.
   std::optional<std::size_t> first_exit;
   std::vector<std::size_t> still_running;

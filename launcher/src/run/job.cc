@@ -62,6 +62,10 @@ constexpr std::size_t kNoChild = static_cast<std::size_t>(-1);
 //   kFailing/kTimedOut/kStalled/kStopping --grace-> stacks, SIGKILL to the rest (to agents
 //                                                    only after agent_stack_allowance)
 //   kStopping --a second SIGINT----------> SIGKILL at once
+//   kFailing/kTimedOut/kStalled --stop signal, head lost, a node's stop--> as any stop,
+//                                          but the round keeps its cause and that cause's
+//                                          code (never restarted): Slurm 26.05 sends SIGTERM
+//                                          to every task once one task failed
 //   any       --SIGKILL from the head------> SIGKILL at once (the head gave up on the node)
 //   any       --SIGUSR1/2, drain time----> forwarded; notice_ set (a worker ending with 75,
 //                                          or killed by the notice, is drained, not failed;
@@ -369,14 +373,31 @@ class Round {
     }
   }
 
+  // Whether this round already has its cause: its first failure, its exit timeout or its
+  // stall, or a stop that came after one of those.
+  bool has_own_cause() const {
+    return stopped_after_ || phase_ == Phase::kFailing || phase_ == Phase::kTimedOut ||
+           phase_ == Phase::kStalled;
+  }
+
+  // The phase that decides the round's outcome: the one a stop came in when the round
+  // already had its cause.
+  Phase outcome_phase() const { return stopped_after_.value_or(phase_); }
+
   // A stop decision: `cause` is what ddprun reports (128 + it), `forward` what the live
-  // children get. It wins over a failure seen before it: a job told to stop never restarts.
+  // children get. A job told to stop never restarts. A stop that comes after this round's
+  // own cause (a failure, the exit timeout, a stall) keeps that cause and its exit code: a
+  // scheduler that stops every task once one failed (Slurm 26.05's SIGTERM, srun
+  // --kill-on-bad-exit) must not turn the root cause into 128 + 15.
   void on_stop(int cause, int forward) {
     if (phase_ == Phase::kStopping && cause == SIGINT) {
       kill_live();  // a second Ctrl-C: no more grace
       return;
     }
-    if (stop_signal_ == 0) stop_signal_ = cause;
+    if (stop_signal_ == 0) {
+      stop_signal_ = cause;
+      if (has_own_cause()) stopped_after_ = phase_;
+    }
     phase_ = Phase::kStopping;
     // Every stop signal reaches every live worker, after a notice too: a worker that is
     // writing its checkpoint decides itself what a stop means then (ddp-train finishes it).
@@ -387,7 +408,10 @@ class Round {
     const int sig = event.signal_number;
     if (event.from_head && sig == SIGKILL) {
       // The head gave up on this node after its grace: nothing is waited for any more.
-      if (stop_signal_ == 0) stop_signal_ = SIGKILL;
+      if (stop_signal_ == 0) {
+        stop_signal_ = SIGKILL;
+        if (has_own_cause()) stopped_after_ = phase_;
+      }
       phase_ = Phase::kStopping;
       kill_live();
       return;
@@ -421,8 +445,12 @@ class Round {
       case NodeEvent::Kind::kStopped:
       case NodeEvent::Kind::kSetupFailed:
         runner_.announce(event);
-        if (stop_signal_ == 0) cause_ = event;
-        runner_.set_stop_cause(event);
+        // After this round's own cause, a node's stop (every task got Slurm's SIGTERM)
+        // changes neither the cause nor what the other nodes are told.
+        if (!has_own_cause()) {
+          if (stop_signal_ == 0) cause_ = event;
+          runner_.set_stop_cause(event);
+        }
         on_stop(event.kind == NodeEvent::Kind::kStopped ? event.signal : SIGTERM, SIGTERM);
         break;
       case NodeEvent::Kind::kNotice:
@@ -454,7 +482,8 @@ class Round {
 
   RoundResult finish() {
     // A failed round whose stacks (and traces with them) were not taken.
-    if ((first_failure_ || phase_ == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
+    const Phase phase = outcome_phase();
+    if ((first_failure_ || phase == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
     RoundResult result;
     const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
       return r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r));
@@ -464,19 +493,23 @@ class Round {
       result.ranks.push_back(std::move(ranks_[i]));
     }
     result.first_failure = first_failure_;
+    if (first_failure_ && reported_[*first_failure_]) {
+      result.first_failure_code = reported_[*first_failure_]->code;
+    }
+    // A stop after the round's own cause keeps that cause, unless the head named another.
+    const bool cause_first = stopped_after_ && !cause_;
+    result.stop_signal = stop_signal_;
     if (any_drained_ && all_ended_cleanly && !first_failure_) {
       result.outcome = Outcome::kPreempted;
-      result.stop_signal = stop_signal_;
-    } else if (stop_signal_ != 0) {
+    } else if (stop_signal_ != 0 && !cause_first) {
       result.outcome = Outcome::kStopped;
-      result.stop_signal = stop_signal_;
     } else if (first_failure_) {
       result.outcome = Outcome::kWorkerFailed;
-    } else if (phase_ == Phase::kTimedOut) {
+    } else if (phase == Phase::kTimedOut) {
       result.outcome = Outcome::kTimedOut;
       result.first_exit = first_exit_;
       result.still_running = still_running_;
-    } else if (phase_ == Phase::kStalled) {
+    } else if (phase == Phase::kStalled) {
       result.outcome = Outcome::kStalled;
       result.behind = behind_;
       result.behind_step = behind_step_;
@@ -506,6 +539,9 @@ class Round {
   std::vector<int> notice_signals_;  // notices that went out this round
   int notice_seen_ = 0;              // the round's first notice, whenever it came
   int stop_signal_ = 0;
+  // The phase (kFailing, kTimedOut, kStalled) the round was in when a stop came after its
+  // own cause; nullopt: no stop, or the stop came first.
+  std::optional<Phase> stopped_after_;
   std::optional<NodeEvent> cause_;  // a stop's cause from elsewhere (RoundResult::cause)
   // What each agent child reported of its node's failure; nullopt: nothing.
   std::vector<std::optional<NodeEvent>> reported_;
@@ -552,6 +588,7 @@ int exit_code_for(const RoundResult& result) {
     case Outcome::kStalled:
       return kExitTimedOut;
     case Outcome::kWorkerFailed: {
+      if (result.first_failure_code) return *result.first_failure_code;
       const int status = result.ranks.at(*result.first_failure).wait_status;
       if (WIFEXITED(status)) return WEXITSTATUS(status);
       if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -722,7 +759,16 @@ int run_job(Runner& runner, const JobSettings& settings,
                           ") came during the round");
       }
       std::string not_restarting;  // why this failed round is the job's last
-      if (settings.agent) {
+      if (result.stop_signal != 0) {
+        // Stopped after the failure (Slurm 26.05 sends SIGTERM to every task once one
+        // failed): the failure stays the root cause and gives the exit code.
+        not_restarting = result.lost_head
+                             ? "lost the connection to the head ddprun after the failure"
+                             : "ddprun was stopped by " + signal_name(result.stop_signal) +
+                                   " after the round failed; exit " +
+                                   std::to_string(decision.round_code) + ", the failure's";
+        messages << "ddprun: not restarting: " << not_restarting << "\n";
+      } else if (settings.agent) {
         not_restarting = "the head ddprun decides on restarts";
       } else if (round >= settings.max_restarts) {
         not_restarting =
@@ -771,18 +817,15 @@ int run_job(Runner& runner, const JobSettings& settings,
       return decide(&result, decision.round_code,
                     "not restarting: lost the connection to the head ddprun");
     } else if (result.outcome == Outcome::kStopped) {
-      // A failure before the stop is still worth its report; the stop decides the rest.
+      // This node's failure before its head named another node's is still worth its
+      // report; the head's cause decides the rest.
       if (result.first_failure) messages << failure_lines(result, settings.colour);
       if (result.cause) {
         const std::string said = format_stop_cause(*result.cause);
         messages << said;
         return decide(&result, decision.round_code, "not restarting: " + plain_message(said));
       }
-      messages << "ddprun: stopped by " << signal_name(result.stop_signal)
-               << (result.first_failure ? " while stopping the workers after a failure; not "
-                                          "restarting"
-                                        : "")
-               << "\n";
+      messages << "ddprun: stopped by " << signal_name(result.stop_signal) << "\n";
       return decide(&result, decision.round_code,
                     "not restarting: ddprun was stopped by " + signal_name(result.stop_signal) +
                         " (a stopped job is never restarted)");
