@@ -119,6 +119,16 @@ class FakeRunner : public Runner {
   void announce(const NodeEvent& event) override {
     announced.push_back({round_, event, elapsed(), order_++});
   }
+  // Every membership the policy published (--restart-scope rank), with its round.
+  struct Published {
+    int round;
+    Membership membership;
+    Ms at;
+  };
+  std::vector<Published> memberships;
+  void publish_membership(const Membership& membership) override {
+    memberships.push_back({round_, membership, elapsed()});
+  }
   void set_stop_cause(const NodeEvent& cause) override {
     stop_causes.resize(static_cast<std::size_t>(round_) + 1);
     stop_causes[static_cast<std::size_t>(round_)] = cause;

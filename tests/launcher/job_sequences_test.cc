@@ -71,7 +71,16 @@ struct Config {
   int worker_notice_status = killed(SIGUSR1);  // how workers answer SIGUSR1/SIGUSR2
   bool exit_timeout = false;
   bool restart_on_signals = false;  // --restart-on signals instead of any
+  // --restart-scope rank (local mode): a lost worker is replaced in the round, up to
+  // kRankScopeRestarts times; children 2 and 3 are the replacements, in the order they start.
+  bool rank_scope = false;
 };
+
+// Rank scope: --max-restarts (replacements and full restarts together), and the recovery
+// window: a replacement that fails within it (one event after its start) fails the round.
+constexpr int kRankScopeRestarts = 2;
+constexpr Ms kRecoveryWindow{150};
+constexpr std::size_t kReplacements = 2;
 
 bool is_stop(int sig) {
   return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
@@ -91,8 +100,14 @@ bool is_agent_child(Mode mode, std::size_t child) {
 
 // `stall`: progress may stop (--stall-timeout). Left out with the exit timeout, a policy
 // stop of the same kind, to keep the run short.
-std::vector<Event> alphabet(Mode mode, bool stall) {
+std::vector<Event> alphabet(Mode mode, bool stall, bool rank_scope = false) {
   std::vector<Event> events;
+  // A replacement's end: at the event's time, or at once when it starts later than that.
+  for (std::size_t n = 0; rank_scope && n < kReplacements; ++n) {
+    for (int status : {exited(0), killed(SIGKILL)}) {
+      events.push_back({Event::Kind::kExit, child_count(mode) + n, status});
+    }
+  }
   for (std::size_t child = 0; child < child_count(mode); ++child) {
     // A worker that exits 75 unprompted (no notice) has failed.
     std::vector<int> statuses = {exited(0), exited(1), killed(SIGKILL), exited(kExitPreempted)};
@@ -149,7 +164,8 @@ std::string describe(const Config& config, const std::vector<Event>& events) {
   out << mode_name(config.mode) << ", notice "
       << (WIFEXITED(config.worker_notice_status) ? "exits 75" : "kills")
       << (config.exit_timeout ? ", exit timeout" : "")
-      << (config.restart_on_signals ? ", restart-on signals" : "") << ":";
+      << (config.restart_on_signals ? ", restart-on signals" : "")
+      << (config.rank_scope ? ", rank scope" : "") << ":";
   for (std::size_t i = 0; i < events.size(); ++i) {
     out << " [" << (i + 1) * kStep.count() << " ms] " << describe(events[i]) << ";";
   }
@@ -159,13 +175,25 @@ std::string describe(const Config& config, const std::vector<Event>& events) {
 struct Outcome {
   bool waits_forever = false;
   int exit_code = -1;
+  // What went wrong that the outcome cannot show: a replacement started after a stop, or
+  // the fake runner refused what the policy did; empty when nothing.
+  std::string replacement_problem;
+  std::vector<std::pair<Ms, int>> replacement_starts;  // (when, its rank)
 };
+
+bool is_stop_status(int sig) {
+  return sig == 0 || sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
 
 Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector<Event>& events) {
   JobSettings settings;
   settings.round.shutdown_grace = kGrace;
   if (config.exit_timeout) settings.round.exit_timeout = kExitTimeout;
-  settings.max_restarts = 1;
+  settings.max_restarts = config.rank_scope ? kRankScopeRestarts : 1;
+  if (config.rank_scope) {
+    settings.round.restart_scope = RestartScope::kRank;
+    settings.round.recovery_window = kRecoveryWindow;
+  }
   if (config.restart_on_signals) settings.restart = parse_restart_on("signals");
   settings.agent = config.mode == Mode::kAgent;
   settings.summaries = false;
@@ -175,7 +203,8 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
   settings.round.stall_check_every = Ms(50);
   std::optional<Ms> stall_at;
 
-  std::vector<std::optional<std::pair<Ms, int>>> exits(child_count(config.mode));
+  std::vector<std::optional<std::pair<Ms, int>>> exits(child_count(config.mode) +
+                                                       (config.rank_scope ? kReplacements : 0));
   for (std::size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     const Ms at = kStep * static_cast<int>(i + 1);
@@ -227,10 +256,33 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
     const Ms until = round == 0 && stall_at ? std::min(at, *stall_at) : at;
     return until.count() / 10;
   };
+  std::string replacement_problem;
+  std::vector<std::pair<Ms, int>> replacement_starts;
   runner.behaviour = [&](int round, std::size_t child) {
     FakeBehaviour b;
     if (round > 0) {
       b.exit_after = Ms(1);
+      return b;
+    }
+    if (child >= child_count(config.mode)) {  // a replacement (rank scope)
+      // Never after a stop: a signal to ddprun, the head lost, or a stop the policy sent.
+      for (const auto& h : runner.happened) {
+        if (h.round == 0 && !h.exit && is_stop_status(h.status_or_signal)) {
+          replacement_problem = "a replacement started after a stop signal";
+        }
+      }
+      for (const auto& sent : runner.sent) {
+        if (sent.round == 0 && !is_notice(sent.signal_number)) {
+          replacement_problem = "a replacement started after the policy stopped the round";
+        }
+      }
+      const Ms now = runner.elapsed();
+      replacement_starts.emplace_back(now, runner.started[0].back().rank);
+      if (exits.at(child)) {
+        b.exit_after = std::max(Ms(1), exits.at(child)->first - now);
+        b.exit_status = exits.at(child)->second;
+      }
+      b.status_on_notice = config.worker_notice_status;
       return b;
     }
     if (exits[child]) {
@@ -263,7 +315,13 @@ Outcome run_sequence(FakeRunner& runner, const Config& config, const std::vector
         messages);
   } catch (const WaitsForever&) {
     outcome.waits_forever = true;
+  } catch (const std::logic_error& e) {
+    // The fake runner's own checks: a round that ended with a child running (an orphan), a
+    // signal to a child already reaped, a capture of an exited one.
+    replacement_problem = std::string("the fake runner refused: ") + e.what();
   }
+  if (outcome.replacement_problem.empty()) outcome.replacement_problem = replacement_problem;
+  outcome.replacement_starts = replacement_starts;
   return outcome;
 }
 
@@ -337,6 +395,37 @@ int code_of(int status) {
 std::string check(const FakeRunner& runner, const Config& config, const Outcome& outcome,
                   const std::vector<Event>& events) {
   const Round0 round0{runner, config.mode};
+  // Rank scope: the replacements of round 0, and the losses they replaced (which end no
+  // rank: they are left out of the exits below).
+  if (!outcome.replacement_problem.empty()) return outcome.replacement_problem;
+  const std::size_t children0 =
+      runner.started.empty() ? child_count(config.mode) : runner.started[0].size();
+  const std::size_t replacements = children0 - child_count(config.mode);
+  if (!config.rank_scope && replacements != 0) return "a replacement started under job scope";
+  const auto rank_of = [&](std::size_t child) { return runner.started.at(0).at(child).rank; };
+  const auto replaced = [&](const FakeRunner::Happened& h) {
+    return std::any_of(
+        outcome.replacement_starts.begin(), outcome.replacement_starts.end(),
+        [&](const auto& r) { return r.first == h.at && r.second == rank_of(h.child); });
+  };
+  if (config.rank_scope) {
+    if (replacements + (runner.started.size() - 1) > static_cast<std::size_t>(kRankScopeRestarts)) {
+      return "replacements and restarts went past --max-restarts";
+    }
+    for (const auto& start : outcome.replacement_starts) {
+      const bool lost_then =
+          std::any_of(runner.happened.begin(), runner.happened.end(), [&](const auto& h) {
+            return h.round == 0 && h.exit && h.at == start.first &&
+                   rank_of(h.child) == start.second && !round0.clean(h);
+          });
+      if (!lost_then) return "a replacement started with no loss of its rank at that moment";
+    }
+    if (!outcome.waits_forever) {
+      const auto reaped = std::count_if(runner.happened.begin(), runner.happened.end(),
+                                        [](const auto& h) { return h.round == 0 && h.exit; });
+      if (static_cast<std::size_t>(reaped) != children0) return "a child of round 0 was not reaped";
+    }
+  }
   std::vector<FakeRunner::Happened> exits;
   std::optional<FakeRunner::Happened> first_stop;  // a stop signal, the head lost, a node's stop
   std::optional<FakeRunner::Happened> failure_report;  // the agent's report of its failure
@@ -348,7 +437,7 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   for (const auto& h : runner.happened) {
     if (h.round != 0) continue;
     if (h.exit) {
-      exits.push_back(h);
+      if (!config.rank_scope || !replaced(h)) exits.push_back(h);
     } else if (h.status_or_signal == 0 || is_stop(h.status_or_signal) ||
                reported(h, NodeEvent::Kind::kStopped)) {
       stops.push_back(h);
@@ -422,7 +511,7 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   const bool timed_out = !root && first_policy_stop && first_policy_stop->order < stop_order;
   const bool agent = config.mode == Mode::kAgent;
   const bool all_clean =
-      !outcome.waits_forever && exits.size() == child_count(config.mode) &&
+      !outcome.waits_forever && exits.size() == children0 - replacements &&
       std::all_of(exits.begin(), exits.end(), [&](const auto& h) { return round0.clean(h); });
   const bool any_drained =
       std::any_of(exits.begin(), exits.end(), [&](const auto& h) { return round0.drained(h); });
@@ -471,10 +560,11 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   for (const auto& stop : stops) {
     const int forwarded =
         stop.status_or_signal == 0 || stop.reported ? SIGTERM : stop.status_or_signal;
-    for (std::size_t child = 0; child < child_count(config.mode); ++child) {
-      const bool exited_before = std::any_of(exits.begin(), exits.end(), [&](const auto& h) {
-        return h.child == child && h.order < stop.order;
-      });
+    for (std::size_t child = 0; child < children0; ++child) {
+      const bool exited_before =
+          std::any_of(runner.happened.begin(), runner.happened.end(), [&](const auto& h) {
+            return h.round == 0 && h.exit && h.child == child && h.order < stop.order;
+          });
       if (exited_before) continue;
       const bool reached = std::any_of(runner.sent.begin(), runner.sent.end(), [&](const auto& s) {
         return s.round == 0 && s.child == child &&
@@ -532,8 +622,10 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   }
   if (root) {
     // --restart-on signals: a signal death, here or behind an agent, is one.
+    // Rank scope: the replacements used restarts of the same --max-restarts.
     const bool restart =
-        !agent && !first_stop && (!config.restart_on_signals || signal_death(config.mode, *root));
+        !agent && !first_stop && (!config.restart_on_signals || signal_death(config.mode, *root)) &&
+        (!config.rank_scope || replacements < static_cast<std::size_t>(kRankScopeRestarts));
     if (restart) {
       if (rounds != 2 || outcome.exit_code != 0) {
         return "a failure (" + std::to_string(code_of(root->status_or_signal)) +
@@ -549,7 +641,9 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
     return {};
   }
   if (timed_out) {
-    const bool restart = !agent && !first_stop && !config.restart_on_signals;
+    const bool restart =
+        !agent && !first_stop && !config.restart_on_signals &&
+        (!config.rank_scope || replacements < static_cast<std::size_t>(kRankScopeRestarts));
     if (restart ? (rounds != 2 || outcome.exit_code != 0)
                 : (rounds != 1 || outcome.exit_code != kExitTimedOut)) {
       return "an exit timeout ended with rounds " + std::to_string(rounds) + ", exit " +
@@ -635,6 +729,29 @@ TEST_P(SupervisionSequences, EverySequenceKeepsTheInvariants) {
   }
   std::printf("[ explored ] %ld sequences in %s mode (up to %zu events)\n", total, mode_name(mode),
               depth());
+}
+
+// --restart-scope rank on a node of its own: the replacements' own ends join the alphabet
+// (one event fewer: it is the largest). Beyond the invariants above: a rank is replaced
+// only at the moment it was lost, never after a stop, at most --max-restarts times with
+// the full restarts, and every child started, replacements included, is reaped.
+TEST(SupervisionSequencesRankScope, EverySequenceKeepsTheInvariants) {
+  long total = 0;
+  const std::size_t d = depth() > 4 ? depth() - 1 : depth();
+  for (const int notice : {killed(SIGUSR1), exited(kExitPreempted)}) {
+    for (const bool exit_timeout : {false, true}) {
+      Config config{Mode::kLocal, notice, exit_timeout, false, true};
+      Exploration result;
+      explore(config, {}, d - (exit_timeout || notice != killed(SIGUSR1) ? 1 : 0),
+              alphabet(Mode::kLocal, !exit_timeout, true), result);
+      total += result.sequences;
+      for (const std::string& v : result.violations) ADD_FAILURE() << v;
+    }
+  }
+  std::printf(
+      "[ explored ] %ld sequences in local mode with --restart-scope rank (up to %zu "
+      "events)\n",
+      total, d);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SupervisionSequences,

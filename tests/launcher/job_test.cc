@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "ddprun/contract/errors.h"
@@ -1180,6 +1181,173 @@ TEST(JobPolicyStacks, AgentsGetTheAllowanceAfterTheGraceToSendTheirOwnStacks) {
         << second_ctrl_c;
   }
 }
+
+// --restart-scope rank: the lost rank alone is started again, in the same round.
+namespace rank_scope {
+
+void expect_said(const JobRun& job, const std::string& text) {
+  EXPECT_NE(job.messages.find(text), std::string::npos) << "no \"" << text << "\" in:\n"
+                                                        << job.messages;
+}
+
+JobSettings settings(int max_restarts) {
+  JobSettings s;
+  s.max_restarts = max_restarts;
+  s.round.restart_scope = RestartScope::kRank;
+  s.summaries = false;
+  s.tables = false;
+  return s;
+}
+
+// Child 1 (rank 1) ends with `lost` at 100 ms; the others finish at 1 s; each replacement
+// (children 3, 4, ...) does what `replacement(n)` says, n counting from 0.
+void lose_rank_1(FakeRunner& runner, int lost, std::function<FakeBehaviour(int n)> replacement) {
+  runner.behaviour = [=](int round, std::size_t child) {
+    if (round > 0) return exits_after(Ms(10), exited(0));
+    if (child == 1) return exits_after(Ms(100), lost);
+    if (child < 3) return exits_after(Ms(1000), exited(0));
+    return replacement(static_cast<int>(child) - 3);
+  };
+}
+
+TEST(JobPolicyRankScope, ALostRankIsStartedAgainAloneAndTheOthersAreNeverSignalled) {
+  FakeRunner runner;
+  lose_rank_1(runner, killed(SIGKILL), [](int) { return exits_after(Ms(500), exited(0)); });
+  const JobRun job = run(runner, settings(2), 3);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  ASSERT_EQ(runner.started.size(), 1u);  // no second round
+  ASSERT_EQ(runner.started[0].size(), 4u);
+  EXPECT_EQ(runner.started[0][3].rank, 1);  // the lost one's spec again
+  EXPECT_EQ(runner.started[0][3].local_rank, 1);
+  EXPECT_EQ(runner.started[0][3].argv, runner.started[0][1].argv);
+  EXPECT_TRUE(runner.sent.empty());  // nobody was stopped
+}
+
+TEST(JobPolicyRankScope, EveryChangeIsPublishedWithAHigherVersionAndTheReplacementsPid) {
+  FakeRunner runner;
+  lose_rank_1(runner, exited(1), [](int) { return exits_after(Ms(500), exited(0)); });
+  run(runner, settings(1), 3);
+  ASSERT_GE(runner.memberships.size(), 3u);
+  for (std::size_t i = 0; i < runner.memberships.size(); ++i) {
+    EXPECT_EQ(runner.memberships[i].membership.version, static_cast<long>(i + 1));
+  }
+  const Membership& first = runner.memberships[0].membership;
+  ASSERT_EQ(first.ranks.size(), 3u);
+  for (const auto& member : first.ranks) EXPECT_EQ(member.state, Membership::State::kRunning);
+  EXPECT_EQ(first.ranks[1].pid, 1001);
+  const Membership& lost = runner.memberships[1].membership;
+  EXPECT_EQ(lost.ranks[1].state, Membership::State::kLost);
+  EXPECT_EQ(lost.recoveries, 0);
+  const Membership& replaced = runner.memberships[2].membership;
+  EXPECT_EQ(replaced.ranks[1].state, Membership::State::kReplaced);
+  EXPECT_EQ(replaced.ranks[1].pid, 1003);
+  EXPECT_EQ(replaced.recoveries, 1);
+  EXPECT_EQ(replaced.ranks[0].state, Membership::State::kRunning);
+  EXPECT_NE(
+      replaced.change.find("rank 1 (pid 1001) exit code 1; started its replacement, pid 1003"),
+      std::string::npos)
+      << replaced.change;
+  const Membership& last = runner.memberships.back().membership;
+  for (const auto& member : last.ranks) EXPECT_EQ(member.state, Membership::State::kDone);
+}
+
+TEST(JobPolicyRankScope, ReplacementsCountAgainstMaxRestartsAndAFailurePastThemEndsTheJob) {
+  FakeRunner runner;
+  // The replacement dies long after its recovery: a second loss, with no restart left.
+  lose_rank_1(runner, killed(SIGKILL), [](int) { return exits_after(Ms(600), killed(SIGKILL)); });
+  JobSettings s = settings(1);
+  s.round.recovery_window = Ms(100);
+  const JobRun job = run(runner, s, 3);
+  EXPECT_EQ(job.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(runner.started.size(), 1u);
+  EXPECT_EQ(runner.started[0].size(), 4u);
+  expect_said(job,
+              "rank 1 (local rank 1 on node0, pid 1003) failed first: signal "
+              "SIGKILL");
+  EXPECT_EQ(job.messages.find("restarting"), std::string::npos) << job.messages;
+  // The survivors were stopped at the second loss.
+  ASSERT_EQ(runner.sent_to(0).size(), 1u);
+  EXPECT_EQ(runner.sent_to(0)[0].signal_number, SIGTERM);
+  EXPECT_EQ(runner.sent_to(0)[0].at, Ms(700));
+}
+
+TEST(JobPolicyRankScope, AReplacementThatFailsDuringItsRecoveryFallsBackToAFullRestart) {
+  FakeRunner runner;
+  lose_rank_1(runner, exited(1), [](int) { return exits_after(Ms(50), exited(1)); });
+  const JobRun job = run(runner, settings(3), 3);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  ASSERT_EQ(runner.started.size(), 2u);
+  EXPECT_EQ(runner.started[0].size(), 4u);
+  expect_said(job,
+              "ddprun: not replacing the lost rank alone: rank 1's replacement "
+              "exit code 1 0.05 s after its start, during its recovery");
+  // One recovery and the full restart: the second of three.
+  expect_said(job, "restarting all workers (restart 2 of 3)");
+}
+
+TEST(JobPolicyRankScope, AReplacementThatCannotBeStartedFallsBackToAFullRestart) {
+  FakeRunner runner;
+  runner.fail_start_of = 3;
+  lose_rank_1(runner, exited(1), [](int) { return exits_after(Ms(50), exited(0)); });
+  const JobRun job = run(runner, settings(1), 3);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  EXPECT_EQ(runner.started.size(), 2u);
+  expect_said(job, "rank 1's replacement could not be started: fork");
+  expect_said(job, "restarting all workers (restart 1 of 1)");
+}
+
+TEST(JobPolicyRankScope, AStopSignalStopsTheReplacementTooAndNothingStartsAfterIt) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    if (child == 1) return exits_after(Ms(100), killed(SIGKILL));
+    return runs_until_stopped();
+  };
+  runner.signal_at(0, Ms(300), SIGTERM);
+  const JobRun job = run(runner, settings(5), 3);
+  EXPECT_EQ(job.exit_code, 128 + SIGTERM);
+  ASSERT_EQ(runner.started.size(), 1u);
+  EXPECT_EQ(runner.started[0].size(), 4u);  // the stopped ones were not replaced
+  ASSERT_EQ(runner.sent_to(3).size(), 1u);
+  EXPECT_EQ(runner.sent_to(3)[0].signal_number, SIGTERM);
+}
+
+TEST(JobPolicyRankScope, ANoticeReplacesNobodyAndTheJobEndsDrained) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    if (child == 1) return exits_after(Ms(200), killed(SIGKILL));
+    FakeBehaviour b;
+    b.status_on_notice = exited(kExitPreempted);
+    return b;
+  };
+  runner.signal_at(0, Ms(100), SIGUSR1);
+  const JobRun job = run(runner, settings(5), 3);
+  EXPECT_EQ(job.exit_code, kExitPreempted);
+  EXPECT_EQ(runner.started[0].size(), 3u);
+}
+
+TEST(JobPolicyRankScope, AReplacedLossStartsNoExitTimer) {
+  FakeRunner runner;
+  // The replacement finishes with the others, at 1 s.
+  lose_rank_1(runner, killed(SIGKILL), [](int) { return exits_after(Ms(900), exited(0)); });
+  JobSettings s = settings(1);
+  s.round.exit_timeout = Ms(300);  // shorter than from the loss at 0.1 s to the end
+  const JobRun job = run(runner, s, 3);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  EXPECT_TRUE(runner.sent.empty());
+}
+
+TEST(JobPolicyRankScope, UnderJobScopeNothingIsPublished) {
+  FakeRunner runner;
+  lose_rank_1(runner, exited(1), [](int) { return exits_after(Ms(50), exited(0)); });
+  JobSettings s = settings(1);
+  s.round.restart_scope = RestartScope::kJob;
+  const JobRun job = run(runner, s, 3);
+  EXPECT_EQ(job.exit_code, 0);
+  EXPECT_EQ(runner.started.size(), 2u);
+  EXPECT_TRUE(runner.memberships.empty());
+}
+
+}  // namespace rank_scope
 
 }  // namespace
 }  // namespace ddprun

@@ -75,6 +75,7 @@ struct TorchrunStrings {
   std::optional<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   std::optional<std::string> rdzv_id;
   std::string restart_on = "any";
+  std::string restart_scope = "job";
   bool standalone = false;
 };
 
@@ -340,6 +341,12 @@ void Parser::add_restarts(CLI::App& group) {
             "Which failures a restart may fix: any, or a comma list of 'signals' (a "
             "worker killed by a signal, a node lost), 'stall' and exit codes")
       ->capture_default_str();
+  add_value(group, "--restart-scope", torchrun.restart_scope, "job|rank",
+            "What a worker's failure restarts: every rank (job), or only the lost rank, "
+            "in its place while the others go on (rank; one node only); each counts "
+            "against --max-restarts")
+      ->check(one_of({"job", "rank"}, "job|rank"))
+      ->capture_default_str();
   group.add_flag("--restart-repeated", options.restart_on.allow_repeats,
                  "Restart even when a round fails as the one before it did and reached no "
                  "newer step (by default that ends the restarts)");
@@ -571,6 +578,16 @@ void finish_options(Parser& parser) {
   const bool repeats = options.restart_on.allow_repeats;
   options.restart_on = parse_restart_on(torchrun.restart_on);
   options.restart_on.allow_repeats = repeats;
+  if (torchrun.restart_scope == "rank") {
+    options.restart_scope = RestartScope::kRank;
+    if (options.agent || options.nnodes.value_or(1) > 1) {
+      throw UsageError(
+          "--restart-scope rank runs on a single node for now" +
+              (options.agent ? std::string(", not under a head ddprun")
+                             : "; --nnodes " + std::to_string(*options.nnodes) + " asks for more"),
+          "leave out --restart-scope (job: every rank restarts) on more nodes");
+    }
+  }
   check_rendezvous_backend(options.rdzv_backend);
   options.rdzv_conf = parse_rendezvous_conf(torchrun.rdzv_conf);
   if (torchrun.rdzv_endpoint && !torchrun.standalone) {

@@ -45,6 +45,9 @@ struct Options {
   int max_restarts = 0;
   // --restart-on, with --restart-repeated as allow_repeats.
   RestartRule restart_on;
+  // --restart-scope: a failed worker restarts every rank (job) or only itself (rank, one
+  // node only: refused with --nnodes above 1 and for agents).
+  RestartScope restart_scope = RestartScope::kJob;
   double shutdown_timeout_s = 15.0;  // grace between SIGTERM and SIGKILL
   std::optional<std::string> log_dir;
   // torchrun's -r and -t: a stream redirected and not teed stays off the console. With

@@ -97,6 +97,11 @@ int run(Options options, Environment env) {
       std::cerr << "ddprun: warning: " << warning << "\n";
     }
   }
+  if (options.restart_scope == RestartScope::kRank && inputs.cluster.nodes.size() > 1) {
+    throw UsageError("--restart-scope rank runs on a single node for now; this job has " +
+                         std::to_string(inputs.cluster.nodes.size()) + " nodes",
+                     "leave out --restart-scope (job: every rank restarts) on more nodes");
+  }
   // MIG devices name no PCI device: nvidia-smi -L tells which GPU each is on.
   const auto& gpus = inputs.gpus.devices;
   if (options.bind != BindMode::kNone &&

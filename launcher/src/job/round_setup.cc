@@ -16,7 +16,8 @@
 namespace ddprun {
 
 std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
-                                       const Environment& env, const std::string& python_hook_dir) {
+                                       const Environment& env, const std::string& python_hook_dir,
+                                       const std::string& membership_file) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
   std::vector<ChildSpec> children;
   children.reserve(static_cast<std::size_t>(node.nproc));
@@ -37,6 +38,10 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
       vars.emplace_back("PYTHONPATH",
                         python_hook_dir + (python_path && !python_path->empty() ? ":" + *python_path
                                                                                 : std::string()));
+    }
+    if (!membership_file.empty()) {
+      child.membership_file = membership_file;
+      vars.emplace_back(env::kDdprunMembershipFile, membership_file);
     }
     child.env = merge_environment(env, vars);
     child.stacks_log = rank_file(plan, rank.rank, RankFile::kStacksLog);
@@ -120,7 +125,12 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
         options.stacks
             ? write_python_stack_hook(std::filesystem::absolute(plan.attempt_dir + "/python"))
             : std::string();
-    setup.children = worker_children(plan, program_path, env, hook_dir);
+    // --restart-scope rank: the round's membership file, beside its progress files.
+    const std::string membership =
+        options.restart_scope == RestartScope::kRank
+            ? std::filesystem::absolute(plan.attempt_dir + "/membership.json").string()
+            : std::string();
+    setup.children = worker_children(plan, program_path, env, hook_dir, membership);
     for (ChildSpec& child : setup.children) {
       if (!options.duplicate_stdout_filters.empty())
         child.filtered_stdout_log = filtered_log(plan, false);

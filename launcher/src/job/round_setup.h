@@ -15,10 +15,12 @@ namespace ddprun {
 // The children that run `plan`'s ranks on this node, each with `program_path` as its
 // executable and `env` with its rank's contract variables laid over it. With a
 // `python_hook_dir` (python_stack_hook.h), Python workers can show their frames: it goes
-// first on PYTHONPATH, with DDPRUN_PYTHON_STACK_FILE.
+// first on PYTHONPATH, with DDPRUN_PYTHON_STACK_FILE. With a `membership_file`
+// (--restart-scope rank), every worker gets it as DDPRUN_MEMBERSHIP_FILE.
 std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
                                        const Environment& env,
-                                       const std::string& python_hook_dir = {});
+                                       const std::string& python_hook_dir = {},
+                                       const std::string& membership_file = {});
 
 // What changes from one round to the next. The job's inputs are resolved once, at the
 // start, and never rewritten; each round plans from them with this laid over them.

@@ -15,6 +15,11 @@ struct RestartRule {
   bool allow_repeats = false;  // --restart-repeated: restart even the same failure again
 };
 
+// --restart-scope: what a worker's failure restarts. kJob: every rank (a new round, today's
+// default); kRank: only the lost rank, started again in the same round while the others
+// go on (docs/fault-tolerance.md, "Restarting only the lost rank"); one node only.
+enum class RestartScope { kJob, kRank };
+
 // "any", or a comma list of "signals", "stall" and exit codes 1-255. Throws UsageError.
 RestartRule parse_restart_on(const std::string& text);
 

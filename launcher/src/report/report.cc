@@ -76,6 +76,8 @@ std::string format_rank_table(const RoundResult& result) {
                     rank.run_seconds, static_cast<double>(rank.max_rss_kb) / 1024.0);
     }
     text += row;
+    // --restart-scope rank: the replacement's row follows the others'.
+    if (rank.replaced_by) text.insert(text.size() - 1, "  replaced");
   }
   return text;
 }

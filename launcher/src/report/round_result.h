@@ -44,6 +44,10 @@ struct RankResult {
   std::optional<StackCapture> stacks;  // captured before ddprun killed it
   // Its last collectives, read with its stacks or after a failed round; nullopt: none kept.
   std::optional<TraceSnapshot> trace;
+  // --restart-scope rank: the child that replaced this one after it failed, in the same
+  // round; whether this child is itself a replacement.
+  std::optional<std::size_t> replaced_by;
+  bool replacement = false;
 };
 
 // What a node says the moment it happens, to its head (and what a head tells its nodes as
@@ -97,9 +101,16 @@ struct RoundResult {
   std::vector<std::size_t> behind;
   long long behind_step = -1;
   long long ahead_step = -1;
-  std::vector<RankResult> ranks;  // workers in local rank order, then agents
-  std::string stacks_when;        // when the ranks' stacks were taken; empty: never
-  double spawn_seconds = 0;       // how long starting every child took
+  // Workers in local rank order, then agents, then replacements (--restart-scope rank) in
+  // the order they started.
+  std::vector<RankResult> ranks;
+  std::string stacks_when;   // when the ranks' stacks were taken; empty: never
+  double spawn_seconds = 0;  // how long starting every child took
+  // --restart-scope rank: the lost ranks replaced in this round, and, when a lost rank was
+  // not replaced for a reason other than the end of the restarts (its replacement failed
+  // during its recovery, or could not be started), that reason in a few words.
+  int recoveries = 0;
+  std::string not_replaced;
 };
 
 }  // namespace ddprun

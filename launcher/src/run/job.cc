@@ -71,6 +71,14 @@ constexpr std::size_t kNoChild = static_cast<std::size_t>(-1);
 //                                          or killed by the notice, is drained, not failed;
 //                                          an exit 75 without a notice is a failure)
 //   any       --SIGUSR1/2-----------------> notice_seen_: a failed round ends drained, no restart
+//   kRunning  --worker fails, rank scope--> kRunning: a replacement of the same spec starts
+//                                          as a new child (a recovery), while recoveries
+//                                          are left, no notice came, and the failed child
+//                                          was not a replacement within its recovery
+//                                          window; otherwise as "worker fails" above
+//
+// Under --restart-scope rank every change of who runs (a start, a loss, a replacement, a
+// rank that finished) is published (Runner::publish_membership) with a version one higher.
 //
 // An agent tells its head at once (Runner::announce) when its round fails, when ddprun
 // itself is stopped or gets a notice; the head acts on such a report from an agent child as
@@ -80,23 +88,17 @@ class Round {
  public:
   enum class Phase { kRunning, kFailing, kTimedOut, kStalled, kStopping };
 
-  Round(Runner& runner, const RoundPolicy& policy) : runner_(runner), policy_(policy) {}
+  Round(Runner& runner, const RoundPolicy& policy, int recoveries_left)
+      : runner_(runner), policy_(policy), recoveries_left_(recoveries_left) {}
 
   RoundResult run(const std::vector<ChildSpec>& children) {
+    specs_ = &children;
     ranks_.reserve(children.size());
     const auto spawn_start = runner_.now();
     try {
-      for (const ChildSpec& spec : children) {
-        RankResult& rank = ranks_.emplace_back();
-        rank.agent = spec.agent;
-        rank.node_rank = spec.node_rank;
-        rank.rank = spec.rank;
-        rank.local_rank = spec.local_rank;
-        rank.host = spec.host;
-        rank.error_file = spec.error_file;
-        rank.progress_file = spec.progress_file;
-        reported_.emplace_back();
-        rank.pid = runner_.start(spec);
+      for (std::size_t i = 0; i < children.size(); ++i) {
+        RankResult& rank = add_child(i);
+        rank.pid = runner_.start(children[i]);
         rank.started = true;
       }
     } catch (...) {
@@ -106,6 +108,7 @@ class Round {
       throw;
     }
     spawn_seconds_ = seconds_since(spawn_start);
+    if (rank_scope()) publish({});
     wait_for_all();
     RoundResult result = finish();
     runner_.end_round();
@@ -113,6 +116,93 @@ class Round {
   }
 
  private:
+  // A new child (not started yet) that runs children[spec].
+  RankResult& add_child(std::size_t spec_index) {
+    const ChildSpec& spec = (*specs_)[spec_index];
+    RankResult& rank = ranks_.emplace_back();
+    rank.agent = spec.agent;
+    rank.node_rank = spec.node_rank;
+    rank.rank = spec.rank;
+    rank.local_rank = spec.local_rank;
+    rank.host = spec.host;
+    rank.error_file = spec.error_file;
+    rank.progress_file = spec.progress_file;
+    reported_.emplace_back();
+    spec_of_.push_back(spec_index);
+    started_at_.push_back(runner_.now());
+    return rank;
+  }
+
+  bool rank_scope() const { return policy_.restart_scope == RestartScope::kRank; }
+
+  // Tells the workers who runs now (--restart-scope rank): each worker of the round's
+  // specs, as its last child (a replacement, when it has one) stands.
+  void publish(std::string change) {
+    Membership membership;
+    membership.version = ++membership_version_;
+    membership.recoveries = recoveries_;
+    membership.change = std::move(change);
+    for (std::size_t i = 0; i < std::min(specs_->size(), ranks_.size()); ++i) {
+      if (ranks_[i].agent) continue;
+      std::size_t last = i;
+      while (ranks_[last].replaced_by) last = *ranks_[last].replaced_by;
+      const RankResult& child = ranks_[last];
+      Membership::Member& member = membership.ranks.emplace_back();
+      member.rank = child.rank;
+      member.pid = child.pid;
+      if (!child.exited) {
+        member.state =
+            child.replacement ? Membership::State::kReplaced : Membership::State::kRunning;
+      } else {
+        member.state =
+            exited_with(child.wait_status, 0) ? Membership::State::kDone : Membership::State::kLost;
+      }
+    }
+    std::sort(membership.ranks.begin(), membership.ranks.end(),
+              [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    runner_.publish_membership(membership);
+  }
+
+  // Starts a replacement for failed worker `child` when the round may (--restart-scope
+  // rank; the caller checked the phase). Returns whether one runs; when none does for a
+  // reason other than the end of the recoveries, not_replaced_ says why.
+  bool replace(std::size_t child) {
+    if (notice_seen_ != 0 || recoveries_left_ <= 0) return false;  // a notice: the round drains
+    const std::string name = "rank " + std::to_string(ranks_[child].rank);
+    const std::string how = describe_wait_status(ranks_[child].wait_status);
+    if (ranks_[child].replacement) {
+      const auto ran =
+          std::chrono::duration_cast<std::chrono::milliseconds>(runner_.now() - started_at_[child]);
+      if (ran < policy_.recovery_window) {
+        not_replaced_ = name + "'s replacement " + how + " " + format_seconds(ran) +
+                        " after its start, during its recovery (the first " +
+                        format_seconds(policy_.recovery_window) + ")";
+        return false;
+      }
+    }
+    const pid_t lost_pid = ranks_[child].pid;
+    const std::size_t index = ranks_.size();
+    add_child(spec_of_[child]).replacement = true;
+    try {
+      ranks_[index].pid = runner_.start((*specs_)[spec_of_[child]]);
+    } catch (const std::exception& e) {
+      ranks_.pop_back();
+      reported_.pop_back();
+      spec_of_.pop_back();
+      started_at_.pop_back();
+      not_replaced_ = name + "'s replacement could not be started: " + e.what();
+      return false;
+    }
+    ranks_[index].started = true;
+    ranks_[child].replaced_by = index;
+    --recoveries_left_;
+    ++recoveries_;
+    publish(name + " (pid " + std::to_string(lost_pid) + ") " + how +
+            "; started its replacement, pid " + std::to_string(ranks_[index].pid) + " (" +
+            std::to_string(recoveries_left_) + " restart(s) left)");
+    return true;
+  }
+
   std::size_t live() const {
     return static_cast<std::size_t>(std::count_if(ranks_.begin(), ranks_.end(),
                                                   [](auto& r) { return r.started && !r.exited; }));
@@ -471,6 +561,12 @@ class Round {
     const bool drained = drained_by_notice(rank);
     any_drained_ = any_drained_ || drained;
     const bool failed = !exited_with(event.wait_status, 0) && !drained;
+    // --restart-scope rank: every end changes the membership; a lost worker replaced is no
+    // exit of its rank (no exit timer, no failure).
+    if (rank_scope() && !rank.agent) {
+      publish({});  // lost or done; a replacement is a change of its own
+      if (failed && phase_ == Phase::kRunning && !killed_ && replace(event.child)) return;
+    }
     // A drained rank starts no exit timer: its peers are saving the same checkpoint.
     if (policy_.exit_timeout && !first_exit_ && !drained) {
       first_exit_ = event.child;
@@ -486,7 +582,7 @@ class Round {
     if ((first_failure_ || phase == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
     RoundResult result;
     const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
-      return r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r));
+      return r.replaced_by || (r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r)));
     });
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       ranks_[i].stderr_tail = runner_.stderr_tail(i);
@@ -521,6 +617,8 @@ class Round {
     result.notice = notice_seen_;
     result.stacks_when = stacks_when_;
     result.spawn_seconds = spawn_seconds_;
+    result.recoveries = recoveries_;
+    result.not_replaced = not_replaced_;
     return result;
   }
 
@@ -530,7 +628,17 @@ class Round {
 
   Runner& runner_;
   const RoundPolicy& policy_;
+  const std::vector<ChildSpec>* specs_ = nullptr;
   std::vector<RankResult> ranks_;
+  // Per child: the spec it runs (index into specs_) and when it started.
+  std::vector<std::size_t> spec_of_;
+  std::vector<RunnerClock::time_point> started_at_;
+  // --restart-scope rank: replacements still allowed, those started, the membership's
+  // version, and why a lost worker was not replaced (RoundResult::not_replaced).
+  int recoveries_left_ = 0;
+  int recoveries_ = 0;
+  long membership_version_ = 0;
+  std::string not_replaced_;
   Phase phase_ = Phase::kRunning;
   bool killed_ = false;      // SIGKILL went out to every live child
   bool lost_head_ = false;   // agent: the head's connection closed
@@ -572,8 +680,8 @@ bool is_stop_signal(int sig, const std::vector<int>& extra) {
 }
 
 RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
-                      const RoundPolicy& policy) {
-  return Round(runner, policy).run(children);
+                      const RoundPolicy& policy, int recoveries_left) {
+  return Round(runner, policy, recoveries_left).run(children);
 }
 
 int exit_code_for(const RoundResult& result) {
@@ -687,6 +795,9 @@ int run_job(Runner& runner, const JobSettings& settings,
             const std::function<RoundSetup(int round, const RoundResult* previous)>& make_round,
             std::ostream& messages, const RoundObserver& observer) {
   std::string previous_failure;  // how the last restarted round failed
+  // --restart-scope rank: replacements so far; they count against --max-restarts with the
+  // full restarts (one a round).
+  int recoveries = 0;
   std::optional<long long> best_step;
   std::optional<RoundResult> previous;
   const auto seconds_since = [&](RunnerClock::time_point start) {
@@ -720,11 +831,14 @@ int run_job(Runner& runner, const JobSettings& settings,
     if (settings.summaries) messages << setup.summary;
     const auto run_start = runner.now();
     try {
-      previous.emplace(run_round(runner, setup.children, settings.round));
+      const int left = settings.agent ? 0 : std::max(0, settings.max_restarts - round - recoveries);
+      previous.emplace(run_round(runner, setup.children, settings.round, left));
     } catch (...) {
       end_with_exception(observer, decision);
     }
     const RoundResult& result = *previous;
+    recoveries += result.recoveries;
+    const int restarts_used = round + recoveries;
     decision.run_seconds = seconds_since(run_start);
     decision.round_code = exit_code_for(result);
     if (settings.tables) messages << format_rank_table(result);
@@ -758,6 +872,10 @@ int run_job(Runner& runner, const JobSettings& settings,
                       "not restarting: a preemption notice (" + signal_name(result.notice) +
                           ") came during the round");
       }
+      if (!result.not_replaced.empty()) {
+        messages << "ddprun: not replacing the lost rank alone: " << result.not_replaced
+                 << "; a full restart decides\n";
+      }
       std::string not_restarting;  // why this failed round is the job's last
       if (result.stop_signal != 0) {
         // Stopped after the failure (Slurm 26.05 sends SIGTERM to every task once one
@@ -770,7 +888,7 @@ int run_job(Runner& runner, const JobSettings& settings,
         messages << "ddprun: not restarting: " << not_restarting << "\n";
       } else if (settings.agent) {
         not_restarting = "the head ddprun decides on restarts";
-      } else if (round >= settings.max_restarts) {
+      } else if (restarts_used >= settings.max_restarts) {
         not_restarting =
             settings.max_restarts == 0
                 ? "no restart asked for (--max-restarts 0)"
@@ -785,10 +903,10 @@ int run_job(Runner& runner, const JobSettings& settings,
         messages << "ddprun: not restarting: " << not_restarting << "\n";
       } else {
         previous_failure = failure;
-        messages << "ddprun: restarting all workers (restart " << round + 1 << " of "
+        messages << "ddprun: restarting all workers (restart " << restarts_used + 1 << " of "
                  << settings.max_restarts << ")\n";
         decide(&result, std::nullopt,
-               "restart " + std::to_string(round + 1) + " of " +
+               "restart " + std::to_string(restarts_used + 1) + " of " +
                    std::to_string(settings.max_restarts));
         continue;
       }

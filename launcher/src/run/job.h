@@ -48,6 +48,12 @@ struct RoundPolicy {
   std::chrono::milliseconds stall_check_every{1000};
   // This node, named in what the round tells its head (Runner::announce).
   int node_rank = 0;
+  // --restart-scope rank: a failed worker is started again in the same round (a
+  // replacement) while the others go on, as long as the round has recoveries left
+  // (run_round). A replacement that fails within `recovery_window` of its start failed
+  // during its recovery: the round then fails as under kJob (a full restart decides).
+  RestartScope restart_scope = RestartScope::kJob;
+  std::chrono::milliseconds recovery_window{10000};
 };
 
 // Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`
@@ -56,8 +62,10 @@ bool is_stop_signal(int sig, const std::vector<int>& extra);
 
 // Starts `children` in order and returns when every started one has ended. When a start
 // throws, the children already started are killed and waited for, then it rethrows.
+// Under RestartScope::kRank, at most `recoveries_left` failed workers are replaced (a
+// replacement that cannot be started fails the round instead).
 RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
-                      const RoundPolicy& policy);
+                      const RoundPolicy& policy, int recoveries_left = 0);
 
 // The code ddprun exits with after `result`: 0 on success; the failing worker's exit code,
 // or 128 + its signal; kExitPreempted; 128 + the signal that stopped ddprun, or the code of
@@ -66,7 +74,7 @@ int exit_code_for(const RoundResult& result);
 
 struct JobSettings {
   RoundPolicy round;
-  int max_restarts = 0;
+  int max_restarts = 0;   // full restarts and replacements (--restart-scope rank) together
   RestartRule restart;    // which failures a restart may fix (restart_policy.h)
   bool agent = false;     // runs one round of the head's: the head decides on restarts
   bool summaries = true;  // print each round's summary before it starts

@@ -25,6 +25,7 @@ JobSettings job_settings(const Options& options, const std::optional<JobEndTime>
                                          std::chrono::milliseconds(1000));
   }
   round.capture_stacks = options.stacks;
+  round.restart_scope = options.restart_scope;
   if (job_end && options.drain_before_s > 0 && !options.agent) {
     // The head alone keeps the clock; its agents pass the notice on.
     round.drain_signal = options.drain_signal;

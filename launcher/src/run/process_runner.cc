@@ -88,15 +88,19 @@ ProcessRunner::~ProcessRunner() {
 void ProcessRunner::show_first_steps() {
   std::vector<int> ranks;
   std::vector<std::string> hosts;
-  for (const Child& child : specs_) {
-    ranks.push_back(child.rank);
-    hosts.push_back(child.host);
+  // The children watched: a replacement started since (--restart-scope rank) is not.
+  const auto& seconds = first_steps_->seconds();
+  for (std::size_t i = 0; i < seconds.size() && i < specs_.size(); ++i) {
+    ranks.push_back(specs_[i].rank);
+    hosts.push_back(specs_[i].host);
   }
-  console_->message(format_first_steps(first_steps_->seconds(), ranks, hosts));
+  console_->message(format_first_steps(seconds, ranks, hosts));
 }
 
 void ProcessRunner::end_round() {
   first_round_ = false;
+  membership_file_.clear();
+  membership_failed_ = false;
   first_steps_.reset();
   stop_cause_.reset();
   drain_console(config_.console_stall);
@@ -211,6 +215,10 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   if (!spec.python_stack_file.empty()) ::unlink(spec.python_stack_file.c_str());
   if (!spec.stacks_log.empty()) ::unlink(spec.stacks_log.c_str());
   if (!spec.trace_file.empty()) ::unlink(spec.trace_file.c_str());
+  if (membership_file_.empty() && !spec.membership_file.empty()) {
+    membership_file_ = spec.membership_file;
+    ::unlink(membership_file_.c_str());  // an earlier run's is no membership of this one
+  }
   std::size_t child = 0;
   if (spec.connection >= 0) {
     child = children_->connect(spec.connection, spec.hello, spec.connection_line_end,
@@ -224,6 +232,18 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   specs_.push_back({spec.agent, spec.rank, spec.node_rank, spec.host, spec.control_nodes,
                     spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file});
   return children_->pid(child);
+}
+
+void ProcessRunner::publish_membership(const Membership& membership) {
+  if (!membership.change.empty()) messages_ << "ddprun: " << membership.change << "\n";
+  if (membership_file_.empty() || membership_failed_) return;
+  try {
+    replace_file(membership_file_, format_membership(membership));
+  } catch (const std::system_error& e) {
+    membership_failed_ = true;
+    messages_ << "ddprun: error: cannot write the membership file: " << e.what()
+              << "; the workers see no more changes this round\n";
+  }
 }
 
 std::optional<long long> ProcessRunner::progress(std::size_t child) {

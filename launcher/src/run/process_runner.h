@@ -68,6 +68,7 @@ class ProcessRunner : public Runner {
   void signal(std::size_t child, int signal_number) override;
   void announce(const NodeEvent& event) override;
   void set_stop_cause(const NodeEvent& cause) override { stop_cause_ = cause; }
+  void publish_membership(const Membership& membership) override;
   RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override;
   bool output_open() const override { return children_->output_open(); }
   void close_output() override { children_->close_output(events_); }
@@ -163,6 +164,10 @@ class ProcessRunner : public Runner {
     int wait_status = 0;
   };
   std::vector<Child> specs_;
+  // The round's DDPRUN_MEMBERSHIP_FILE (ChildSpec::membership_file); empty: none. Whether
+  // writing it failed this round (said once).
+  std::string membership_file_;
+  bool membership_failed_ = false;
   int round_ = 0;
   RunnerClock::time_point started_at_ = RunnerClock::now();
   bool serving_ = false;  // a request is being answered: the socket waits meanwhile

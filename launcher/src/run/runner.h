@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "report/round_result.h"
+#include "run/membership.h"
 
 namespace ddprun {
 
@@ -48,6 +49,9 @@ struct ChildSpec {
   std::string python_stack_file;
   std::string stacks_log;  // where its stacks are written when captured; empty: nowhere
   std::string trace_file;  // DDPRUN_TRACE_FILE; removed before the start
+  // DDPRUN_MEMBERSHIP_FILE (--restart-scope rank): the round's one file, the same for every
+  // worker, that publish_membership rewrites; empty: none.
+  std::string membership_file;
   // An agent that is another node's ddprun behind this socket of the launchers'
   // rendezvous (rendezvous.h): no process is started; `hello` goes on the socket, which is
   // read a line at a time as ChildSet::connect says. -1: a process.
@@ -112,6 +116,10 @@ class Runner {
   // From now until the round's end, stop signals to agents carry `cause`, so that their
   // nodes report the job's cause and exit code, not the signal.
   virtual void set_stop_cause(const NodeEvent& cause) = 0;
+  // Replaces the round's membership file (ChildSpec::membership_file) whole with
+  // `membership`, and says its change on the console; nothing without such a file. A file
+  // that cannot be written is said once and costs nothing else: the job goes on.
+  virtual void publish_membership(const Membership& membership) = 0;
   // Ends the round: forgets its children, so the next round numbers from 0 again.
   virtual void end_round() = 0;
 };

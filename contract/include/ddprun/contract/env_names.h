@@ -68,6 +68,10 @@ inline constexpr const char* kDdprunCpuSharers = "DDPRUN_CPU_SHARERS";
 // atomically); ddprun reads it after a failed round: a round that reached a newer step made
 // progress, and its failure is worth a restart even when it repeats.
 inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
+// With --restart-scope rank: the round's membership file, which ddprun replaces whole (a new
+// file renamed over it) at every change: its version, the recoveries, each rank's state
+// and pid (docs/environment.md, "The membership file").
+inline constexpr const char* kDdprunMembershipFile = "DDPRUN_MEMBERSHIP_FILE";
 // Where a Python worker's faulthandler writes every thread's stack when ddprun asks
 // (the sitecustomize ddprun puts first on PYTHONPATH arms it and removes the variable).
 inline constexpr const char* kDdprunPythonStackFile = "DDPRUN_PYTHON_STACK_FILE";

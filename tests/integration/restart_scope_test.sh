@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# --restart-scope rank on one node, end to end: three /bin/sh workers; the test SIGKILLs
+# rank 1. The other two keep their processes (never restarted), rank 1 comes back with the
+# same RANK and a new pid, the membership file's version goes up and names the replacement
+# (the survivors read it), the job exits 0 when they finish, and nothing is left behind.
+# Then, with --max-restarts 1, a second kill ends the job with its code (137) and no
+# process is left. Every wait is on a file the workers write, bounded.
+set -euo pipefail
+ddprun=$1
+source "$(dirname "$0")/script_test_lib.sh"
+work=$(mktemp -d)
+ddprun_pid=
+cleanup() {
+  [[ -n $ddprun_pid ]] && kill -KILL "$ddprun_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Each start of a rank appends its pid to $WORK/<job>/starts.<RANK> and names its
+# membership file; when $WORK/<job>/finish appears, it copies that file and exits 0.
+cat >"$work/worker.sh" <<'WORKER'
+#!/bin/sh
+dir=$WORK/$JOB
+printf '%s\n' "$DDPRUN_MEMBERSHIP_FILE" >"$dir/membership_path.$RANK"
+printf '%s\n' "$$" >>"$dir/starts.$RANK"
+while [ ! -e "$dir/finish" ]; do sleep 0.02; done
+cp "$DDPRUN_MEMBERSHIP_FILE" "$dir/seen.$RANK.$$"
+exit 0
+WORKER
+chmod +x "$work/worker.sh"
+
+# wait_for WHAT COMMAND...: until COMMAND succeeds, for at most 20 s.
+wait_for() {
+  local what=$1
+  shift
+  for _ in $(seq 1000); do
+    "$@" && return 0
+    sleep 0.02
+  done
+  fail "timed out waiting for $what; ddprun said: $(cat "$work"/*.out 2>/dev/null)"
+}
+starts() { [[ -f $1 ]] && [[ $(wc -l <"$1") -ge $2 ]]; }
+# A process that still exists (a zombie that ddprun has not reaped counts).
+alive() { kill -0 "$1" 2>/dev/null; }
+none_alive() {
+  local pid
+  for pid in "$@"; do
+    for _ in $(seq 500); do alive "$pid" || break; sleep 0.02; done
+    alive "$pid" && fail "pid $pid is left behind"
+  done
+  return 0
+}
+
+# launch JOB MAX_RESTARTS: ddprun with three workers, in the background.
+launch() {
+  mkdir "$work/$1"
+  WORK=$work JOB=$1 "$ddprun" --nproc-per-node 3 --restart-scope rank --max-restarts "$2" \
+    --shutdown-timeout 5 -- "$work/worker.sh" >"$work/$1.out" 2>&1 &
+  ddprun_pid=$!
+  local rank
+  for rank in 0 1 2; do wait_for "rank $rank's start" starts "$work/$1/starts.$rank" 1; done
+  membership=$(cat "$work/$1/membership_path.0")
+  wait_for "the first membership" grep -q '"version": 1,' "$membership"
+}
+version_of() { sed -n 's/^{"version": \([0-9]*\),.*/\1/p' "$1"; }
+
+# --- one kill, replaced; the job ends 0 -------------------------------------------------
+launch one 2
+dir=$work/one
+p0=$(cat "$dir/starts.0")
+p1=$(cat "$dir/starts.1")
+p2=$(cat "$dir/starts.2")
+for rank in 1 2; do
+  [[ $(cat "$dir/membership_path.$rank") == "$membership" ]] || fail "ranks see different files"
+done
+grep -q "{\"rank\": 1, \"state\": \"running\", \"pid\": $p1}" "$membership" ||
+  fail "the first membership does not name rank 1's pid: $(cat "$membership")"
+first_version=$(version_of "$membership")
+kill -KILL "$p1"
+wait_for "rank 1's replacement" starts "$dir/starts.1" 2
+q1=$(sed -n 2p "$dir/starts.1")
+[[ $q1 != "$p1" ]] || fail "the replacement has the lost pid"
+wait_for "the membership naming the replacement" \
+  grep -q "{\"rank\": 1, \"state\": \"replaced\", \"pid\": $q1}" "$membership"
+text=$(cat "$membership")
+(($(version_of "$membership") > first_version)) || fail "the version did not increase: $text"
+grep -q '"recoveries": 1,' <<<"$text" || fail "no recovery counted: $text"
+grep -q "{\"rank\": 0, \"state\": \"running\", \"pid\": $p0}" <<<"$text" || fail "rank 0: $text"
+grep -q "{\"rank\": 2, \"state\": \"running\", \"pid\": $p2}" <<<"$text" || fail "rank 2: $text"
+touch "$dir/finish"
+rc=0
+wait "$ddprun_pid" || rc=$?
+ddprun_pid=
+out=$(cat "$work/one.out")
+[[ $rc -eq 0 ]] || fail "ddprun exited $rc, not 0: $out"
+[[ $(wc -l <"$dir/starts.0") -eq 1 && $(wc -l <"$dir/starts.2") -eq 1 ]] ||
+  fail "a survivor was restarted: $(cat "$dir"/starts.*)"
+# The survivors read the new membership (ranks 0 and 2 from their first processes); by the
+# time one reads it, the replacement may have finished already.
+for seen in "$dir/seen.0.$p0" "$dir/seen.2.$p2" "$dir/seen.1.$q1"; do
+  grep -qE "\{\"rank\": 1, \"state\": \"(replaced|done)\", \"pid\": $q1\}" "$seen" ||
+    fail "$seen does not name the replacement: $(cat "$seen" 2>/dev/null)"
+done
+grep -q "ddprun: rank 1 (pid $p1) signal SIGKILL; started its replacement, pid $q1" <<<"$out" ||
+  fail "no line on the replacement: $out"
+none_alive "$p0" "$p1" "$p2" "$q1"
+
+# --- --max-restarts 1: a second kill ends the job with 137 ------------------------------
+launch two 1
+dir=$work/two
+p0=$(cat "$dir/starts.0")
+p1=$(cat "$dir/starts.1")
+p2=$(cat "$dir/starts.2")
+kill -KILL "$p1"
+wait_for "rank 1's replacement" starts "$dir/starts.1" 2
+q1=$(sed -n 2p "$dir/starts.1")
+wait_for "the membership naming the replacement" \
+  grep -q "{\"rank\": 1, \"state\": \"replaced\", \"pid\": $q1}" "$membership"
+kill -KILL "$p2"
+rc=0
+wait "$ddprun_pid" || rc=$?
+ddprun_pid=
+out=$(cat "$work/two.out")
+[[ $rc -eq 137 ]] || fail "ddprun exited $rc after the second kill, not 137: $out"
+grep -q "ddprun: error: rank 2 (local rank 2 on .*, pid $p2) failed first: signal SIGKILL" <<<"$out" ||
+  fail "the second kill is not the root cause: $out"
+grep -q "restarting all workers" <<<"$out" && fail "a full restart past the bound: $out"
+[[ $(wc -l <"$dir/starts.2") -eq 1 ]] || fail "rank 2 was replaced past the bound"
+none_alive "$p0" "$p1" "$p2" "$q1"
+echo "PASS: rank 1 replaced ($p1 -> $q1), survivors kept; a second kill past the bound exits 137"
