@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   // environment is malformed.
   const auto error_file_it = env.find(ddprun::env::kErrorFile);
   const std::string error_file = error_file_it == env.end() ? "" : error_file_it->second;
+  ddprun::worker::end_uncaught_exceptions_as_errors("ddp-train", error_file);
   try {
     std::string help;
     const auto command_line =

@@ -48,4 +48,11 @@ class CollectiveError : public ddprun::Error {
 // handling another error.
 void write_error_file(const std::string& path, const ErrorReport& report) noexcept;
 
+// An exception that no catch can reach (thrown on a thread of a library's own: LibTorch
+// 2.6's gloo checks getpeername on a connection whose peer has just died, in its loop
+// thread) ends the program as main()'s catch would: "<program>: error: <what>", the error
+// file at `error_file` (empty: none), exit 1; instead of an abort and a core dump for what
+// is a lost peer. std::terminate without an exception (a real bug) still aborts.
+void end_uncaught_exceptions_as_errors(std::string program, std::string error_file);
+
 }  // namespace ddprun::worker
