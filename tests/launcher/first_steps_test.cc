@@ -29,7 +29,7 @@ TEST(FirstSteps, EachWorkersFirstStepIsSeenOnceAndTheWatchEndsWithTheLast) {
   const std::vector<std::string> files = {dir.path() + "/rank_0.progress", "",
                                           dir.path() + "/rank_1.progress"};
   const auto started = FirstSteps::Clock::now();
-  FirstSteps steps(files, started);
+  FirstSteps steps(files, started, started);
   ASSERT_GE(steps.fd(), 0);
   write(files[0], "  ");  // written, no step yet
   ASSERT_TRUE(readable_within(steps.fd(), 5000));
@@ -54,8 +54,27 @@ TEST(FirstSteps, EachWorkersFirstStepIsSeenOnceAndTheWatchEndsWithTheLast) {
             "(n1); the first: rank 0 (n0) at 1.50 s)\n");
 }
 
+// Armed a moment into the round: a step written before the watch counts as seen then, and
+// when every rank has one already, no descriptor is kept.
+TEST(FirstSteps, StepsWrittenBeforeTheWatchCountAtItsStart) {
+  const support::TempDir dir;
+  const std::vector<std::string> files = {dir.path() + "/rank_0.progress",
+                                          dir.path() + "/rank_1.progress"};
+  write(files[0], "3");
+  const auto started = FirstSteps::Clock::now();
+  FirstSteps partly(files, started, started + std::chrono::seconds(1));
+  EXPECT_FALSE(partly.done());
+  ASSERT_GE(partly.fd(), 0);
+  ASSERT_TRUE(partly.seconds()[0]);
+  EXPECT_DOUBLE_EQ(*partly.seconds()[0], 1.0);
+  write(files[1], "3");
+  FirstSteps all(files, started, started + std::chrono::seconds(1));
+  EXPECT_TRUE(all.done());
+  EXPECT_LT(all.fd(), 0);
+}
+
 TEST(FirstSteps, NoFileNoDescriptorAndNoStepNoLine) {
-  FirstSteps none({"", ""}, FirstSteps::Clock::now());
+  FirstSteps none({"", ""}, FirstSteps::Clock::now(), FirstSteps::Clock::now());
   EXPECT_LT(none.fd(), 0);
   EXPECT_EQ(format_first_steps({std::nullopt, std::nullopt}, {0, 1}, {"a", "b"}), "");
   EXPECT_EQ(format_first_steps({0.25}, {3}, {"a"}),

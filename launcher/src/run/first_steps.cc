@@ -13,7 +13,8 @@
 
 namespace ddprun {
 
-FirstSteps::FirstSteps(const std::vector<std::string>& progress_files, Clock::time_point started)
+FirstSteps::FirstSteps(const std::vector<std::string>& progress_files, Clock::time_point started,
+                       Clock::time_point now)
     : files_(progress_files),
       watch_of_(progress_files.size(), -1),
       seconds_(progress_files.size()),
@@ -38,6 +39,10 @@ FirstSteps::FirstSteps(const std::vector<std::string>& progress_files, Clock::ti
     }
     watch_of_[child] = found->second;
     ++waiting_;
+  }
+  // What was written before the watch: after it, so that no write falls between the two.
+  for (std::size_t child = 0; child < files_.size(); ++child) {
+    if (watch_of_[child] >= 0) check(child, now);
   }
   if (waiting_ == 0) inotify_.reset();
 }
@@ -71,6 +76,7 @@ bool FirstSteps::on_readable(Clock::time_point now) {
 void FirstSteps::check(std::size_t child, Clock::time_point now) {
   if (!parse_progress(read_file_head(files_[child], 64))) return;  // not a whole step yet
   seconds_[child] = std::chrono::duration<double>(now - started_).count();
+  seen_any_ = true;
   --waiting_;
 }
 
@@ -99,7 +105,7 @@ std::string format_first_steps(const std::vector<std::optional<double>>& seconds
       "ddprun: first step on " +
       (count == 1 ? "rank " + std::to_string(ranks.at(*last)) : std::to_string(count) + " ranks") +
       " within " + at(*last) + " of their start";
-  if (count > 1) {
+  if (count > 1 && *seconds[*last] > *seconds[*first]) {  // ties: seen at the watch's start
     line += " (the last: " + who(*last) + "; the first: " + who(*first) + " at " + at(*first) + ")";
   }
   return line + "\n";

@@ -2,8 +2,10 @@
 // When each worker reports its first step (DDPRUN_PROGRESS_FILE), without polling: an
 // inotify descriptor on the folders of the round's progress files, read by the event loop
 // only until every worker has written one (then it is closed), so that the start-up's last
-// phase, from spawn to the first step, can be shown once with its slowest rank. Workers that
-// never write a progress file (a plain Python script) cost one descriptor for the round.
+// phase, from spawn to the first step, can be shown once with its slowest rank. It is made
+// kFirstStepWatchAfter into the round (a job over by then pays nothing; closing an inotify
+// descriptor waits for the kernel's grace period): a step already written then counts as
+// seen then. Workers that never write a progress file cost one descriptor for the round.
 
 #include <chrono>
 #include <cstddef>
@@ -15,12 +17,18 @@
 
 namespace ddprun {
 
+inline constexpr std::chrono::milliseconds kFirstStepWatchAfter{1000};
+
 class FirstSteps {
  public:
   using Clock = std::chrono::steady_clock;
   // Watches `progress_files` (index: the child; empty: a child with none), started at
-  // `started`. No descriptor when none has a file or inotify is not available.
-  FirstSteps(const std::vector<std::string>& progress_files, Clock::time_point started);
+  // `started`; a file that already holds a step at `now` counts as that child's first step
+  // at `now`. No descriptor when none has a file or inotify is not available.
+  FirstSteps(const std::vector<std::string>& progress_files, Clock::time_point started,
+             Clock::time_point now);
+  // Every child with a file has reported a step (the descriptor is closed).
+  bool done() const noexcept { return waiting_ == 0 && seen_any_; }
 
   int fd() const noexcept { return inotify_.get(); }
   // Reads what inotify reported; a file now holding a step marks its child's first step.
@@ -39,6 +47,7 @@ class FirstSteps {
   std::vector<std::optional<double>> seconds_;
   Clock::time_point started_;
   std::size_t waiting_ = 0;  // children with a file and no step yet
+  bool seen_any_ = false;
 };
 
 // "ddprun: first step on 8 ranks within 2.31 s of their start (the last: rank 5 (host);

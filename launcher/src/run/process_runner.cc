@@ -332,16 +332,25 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
   if (const auto fold = relay_->fold_deadline(); fold && (!deadline || *fold < *deadline)) {
     deadline = fold;
   }
+  // The first-step watch is armed a moment into the first round: a job that is over by then
+  // never pays for inotify (closing one waits for the kernel's grace period, ~8 ms).
+  const bool watch = first_round_ && config_.show_first_steps && !first_steps_ && !specs_.empty() &&
+                     !first_steps_armed_;
+  const auto arm_at = round_started_at_ + kFirstStepWatchAfter;
+  if (watch && RunnerClock::now() >= arm_at) {
+    first_steps_armed_ = true;
+    std::vector<std::string> files;
+    for (const Child& child : specs_) files.push_back(child.agent ? "" : child.progress_file);
+    first_steps_.emplace(files, round_started_at_, RunnerClock::now());
+    if (first_steps_->done()) show_first_steps();  // every step came before the watch
+  } else if (watch && (!deadline || arm_at < *deadline)) {
+    deadline = arm_at;
+  }
   children_->wait_once(deadline, config_.head_fd, events_);
   relay_->release_folded(RunnerClock::now());
 }
 
 RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
-  if (first_round_ && config_.show_first_steps && !first_steps_ && !specs_.empty()) {
-    std::vector<std::string> files;
-    for (const Child& child : specs_) files.push_back(child.agent ? "" : child.progress_file);
-    first_steps_.emplace(files, round_started_at_);
-  }
   const bool output_was_open = children_->output_open();
   while (pending_.empty()) {
     if (deadline && RunnerClock::now() >= *deadline) return RunnerEvent{};

@@ -181,6 +181,7 @@ class ProcessRunner : public Runner {
   std::deque<RunnerEvent> pending_;
   // The first round's watch on its workers' progress files (made at its first wait).
   std::optional<FirstSteps> first_steps_;
+  bool first_steps_armed_ = false;
   bool first_round_ = true;
   RunnerClock::time_point round_started_at_;
   ChildEvents events_;
