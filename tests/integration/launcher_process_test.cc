@@ -224,9 +224,14 @@ std::size_t count_lines(const std::string& out, const std::string& line) {
 // failed). Rank 0 fails at once; rank 1 gets the SIGTERM of the teardown, then Ctrl-C
 // arrives and reaches it too.
 TEST(Signals, CtrlCDuringAFailedRoundsGraceStopsTheJobWithoutARestartAndKeepsTheFailure) {
+  // Rank 0 fails once rank 1 is running (its signals blocked from its start), never before:
+  // a SIGTERM to a rank not yet started would kill it by default.
+  const TempDir dir;
+  const std::string up = dir.path() + "/rank1_up";
   Launched job(
       with_child({"--nproc-per-node", "2", "--max-restarts", "2", "--shutdown-timeout", "30"},
-                 {"ready", "exit:1@0", "wait-signal@1", "wait-signal@1", "exit:0@1"}),
+                 {"ready", "touch:" + up + "@1", "wait-file:" + up + "@0", "exit:1@0",
+                  "wait-signal@1", "wait-signal@1", "exit:0@1"}),
       {}, true);
   job.wait_ready(2);
   job.wait_stdout([](const std::string& out) { return count_lines(out, "got SIGTERM") == 1; });

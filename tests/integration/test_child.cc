@@ -16,6 +16,9 @@
 //   raise:SIG      kill itself with signal number SIG
 //   fail-round:K:N exit with N when TORCHELASTIC_RESTART_COUNT is K
 //   progress       write (TORCHELASTIC_RESTART_COUNT + 1) * 100 to $DDPRUN_PROGRESS_FILE
+//   touch:PATH     create the file PATH
+//   wait-file:PATH wait until the file PATH exists (another rank's touch)
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -105,6 +108,13 @@ void do_action(std::string_view action, int rank) {
     ::sigwait(&waited_signals(), &sig);
     std::printf("got SIG%s\n", sigabbrev_np(sig));
     std::fflush(stdout);
+  } else if (verb == "touch") {
+    const int fd = ::open(arg.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) std::exit(96);
+    ::close(fd);
+  } else if (verb == "wait-file") {
+    // Another rank's step, not a stand-in for one: it touches the file when it is there.
+    while (::access(arg.c_str(), F_OK) != 0) ::usleep(1000);
   } else if (verb == "sleep") {
     for (;;) ::pause();
   } else if (verb == "stuck") {
