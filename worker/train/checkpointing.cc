@@ -13,7 +13,17 @@
 namespace ddprun::worker {
 namespace {
 
-// Generator state of `device`'s default generator (uint8, 1-D).
+// Every rank's `mine` (uint8, 1-D, same length everywhere) as rows of a world x N tensor
+// on every rank: an all-reduce of a zero matrix that holds this rank's row.
+at::Tensor gather_rows(Plane& control, const at::Tensor& mine) {
+  auto all = torch::zeros({control.world_size(), mine.numel()}, torch::kLong);
+  all[control.rank()].copy_(mine.to(torch::kLong));
+  control.allreduce(all, ReduceOp::kSum);
+  return all.to(torch::kByte);
+}
+
+}  // namespace
+
 at::Tensor rng_state(const torch::Device& device) {
   auto gen = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
                              : at::globalContext().defaultGenerator(device);
@@ -31,17 +41,6 @@ void set_rng_state(const torch::Device& device, const at::Tensor& state) {
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state.clone());
 }
-
-// Every rank's `mine` (uint8, 1-D, same length everywhere) as rows of a world x N tensor
-// on every rank: an all-reduce of a zero matrix that holds this rank's row.
-at::Tensor gather_rows(Plane& control, const at::Tensor& mine) {
-  auto all = torch::zeros({control.world_size(), mine.numel()}, torch::kLong);
-  all[control.rank()].copy_(mine.to(torch::kLong));
-  control.allreduce(all, ReduceOp::kSum);
-  return all.to(torch::kByte);
-}
-
-}  // namespace
 
 Checkpointer::Checkpointer(const Config& config, Plane& control, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer, c10::Device device,

@@ -19,6 +19,10 @@ namespace ddprun::worker {
 
 class Plane;
 
+// The state of `device`'s default random generator (uint8, 1-D), and setting it.
+at::Tensor rng_state(const torch::Device& device);
+void set_rng_state(const torch::Device& device, const at::Tensor& state);
+
 // One per training run, over config.checkpoint.dir. Keeps references to all its arguments;
 // `device` is where the model trains (its generator is saved too unless it is the CPU).
 // Rank 0 writes its messages to `out`. Not thread-safe.

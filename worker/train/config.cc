@@ -215,6 +215,13 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.bucket_cap_mb > 0 && c.runtime.bucket_cap_mb <= 4096, src,
         "/runtime/bucket_cap_mb", "must be in (0, 4096]");
   check(c.runtime.unresponsive_wait_s > 0, src, "/runtime/unresponsive_wait_s", "must be > 0");
+  check_one_of(c.runtime.recovery, {"restart", "peer"}, src, "/runtime/recovery");
+  check(c.runtime.recovery != "peer" || c.optimizer.zero_stage == 0, src, "/runtime/recovery",
+        "\"peer\" does not go with optimizer.zero_stage 1: each rank's optimizer share lives on "
+        "it alone, and a lost rank's share cannot come from its peers");
+  check(c.runtime.recovery != "peer" || c.runtime.backend != "nccl", src, "/runtime/recovery",
+        "\"peer\" needs a CPU backend (gloo): a NCCL communicator whose peer died cannot be "
+        "ended and rejoined here");
 
   for (std::size_t i = 0; i < c.preemption.signals.size(); ++i) {
     check_one_of(c.preemption.signals[i], {"SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"},
@@ -226,6 +233,12 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.diagnostics.delay_rank >= -1, src, "/diagnostics/delay_rank", "must be >= -1");
   check(c.diagnostics.delay_after_step >= 0, src, "/diagnostics/delay_after_step", "must be >= 0");
   check(c.diagnostics.delay_ms >= 0, src, "/diagnostics/delay_ms", "must be >= 0");
+  check(c.diagnostics.kill_rank >= -1, src, "/diagnostics/kill_rank", "must be >= -1");
+  check(c.diagnostics.kill_at_step >= 1, src, "/diagnostics/kill_at_step", "must be >= 1");
+  check_one_of(c.diagnostics.kill_in, {"forward", "backward", "optimizer"}, src,
+               "/diagnostics/kill_in");
+  check(c.diagnostics.kill_rank_in_recovery >= -1, src, "/diagnostics/kill_rank_in_recovery",
+        "must be >= -1");
   check(c.diagnostics.hold_checkpoint_write_at_step >= 0, src,
         "/diagnostics/hold_checkpoint_write_at_step", "must be >= 0");
 }
@@ -304,7 +317,7 @@ Config parse_config(const std::string& text, const std::string& source) {
   section("runtime", false,
           {"threads", "backend", "timeout_s", "bucket_cap_mb", "unresponsive_wait_s", "overlap",
            "find_unused_parameters", "shared_memory", "init_method", "broadcast_buffers",
-           "comm_hook", "autocast"},
+           "comm_hook", "autocast", "recovery"},
           [&](ObjectReader& r) {
             r.read("threads", c.runtime.threads);
             r.read("backend", c.runtime.backend);
@@ -318,6 +331,7 @@ Config parse_config(const std::string& text, const std::string& source) {
             r.read("broadcast_buffers", c.runtime.broadcast_buffers);
             r.read("comm_hook", c.runtime.comm_hook);
             r.read("autocast", c.runtime.autocast);
+            r.read("recovery", c.runtime.recovery);
           });
   section("metrics", false, {"file", "every_steps"}, [&](ObjectReader& r) {
     r.read("file", c.metrics.file);
@@ -328,20 +342,24 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("stragglers", c.progress.stragglers);
     r.read("log_every", c.progress.log_every);
   });
-  section(
-      "diagnostics", false,
-      {"check_replicas", "final_params_file", "hold_after_step", "hold_checkpoint_write_at_step",
-       "no_gradient_sync", "delay_rank", "delay_after_step", "delay_ms"},
-      [&](ObjectReader& r) {
-        r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
-        r.read("check_replicas", c.diagnostics.check_replicas);
-        r.read("final_params_file", c.diagnostics.final_params_file);
-        r.read("hold_after_step", c.diagnostics.hold_after_step);
-        r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
-        r.read("delay_rank", c.diagnostics.delay_rank);
-        r.read("delay_after_step", c.diagnostics.delay_after_step);
-        r.read("delay_ms", c.diagnostics.delay_ms);
-      });
+  section("diagnostics", false,
+          {"check_replicas", "final_params_file", "hold_after_step",
+           "hold_checkpoint_write_at_step", "no_gradient_sync", "delay_rank", "delay_after_step",
+           "delay_ms", "kill_rank", "kill_at_step", "kill_in", "kill_rank_in_recovery"},
+          [&](ObjectReader& r) {
+            r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
+            r.read("check_replicas", c.diagnostics.check_replicas);
+            r.read("final_params_file", c.diagnostics.final_params_file);
+            r.read("hold_after_step", c.diagnostics.hold_after_step);
+            r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
+            r.read("delay_rank", c.diagnostics.delay_rank);
+            r.read("delay_after_step", c.diagnostics.delay_after_step);
+            r.read("delay_ms", c.diagnostics.delay_ms);
+            r.read("kill_rank", c.diagnostics.kill_rank);
+            r.read("kill_at_step", c.diagnostics.kill_at_step);
+            r.read("kill_in", c.diagnostics.kill_in);
+            r.read("kill_rank_in_recovery", c.diagnostics.kill_rank_in_recovery);
+          });
   section("preemption", false, {"signals", "check_every_steps"}, [&](ObjectReader& r) {
     r.read("signals", c.preemption.signals);
     r.read("check_every_steps", c.preemption.check_every_steps);

@@ -85,6 +85,10 @@ struct RuntimeConfig {
   std::string comm_hook = "none";       // "bf16", "fp16": gradients sent compressed
   std::string autocast = "none";        // "bf16": forward passes in bfloat16 on the CPU
   std::string init_method = "env://";   // env://, tcp://HOST:PORT, file:///PATH (init_method.h)
+  // A lost rank: "restart" (the launcher restarts every rank, which resume from the last
+  // checkpoint) or "peer" (under ddprun --restart-scope rank the survivors keep running and
+  // the replacement gets the state from them; docs/fault-tolerance.md).
+  std::string recovery = "restart";
 };
 
 // Preemption notices: signals that stop training cleanly at a step all ranks agree on,
@@ -125,6 +129,15 @@ struct DiagnosticsConfig {
   int delay_rank = -1;
   std::int64_t delay_after_step = 0;
   std::int64_t delay_ms = 0;
+  // Test hooks for lost ranks (-1: off), in a job's first process of a rank only: rank
+  // `kill_rank` SIGKILLs itself in step `kill_at_step` (counted from 1), in its "forward",
+  // its "backward" (once the last layers' gradients were sent, before the first layer's) or
+  // its "optimizer" step; rank `kill_rank_in_recovery` SIGKILLs itself in the job's first
+  // recovery, in the new group before the state is sent.
+  int kill_rank = -1;
+  std::int64_t kill_at_step = 1;
+  std::string kill_in = "forward";
+  int kill_rank_in_recovery = -1;
 };
 
 struct Config {

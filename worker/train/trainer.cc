@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <ostream>
 #include <thread>
+#include <utility>
 
 #include "checkpointing.h"
 #include "data.h"
@@ -24,9 +27,10 @@
 #include "models.h"
 #include "objective.h"
 #include "progress.h"
+#include "recovery.h"
 #include "schedule.h"
 #include "stop_check.h"
-#include "straggler.h"
+#include "straggler_watch.h"
 #include "threads.h"
 
 namespace ddprun::worker {
@@ -38,11 +42,16 @@ std::chrono::milliseconds to_milliseconds(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000)));
 }
 
-CommOptions to_comm_options(const RuntimeConfig& runtime) {
+CommOptions to_comm_options(const RuntimeConfig& runtime, int group) {
   CommOptions options;
+  options.group = group;
   options.backend = runtime.backend;
   options.timeout = to_milliseconds(runtime.timeout_s);
-  options.unresponsive_wait = to_milliseconds(runtime.unresponsive_wait_s);
+  // Recovering from peers, the membership file names the lost rank: no roll call in the
+  // store, whose host may be the rank that was lost.
+  options.unresponsive_wait = runtime.recovery == "peer"
+                                  ? std::chrono::milliseconds(0)
+                                  : to_milliseconds(runtime.unresponsive_wait_s);
   options.shared_memory = runtime.shared_memory;
   options.init_method = runtime.init_method;
   return options;
@@ -60,106 +69,6 @@ DdpOptions to_ddp_options(const RuntimeConfig& runtime) {
   if (runtime.comm_hook == "fp16") options.comm_hook = fp16_compress_hook();
   return options;
 }
-
-// Every rank's compute and wait time per step, gathered over windows of steps (one small
-// all-reduce each, at the same steps on every rank: the window's length comes from the
-// gathered times), to name the rank that holds the others back (straggler.h).
-class StragglerWatch {
- public:
-  // Off (`enabled` false): gathers nothing, as on one rank.
-  StragglerWatch(Plane& control, int rank, int world, const std::string& host, std::ostream& out,
-                 bool enabled)
-      : control_(control), rank_(enabled ? rank : 0), world_(enabled ? world : 1), out_(out) {
-    epoch_.resize(static_cast<std::size_t>(world));
-    run_.resize(static_cast<std::size_t>(world));
-    hosts_ = gather_hosts(host);
-  }
-
-  // After every step, on every rank.
-  void stepped(double step_seconds, double wait_seconds, std::int64_t step) {
-    window_.compute_s += std::max(0.0, step_seconds - wait_seconds);
-    window_.wait_s += wait_seconds;
-    ++window_.steps;
-    if (window_.steps >= window_length_) flush(step);
-  }
-
-  // At the same step on every rank (an epoch's end): gathers what the window holds.
-  void flush(std::int64_t step) {
-    if (window_.steps == 0 || world_ < 2) return;
-    const std::vector<RankTimes> gathered = gather(window_);
-    window_ = {};
-    for (std::size_t r = 0; r < gathered.size(); ++r) {
-      for (auto* total : {&epoch_[r], &run_[r]}) {
-        total->compute_s += gathered[r].compute_s;
-        total->wait_s += gathered[r].wait_s;
-        total->steps += gathered[r].steps;
-      }
-    }
-    window_length_ = next_window(gathered);
-    std::vector<int> now;
-    for (const Straggler& s : find_stragglers(gathered)) {
-      now.push_back(s.rank);
-      const bool known = std::find(named_.begin(), named_.end(), s.rank) != named_.end();
-      if (rank_ == 0 && !known) {
-        out_ << straggler_line(s, hosts_.at(static_cast<std::size_t>(s.rank)), step) << std::endl;
-      }
-    }
-    named_ = now;  // named again only after it recovered in between
-  }
-
-  // The epoch's times by rank (then starts the next epoch's).
-  std::vector<RankTimes> take_epoch() {
-    std::vector<RankTimes> out(static_cast<std::size_t>(world_));
-    out.swap(epoch_);
-    return out;
-  }
-  std::string table() const { return timing_table(run_, hosts_); }
-
- private:
-  std::vector<RankTimes> gather(const RankTimes& mine) {
-    auto t = torch::zeros({world_, 3}, torch::kDouble);
-    t[rank_][0] = mine.compute_s;
-    t[rank_][1] = mine.wait_s;
-    t[rank_][2] = static_cast<double>(mine.steps);
-    control_.allreduce(t, ReduceOp::kSum);
-    std::vector<RankTimes> out(static_cast<std::size_t>(world_));
-    const auto* v = t.data_ptr<double>();
-    for (std::size_t r = 0; r < out.size(); ++r) {
-      out[r] = {v[3 * r], v[3 * r + 1], static_cast<std::int64_t>(v[3 * r + 2])};
-    }
-    return out;
-  }
-
-  std::vector<std::string> gather_hosts(const std::string& host) {
-    constexpr std::int64_t kChars = 64;
-    auto t = torch::zeros({world_, kChars}, torch::kInt);
-    for (std::size_t i = 0; i < host.size() && i < static_cast<std::size_t>(kChars - 1); ++i) {
-      t[rank_][static_cast<std::int64_t>(i)] = static_cast<unsigned char>(host[i]);
-    }
-    if (world_ > 1) control_.allreduce(t, ReduceOp::kSum);
-    std::vector<std::string> hosts;
-    const auto* v = t.data_ptr<std::int32_t>();
-    for (int r = 0; r < world_; ++r) {
-      std::string name;
-      for (std::int64_t i = 0; i < kChars && v[r * kChars + i] != 0; ++i) {
-        name += static_cast<char>(v[r * kChars + i]);
-      }
-      hosts.push_back(name.empty() ? "?" : name);
-    }
-    return hosts;
-  }
-
-  Plane& control_;
-  int rank_;
-  int world_;
-  std::ostream& out_;
-  std::vector<std::string> hosts_;
-  RankTimes window_;
-  std::int64_t window_length_ = 10;
-  std::vector<RankTimes> epoch_;
-  std::vector<RankTimes> run_;
-  std::vector<int> named_;  // the stragglers of the last window
-};
 
 // This rank's training loss and samples in the epoch so far.
 struct EpochStats {
@@ -190,11 +99,21 @@ class Trainer {
 
  private:
   void set_up();
+  // What holds on to the group (its communicator's planes): made at the start and again
+  // after every recovery, on every rank of the group at once (some make collectives).
+  void join_group_parts();
+  void leave_group_parts();
+  // runtime.recovery "peer": after a collective failed because a rank was lost, joins the
+  // next group with its replacement and brings every rank to the newest state a survivor
+  // holds. Throws (the job then fails, and ddprun restarts it whole) when that cannot be.
+  void recover(const CollectiveError& failure);
+  // The group's newest state, from the survivor that holds it to every other rank.
+  void share_state(bool holds_state, Clock::time_point since);
+  void arm_kill_hooks();
   void print_start_line(const std::vector<torch::Device>& stage_devices) const;
   void run_epoch(std::int64_t epoch);
   // One optimizer step from micro-batch `b` of the epoch; returns the next micro-batch.
-  std::int64_t train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b,
-                          EpochStats& stats, Clock::time_point epoch_start);
+  std::int64_t train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b);
   void save_checkpoint();
   TrainingResult finish();
   void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
@@ -203,6 +122,8 @@ class Trainer {
   const Config& config_;
   const WorkerEnv& env_;
   std::ostream& out_;
+  GroupPlace place_;  // which of the round's groups this rank is in
+  bool peer_recovery_ = false;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0;
@@ -212,7 +133,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   TrainingPosition position_;
   // Installed first in set_up(): a notice during start-up stops the job after its first
-  // step. Removed with the pieces below, before the communicator and the model go.
+  // step (a replacement's, once it holds the state). Removed with the pieces below, before the
+  // communicator and the model go.
   std::optional<StopSignals> stop_signals_;
   // Each of these holds on to the communicator, the model or the optimizer above.
   std::unique_ptr<Checkpointer> checkpoints_;
@@ -231,18 +153,34 @@ class Trainer {
   StepWindow window_;          // its seconds count the steps only, not evaluations
   bool done_ = false;
   bool preempted_ = false;
+  // This rank's part of the epoch so far; a survivor keeps it through a recovery.
+  EpochStats epoch_stats_;
+  Clock::time_point epoch_start_;
+  bool epoch_goes_on_ = false;  // set by a recovery: the next run_epoch() continues the epoch
 };
 
 TrainingResult Trainer::run() {
   set_up();
-  for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done_; ++epoch) {
-    run_epoch(epoch);
+  for (;;) {
+    try {
+      for (std::int64_t epoch = position_.epoch; epoch < config_.train.epochs && !done_; ++epoch) {
+        run_epoch(epoch);
+      }
+      break;
+    } catch (const CollectiveError& failure) {
+      if (!peer_recovery_) throw;
+      recover(failure);
+    }
   }
   return finish();
 }
 
 void Trainer::set_up() {
-  stop_signals_.emplace(stop_signal_numbers(config_.preemption));
+  peer_recovery_ = config_.runtime.recovery == "peer";
+  if (peer_recovery_) place_ = starting_group(env_, to_milliseconds(config_.runtime.timeout_s));
+  // A replacement takes the notices only once it holds the state: a stop before (the round
+  // ending, its recovery failed) ends it at once, not after a group that never forms.
+  if (place_.group == 0) stop_signals_.emplace(stop_signal_numbers(config_.preemption));
   const int threads =
       choose_threads(config_.runtime.threads, env_.threads_per_rank, env_.omp_num_threads);
   if (threads > 0) {
@@ -262,7 +200,7 @@ void Trainer::set_up() {
       stage_devices[s] = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpus[s]));
   }
   device_ = stage_devices.front();
-  comm_ = Communicator::connect(env_, to_comm_options(config_.runtime), device_);
+  comm_ = Communicator::connect(env_, to_comm_options(config_.runtime, place_.group), device_);
   rank_ = comm_->rank();
   world_ = comm_->world_size();
 
@@ -273,22 +211,18 @@ void Trainer::set_up() {
   model_->place(stage_devices);
   model_->set_split_size(config_.model.split_size);
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
-  checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
-                                                device_, out_);
-  if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
-
   ddp_options_ = to_ddp_options(config_.runtime);
   ddp_options_.shard_gradients = config_.optimizer.zero_stage == 1;
-  ddp_ = std::make_unique<DistributedDataParallel>(model_, *comm_, ddp_options_);
-  if (ddp_options_.shard_gradients) {
-    sharded_ =
-        std::make_unique<ShardedOptimizer>(*ddp_, *comm_, [this](std::vector<at::Tensor> shares) {
-          return make_optimizer(config_.optimizer, std::move(shares));
-        });
-    sharded_->load_state_from(*optimizer_);
-    optimizer_->state().clear();
+  if (place_.group == 0) {
+    checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
+                                                  device_, out_);
+    if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
+  } else {
+    share_state(/*holds_state=*/false, Clock::now());  // a replacement: from its peers
   }
-  ddp_->set_gradient_sync(!config_.diagnostics.no_gradient_sync);
+  join_group_parts();
+  if (!stop_signals_) stop_signals_.emplace(stop_signal_numbers(config_.preemption));
+  arm_kill_hooks();
 
   SamplerOptions so;
   so.dataset_size = data_.train.size();
@@ -307,16 +241,113 @@ void Trainer::set_up() {
   z.max_steps = config_.train.max_steps;
   z.total_steps = z.max_steps > 0 ? std::min(z.max_steps, config_.train.epochs * z.steps_per_epoch)
                                   : config_.train.epochs * z.steps_per_epoch;
-  if (rank_ == 0) print_start_line(stage_devices);
+  if (rank_ == 0 && place_.group == 0) print_start_line(stage_devices);
 
   progress_.emplace(out_, rank_ == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
                     config_.progress.log_every);
   progress_file_.emplace(env_.progress_file, std::cerr);
+  step_metrics_ = rank_ == 0 && config_.metrics.every_steps > 0 && !config_.metrics.file.empty();
+}
+
+void Trainer::join_group_parts() {
+  if (!checkpoints_) {
+    checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
+                                                  device_, out_);
+  }
+  if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(&comm_->data());
+  ddp_ = std::make_unique<DistributedDataParallel>(model_, *comm_, ddp_options_);
+  if (ddp_options_.shard_gradients) {
+    sharded_ =
+        std::make_unique<ShardedOptimizer>(*ddp_, *comm_, [this](std::vector<at::Tensor> shares) {
+          return make_optimizer(config_.optimizer, std::move(shares));
+        });
+    sharded_->load_state_from(*optimizer_);
+    optimizer_->state().clear();
+  }
+  ddp_->set_gradient_sync(!config_.diagnostics.no_gradient_sync);
   stragglers_.emplace(comm_->control(), rank_, world_, env_.host.empty() ? "?" : env_.host, out_,
                       config_.progress.stragglers);
   stop_check_.emplace(comm_->control(), config_.preemption.check_every_steps,
                       !config_.preemption.signals.empty());
-  step_metrics_ = rank_ == 0 && config_.metrics.every_steps > 0 && !config_.metrics.file.empty();
+}
+
+void Trainer::leave_group_parts() {
+  stop_check_.reset();
+  stragglers_.reset();
+  sharded_.reset();
+  ddp_.reset();
+  checkpoints_.reset();
+  if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(nullptr);
+}
+
+void Trainer::recover(const CollectiveError& failure) {
+  const auto since = Clock::now();
+  std::cerr << "ddp-train: rank " << rank_ << " of group " << place_.group
+            << " lost a peer: " << failure.what() << std::endl;
+  leave_group_parts();
+  const auto timeout = to_milliseconds(config_.runtime.timeout_s);
+  const NextGroup next = next_group(env_, place_, timeout);
+  place_ = next.place;
+  comm_ = Communicator::rejoin(
+      std::move(comm_), env_, to_comm_options(config_.runtime, place_.group), next.store_host_lost);
+  if (rank_ == config_.diagnostics.kill_rank_in_recovery && env_.restart_count == 0 &&
+      place_.group == 1) {
+    std::raise(SIGKILL);  // test hook: a second failure, during the recovery
+  }
+  share_state(/*holds_state=*/true, since);
+  join_group_parts();
+  epoch_goes_on_ = true;
+}
+
+void Trainer::share_state(bool holds_state, Clock::time_point since) {
+  Plane& control = comm_->control();
+  const StateSource source = find_state_source(control, holds_state ? position_.step : -1);
+  if (source.rank < 0) {
+    throw CollectiveError("group " + std::to_string(place_.group) +
+                              ": no rank holds the training state (every rank is a replacement)",
+                          "ddprun restarts the job whole, from its last checkpoint");
+  }
+  std::string bytes;
+  if (rank_ == source.rank) {
+    CheckpointMeta meta{position_,
+                        config_.train.seed,
+                        world_,
+                        config_.train.batch_size_per_rank,
+                        rng_state(torch::kCPU).unsqueeze(0),
+                        {}};
+    bytes = checkpoint_bytes(*model_, *optimizer_, meta);
+  }
+  broadcast_bytes(control, source.rank, bytes);
+  if (rank_ != source.rank) {
+    const CheckpointMeta meta = load_checkpoint_bytes(
+        bytes, "rank " + std::to_string(source.rank) + "'s state", *model_, *optimizer_);
+    position_ = meta.position;
+    if (meta.rng_cpu.defined()) set_rng_state(torch::kCPU, meta.rng_cpu[0]);
+  }
+  if (rank_ == source.rank) {
+    // Every survivor redoes the step it was in: nothing done is lost, since the source is
+    // the survivor furthest on.
+    out_ << "ddp-train: recovered rank" << (source.replacements.size() == 1 ? " " : "s ")
+         << rank_list(source.replacements) << " at step " << position_.step + 1 << " from rank "
+         << source.rank << " in " << std::fixed << std::setprecision(1)
+         << std::chrono::duration<double>(Clock::now() - since).count() << std::defaultfloat
+         << " s (0 steps lost, " << bytes.size() << " bytes of state)" << std::endl;
+  }
+}
+
+// Test hooks (diagnostics.kill_*): in a rank's first process only, so that the replacement
+// and the ranks of a full restart run on.
+void Trainer::arm_kill_hooks() {
+  const auto& d = config_.diagnostics;
+  if (d.kill_rank != rank_ || place_.group != 0 || env_.restart_count != 0) return;
+  if (d.kill_in == "backward") {
+    // The first layer's gradient is among the last: the later layers' buckets went out.
+    auto first = model_->parameters().front();
+    first.register_hook([this, step = d.kill_at_step](const at::Tensor& grad) {
+      if (position_.step + 1 == step) std::raise(SIGKILL);
+      return grad;
+    });
+  }
 }
 
 void Trainer::print_start_line(const std::vector<torch::Device>& stage_devices) const {
@@ -352,14 +383,16 @@ void Trainer::run_epoch(std::int64_t epoch) {
   sampler_->set_epoch(epoch);
   const auto indices = torch::tensor(sampler_->indices(), torch::kLong);
   std::int64_t b = epoch == position_.epoch ? position_.batch_in_epoch : 0;
-  EpochStats stats;
-  const auto start = Clock::now();
+  if (!std::exchange(epoch_goes_on_, false) || b == 0) {
+    epoch_stats_ = {};
+    epoch_start_ = Clock::now();
+  }
   while (b < sizes_.batches) {
     if (sizes_.max_steps > 0 && position_.step >= sizes_.max_steps) {
       done_ = true;
       break;
     }
-    b = train_step(epoch, indices, b, stats, start);
+    b = train_step(epoch, indices, b);
     if (stop_check_->after_step()) {
       done_ = preempted_ = true;
       break;
@@ -368,17 +401,23 @@ void Trainer::run_epoch(std::int64_t epoch) {
       hold_after_step(out_, rank_, position_.step);
     }
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
   progress_->end_epoch();
   // A preempted epoch is reported when it is finished, after the resume.
   stragglers_->flush(position_.step);
   const std::vector<RankTimes> times = stragglers_->take_epoch();
-  if (!preempted_ && (stats.samples > 0 || !done_)) report_epoch(epoch, stats, seconds, times);
+  if (!preempted_ && (epoch_stats_.samples > 0 || !done_)) {
+    report_epoch(epoch, epoch_stats_, seconds, times);
+  }
   progress_file_->reached(position_.step);
 }
 
-std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b,
-                                 EpochStats& stats, Clock::time_point epoch_start) {
+std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b) {
+  EpochStats& stats = epoch_stats_;
+  const auto& d = config_.diagnostics;
+  const bool kill_here = d.kill_rank == rank_ && place_.group == 0 && env_.restart_count == 0 &&
+                         position_.step + 1 == d.kill_at_step;
+  if (kill_here && d.kill_in == "forward") std::raise(SIGKILL);
   const std::int64_t batch = sizes_.batch, per_rank = sizes_.per_rank, batches = sizes_.batches;
   const auto step_start = Clock::now();
   // One optimizer step over `micro` batches: the gradients of all but the last add up on
@@ -421,6 +460,7 @@ std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, 
     step_rows += static_cast<double>(y.size(0));
   }
   ddp_->finish_gradient_sync();
+  if (kill_here && d.kill_in == "optimizer") std::raise(SIGKILL);
   // Averaged, the gradients are the same bits on every rank, and so is their norm.
   const double lr = learning_rate(config_.optimizer, position_.step, sizes_.total_steps);
   if (sharded_) {
@@ -460,7 +500,7 @@ std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, 
   if (config_.diagnostics.check_replicas) check_replicas(*model_, comm_->control(), position_.step);
   progress_->step(epoch, config_.train.epochs, b, batches,
                   stats.samples > 0 ? stats.loss_sum / stats.samples : 0, stats.samples,
-                  std::chrono::duration<double>(Clock::now() - epoch_start).count(), world_);
+                  std::chrono::duration<double>(Clock::now() - epoch_start_).count(), world_);
   const auto interval = config_.checkpoint.interval_steps;
   if (interval > 0 && position_.step % interval == 0) {
     save_checkpoint();

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/contract/membership.h"
 #include "report/round_result.h"
-#include "run/membership.h"
 
 namespace ddprun {
 

@@ -129,10 +129,8 @@ void check_optimizer_state(const std::string& path, const torch::optim::Optimize
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const torch::nn::Module& model,
-                            const torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
-                            int keep_last,
-                            const std::function<void(const std::string&)>& before_commit) {
+std::string checkpoint_bytes(const torch::nn::Module& model,
+                             const torch::optim::Optimizer& optimizer, const CheckpointMeta& meta) {
   torch::serialize::OutputArchive archive;
   write_int(archive, "format_version", kFormatVersion);
   write_int(archive, "step", meta.position.step);
@@ -149,10 +147,16 @@ std::string save_checkpoint(const std::string& dir, const torch::nn::Module& mod
   torch::serialize::OutputArchive optimizer_archive;
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
-
   std::ostringstream out;
   archive.save_to(out);
-  const std::string bytes = out.str();
+  return out.str();
+}
+
+std::string save_checkpoint(const std::string& dir, const torch::nn::Module& model,
+                            const torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
+                            int keep_last,
+                            const std::function<void(const std::string&)>& before_commit) {
+  const std::string bytes = checkpoint_bytes(model, optimizer, meta);
   const std::string name = checkpoint_name(meta.position.step);
   try {
     const SecureDir folder = SecureDir::open(dir, /*create=*/true);
@@ -216,12 +220,17 @@ CheckpointMeta load_checkpoint(const CheckpointRecord& record, torch::nn::Module
                               std::to_string(record.bytes) + " and another CRC-32)",
                           "remove " + record.dir + "/" + kLatestName + " to start from scratch");
   }
+  return load_checkpoint_bytes(*bytes, path, model, optimizer);
+}
+
+CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& path,
+                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   // Shapes before loading: InputArchive would silently resize a mismatched tensor.
   const Shapes shapes = model_shapes(model);
   CheckpointMeta meta;
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(bytes->data(), bytes->size());
+    archive.load_from(bytes.data(), bytes.size());
     const auto version = read_int(archive, "format_version", path);
     if (version != kFormatVersion) {
       throw CheckpointError(path + ": format version " + std::to_string(version) +

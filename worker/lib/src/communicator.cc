@@ -199,7 +199,9 @@ void CommunicatorImpl::fail(const std::string& op, const std::exception& error) 
   failed = true;
   // This node's other ranks may be waiting for this one in a segment: let them fail now.
   for (auto* segment : segments) segment->abort();
-  if (!first || size == 1) throw CollectiveError(head + what);
+  if (!first || size == 1 || unresponsive_wait.count() == 0) {
+    throw CollectiveError(head + what);
+  }
   // Told to stop now (ddprun tearing the job down after another rank failed): a peer gone
   // is expected, and waiting to name it would only delay the teardown. SIGUSR1/SIGUSR2
   // notices leave time, so the names are still worth having then.
@@ -262,8 +264,34 @@ std::unique_ptr<Plane::Impl> make_plane(CommunicatorImpl& owner, const std::stri
 
 }  // namespace
 
-std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
-                                                    const CommOptions& options, at::Device device) {
+namespace {
+
+// The store every rank of the job meets at, as `method` says: rank 0 hosts a TCPStore
+// (standalone: on a free port), the others wait for it to accept, then connect.
+c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env, const CommOptions& options) {
+  const InitMethod method = parse_init_method(options.init_method);
+  if (method.kind == InitMethod::Kind::kFile) {
+    return compat::make_file_store(method.path, env.world_size, options.timeout);
+  }
+  const bool server = env.rank == 0;
+  const bool from_env = method.kind == InitMethod::Kind::kEnv;
+  const std::string host = from_env ? env.master_addr : method.host;
+  const int port = from_env ? env.master_port : method.port;
+  const std::string where = host + ":" + std::to_string(port);
+  if (!server && !wait_for_listener(host, port, options.timeout)) {
+    throw EnvError("rank " + std::to_string(env.rank) + ": no rendezvous store at " + where +
+                       " after " + std::to_string(options.timeout.count() / 1000) + " s",
+                   from_env ? "is rank 0 running? check MASTER_ADDR and MASTER_PORT"
+                            : "is rank 0 running? check the init_method address");
+  }
+  return compat::make_tcp_store(host, static_cast<std::uint16_t>(port), server, env.world_size,
+                                options.timeout);
+}
+
+// Joins the group over `base_store`: its planes, as Communicator::connect says.
+std::unique_ptr<CommunicatorImpl> join_group(c10::intrusive_ptr<c10d::Store> base_store,
+                                             const WorkerEnv& env, const CommOptions& options,
+                                             at::Device device) {
   auto impl = std::make_unique<CommunicatorImpl>();
   impl->trace = std::make_unique<TraceWriter>(env.trace_file, env.rank);
   impl->rank = env.rank;
@@ -274,42 +302,13 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
   // how many ranks share them (DDPRUN_CPU_SHARERS), not the node's rank count.
   impl->yield_in_wait = may_spin(env.cpu_sharers.value_or(env.local_world_size));
   const std::string& backend = options.backend;
-  if (backend != "gloo" && backend != "nccl" && backend != kGlooAsNccl) {
-    throw ddprun::ConfigError("unknown backend '" + backend + "'",
-                              "use \"gloo\", \"nccl\" or \"gloo-as-nccl\"");
-  }
-  if (backend == "nccl" && !compat::has_nccl()) {
-    throw ddprun::ConfigError("backend 'nccl' is not available: this LibTorch has no CUDA",
-                              "use \"backend\": \"gloo\"");
-  }
-  if (backend != "nccl" && !device.is_cpu()) {
-    throw ddprun::UsageError("backend '" + backend + "' keeps its tensors on the CPU, not on " +
-                             device.str());
-  }
-  const InitMethod method = parse_init_method(options.init_method);
-  c10::intrusive_ptr<c10d::Store> store;
-  if (method.kind == InitMethod::Kind::kFile) {
-    store = compat::make_file_store(method.path, env.world_size, options.timeout);
-  } else {
-    const bool server = env.rank == 0;
-    const bool from_env = method.kind == InitMethod::Kind::kEnv;
-    const std::string host = from_env ? env.master_addr : method.host;
-    const int port = from_env ? env.master_port : method.port;
-    const std::string where = host + ":" + std::to_string(port);
-    if (!server && !wait_for_listener(host, port, options.timeout)) {
-      throw EnvError("rank " + std::to_string(env.rank) + ": no rendezvous store at " + where +
-                         " after " + std::to_string(options.timeout.count() / 1000) + " s",
-                     from_env ? "is rank 0 running? check MASTER_ADDR and MASTER_PORT"
-                              : "is rank 0 running? check the init_method address");
-    }
-    store = compat::make_tcp_store(host, static_cast<std::uint16_t>(port), server, env.world_size,
-                                   options.timeout);
-  }
-  // A worker of another run, or of an earlier restart round, uses other keys: it can
-  // never complete this round's rendezvous.
+  impl->base_store = std::move(base_store);
+  // A worker of another run, of an earlier restart round or of an earlier group uses other
+  // keys: it can never complete this group's rendezvous.
   impl->store = compat::make_prefix_store(
-      "ddprun/" + env.run_id + "/" + std::to_string(env.restart_count), store);
-
+      "ddprun/" + env.run_id + "/" + std::to_string(env.restart_count) +
+          (options.group > 0 ? "/group/" + std::to_string(options.group) : std::string()),
+      impl->base_store);
   // The control plane: gloo on the CPU, through shared memory within each node.
   // The shared memory first: its join needs only the store, so a rank that dies during it
   // is not also waited for by gloo's connections.
@@ -334,22 +333,64 @@ std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
     join_across_machines(*control, control_store, env, options);
   }
   if (control->shm) impl->segments.push_back(control->shm.get());
-  impl->control = std::unique_ptr<Plane>(new Plane(std::move(control)));
+  impl->control = CommunicatorImpl::plane(std::move(control));
   // The data plane: its own group unless it is plain gloo.
   if (backend == "nccl") {
-    impl->data = std::unique_ptr<Plane>(
-        new Plane(make_plane(*impl, "nccl",
-                             compat::make_nccl(compat::make_prefix_store("data", impl->store),
-                                               env.rank, env.world_size, options.timeout),
-                             device)));
+    impl->data = CommunicatorImpl::plane(
+        make_plane(*impl, "nccl",
+                   compat::make_nccl(compat::make_prefix_store("data", impl->store), env.rank,
+                                     env.world_size, options.timeout),
+                   device));
   } else if (backend == kGlooAsNccl) {
-    impl->data = std::unique_ptr<Plane>(new Plane(make_plane(
+    impl->data = CommunicatorImpl::plane(make_plane(
         *impl, kGlooAsNccl,
         compat::make_gloo(compat::make_prefix_store("data", impl->store), env.rank, env.world_size,
                           options.timeout, env.gloo_socket_ifname, env.master_addr),
-        at::kCPU)));
+        at::kCPU));
   }
-  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+  return impl;
+}
+
+void check_backend(const std::string& backend, at::Device device) {
+  if (backend != "gloo" && backend != "nccl" && backend != kGlooAsNccl) {
+    throw ddprun::ConfigError("unknown backend '" + backend + "'",
+                              "use \"gloo\", \"nccl\" or \"gloo-as-nccl\"");
+  }
+  if (backend == "nccl" && !compat::has_nccl()) {
+    throw ddprun::ConfigError("backend 'nccl' is not available: this LibTorch has no CUDA",
+                              "use \"backend\": \"gloo\"");
+  }
+  if (backend != "nccl" && !device.is_cpu()) {
+    throw ddprun::UsageError("backend '" + backend + "' keeps its tensors on the CPU, not on " +
+                             device.str());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::connect(const WorkerEnv& env,
+                                                    const CommOptions& options, at::Device device) {
+  check_backend(options.backend, device);
+  return std::unique_ptr<Communicator>(
+      new Communicator(join_group(make_store(env, options), env, options, device)));
+}
+
+std::unique_ptr<Communicator> Communicator::rejoin(std::unique_ptr<Communicator> old,
+                                                   const WorkerEnv& env, const CommOptions& options,
+                                                   bool store_host_lost) {
+  check_backend(options.backend, at::kCPU);
+  if (options.backend == "nccl") {
+    throw ddprun::ConfigError("a group over NCCL cannot be rejoined after a lost rank",
+                              "use \"backend\": \"gloo\", or a full restart");
+  }
+  c10::intrusive_ptr<c10d::Store> base_store;
+  if (!store_host_lost) base_store = old->impl_->base_store;
+  // The old planes end first: their gloo threads and shared-memory segment go before the
+  // new group's are made.
+  old.reset();
+  if (!base_store) base_store = make_store(env, options);
+  return std::unique_ptr<Communicator>(
+      new Communicator(join_group(std::move(base_store), env, options, at::kCPU)));
 }
 
 Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}

@@ -39,11 +39,17 @@ struct CommunicatorImpl {
   // The shared-memory segments of the planes: aborted by the first failure, so that this
   // node's other ranks fail at once instead of waiting for this one until the timeout.
   std::vector<SharedMemoryAllreduce*> segments;
+  // The store as made (TCPStore, FileStore; on rank 0 it also runs the server), and the
+  // group's view of it under the run's, round's and group's prefix.
+  c10::intrusive_ptr<c10d::Store> base_store;
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<Plane> control;
   std::unique_ptr<Plane> data;  // null: the control plane carries the data too
 
   [[noreturn]] void fail(const std::string& op, const std::exception& error);
+  static std::unique_ptr<Plane> plane(std::unique_ptr<Plane::Impl> impl) {
+    return std::unique_ptr<Plane>(new Plane(std::move(impl)));
+  }
   // Runs `body`; a failure becomes fail(op, ...). After a failure nothing runs any more.
   template <typename F>
   void guard(const char* op, F&& body) {

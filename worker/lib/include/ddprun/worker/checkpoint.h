@@ -54,6 +54,14 @@ std::string save_checkpoint(const std::string& dir, const torch::nn::Module& mod
                             int keep_last,
                             const std::function<void(const std::string&)>& before_commit = {});
 
+// What save_checkpoint writes, as bytes in memory (the state a survivor sends a replacement).
+std::string checkpoint_bytes(const torch::nn::Module& model,
+                             const torch::optim::Optimizer& optimizer, const CheckpointMeta& meta);
+
+// Loads checkpoint_bytes() as load_checkpoint does a file; `path` names them in errors.
+CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string& path,
+                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+
 // The checkpoint "latest" in `dir` records, or nullopt when there is none (no folder or no
 // "latest": a checkpoint without its record is never used). Throws CheckpointError when
 // "latest" is malformed, names a missing file, or either is a symbolic link.

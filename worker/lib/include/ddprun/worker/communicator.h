@@ -34,6 +34,10 @@ struct CommOptions {
   bool shared_memory = true;
   // How the ranks meet (init_method.h): env:// (the default), tcp://HOST:PORT, file:///PATH.
   std::string init_method = "env://";
+  // Which group of the round this is: 0 at the start, a recovery's number once lost ranks
+  // were replaced (Communicator::rejoin, membership.h). Each group's keys live apart: no
+  // rank of an earlier group can complete a later one's rendezvous.
+  int group = 0;
 };
 
 // A collective in flight. wait() returns when it is done and throws CollectiveError (see
@@ -125,6 +129,7 @@ class Plane {
 
  private:
   friend class Communicator;
+  friend struct CommunicatorImpl;
   friend class PendingWork;
   explicit Plane(std::unique_ptr<Impl> impl);
   // The collectives themselves; the public calls record them in the rank's trace first.
@@ -160,6 +165,16 @@ class Communicator {
   // (this rank's GPU for NCCL; the CPU otherwise).
   static std::unique_ptr<Communicator> connect(const WorkerEnv& env, const CommOptions& options,
                                                at::Device device = at::kCPU);
+
+  // A survivor's way into the next group (`options.group`) after a lost rank was replaced:
+  // ends `old` (its planes and their threads), and joins the new group with the replacements,
+  // as connect() does. The store stays where it was, on rank 0, unless rank 0 was lost
+  // (`store_host_lost`): then rank 0's replacement hosts a new one on the same address and
+  // port, and this rank connects to that. CPU planes only (gloo): NCCL has no way here to
+  // end a communicator whose peer died.
+  static std::unique_ptr<Communicator> rejoin(std::unique_ptr<Communicator> old,
+                                              const WorkerEnv& env, const CommOptions& options,
+                                              bool store_host_lost);
 
   ~Communicator();
   Communicator(const Communicator&) = delete;

@@ -22,10 +22,11 @@ struct WorkerEnv {
   int master_port = 0;  // 0: standalone, the store picks a free port
   std::string run_id = "standalone";
   int restart_count = 0;
-  std::string error_file;               // empty: none
-  std::string progress_file;            // DDPRUN_PROGRESS_FILE; empty: none
-  std::string trace_file;               // DDPRUN_TRACE_FILE: the collective trace; empty: none
-  std::optional<int> omp_num_threads;   // OMP_NUM_THREADS when set
+  std::string error_file;              // empty: none
+  std::string progress_file;           // DDPRUN_PROGRESS_FILE; empty: none
+  std::string trace_file;              // DDPRUN_TRACE_FILE: the collective trace; empty: none
+  std::string membership_file;         // DDPRUN_MEMBERSHIP_FILE (--restart-scope rank); empty: none
+  std::optional<int> omp_num_threads;  // OMP_NUM_THREADS when set
   std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
   std::optional<int> cpu_sharers;       // DDPRUN_CPU_SHARERS: ranks on this rank's CPUs
   std::string gloo_socket_ifname;       // GLOO_SOCKET_IFNAME when set

@@ -1,11 +1,14 @@
 #pragma once
-// Who is in the round, as the workers read it under --restart-scope rank: the policy (job.h)
-// makes a Membership at every change, the runner writes it whole to the round's
-// DDPRUN_MEMBERSHIP_FILE (docs/environment.md, "The membership file"). Pure.
+// Who is in the round under --restart-scope rank: the launcher writes it whole to the round's
+// DDPRUN_MEMBERSHIP_FILE at every change (format_membership), the workers read it
+// (parse_membership) to learn which rank was lost and when its replacement runs
+// (docs/environment.md, "The membership file"). Pure.
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddprun {
@@ -26,7 +29,7 @@ struct Membership {
   int recoveries = 0;         // replacements started this round
   std::vector<Member> ranks;  // in rank order
   // What changed, for people ("rank 1 (pid 42) killed by SIGKILL; ..."); empty at the
-  // round's start and for a rank that finished.
+  // round's start and for a rank that finished. Not in the file.
   std::string change;
 };
 
@@ -39,5 +42,9 @@ const char* membership_state_name(Membership::State state);
 //    {"rank": 1, "state": "replaced", "pid": 4188}
 //   ]}
 std::string format_membership(const Membership& membership);
+
+// The membership in `text`, or nullopt when it is not a whole membership file (a version of
+// at least 1, and ranks 0..N-1 in order, each with a known state). Never throws.
+std::optional<Membership> parse_membership(std::string_view text);
 
 }  // namespace ddprun
