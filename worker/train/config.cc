@@ -235,7 +235,7 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.diagnostics.delay_ms >= 0, src, "/diagnostics/delay_ms", "must be >= 0");
   check(c.diagnostics.kill_rank >= -1, src, "/diagnostics/kill_rank", "must be >= -1");
   check(c.diagnostics.kill_at_step >= 1, src, "/diagnostics/kill_at_step", "must be >= 1");
-  check_one_of(c.diagnostics.kill_in, {"forward", "backward", "optimizer"}, src,
+  check_one_of(c.diagnostics.kill_in, {"forward", "backward", "optimizer", "checkpoint"}, src,
                "/diagnostics/kill_in");
   check(c.diagnostics.kill_rank_in_recovery >= -1, src, "/diagnostics/kill_rank_in_recovery",
         "must be >= -1");

@@ -131,8 +131,9 @@ struct DiagnosticsConfig {
   std::int64_t delay_ms = 0;
   // Test hooks for lost ranks (-1: off), in a job's first process of a rank only: rank
   // `kill_rank` SIGKILLs itself in step `kill_at_step` (counted from 1), in its "forward",
-  // its "backward" (once the last layers' gradients were sent, before the first layer's) or
-  // its "optimizer" step; rank `kill_rank_in_recovery` SIGKILLs itself in the job's first
+  // its "backward" (once the last layers' gradients were sent, before the first layer's), its
+  // "optimizer" step, or its "checkpoint" (the checkpoint of step `kill_at_step`, as the
+  // ranks gather for it); rank `kill_rank_in_recovery` SIGKILLs itself in the job's first
   // recovery, in the new group before the state is sent.
   int kill_rank = -1;
   std::int64_t kill_at_step = 1;

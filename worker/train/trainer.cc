@@ -108,9 +108,17 @@ class Trainer {
   // next group with its replacement and brings every rank to the newest state a survivor
   // holds. Throws (the job then fails, and ddprun restarts it whole) when that cannot be.
   void recover(const CollectiveError& failure);
+  // What every rank of a new group does once it is in, survivors (from recover()) and
+  // replacements (from set_up()) alike, so that their collectives match one for one: the
+  // state, the group's parts, the checkpoint again.
+  void enter_new_group(bool holds_state, Clock::time_point since);
   // The group's newest state, from the survivor that holds it to every other rank.
   void share_state(bool holds_state, Clock::time_point since);
   void arm_kill_hooks();
+  // After a recovery, on every rank of the new group: the loss may have come in this step's
+  // checkpoint, so at a checkpoint's step it is written again (the same bytes when it was
+  // already on disk) and none is missing.
+  void save_checkpoint_again();
   void print_start_line(const std::vector<torch::Device>& stage_devices) const;
   void run_epoch(std::int64_t epoch);
   // One optimizer step from micro-batch `b` of the epoch; returns the next micro-batch.
@@ -223,10 +231,10 @@ void Trainer::set_up() {
     checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
                                                   device_, out_);
     if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
+    join_group_parts();
   } else {
-    share_state(/*holds_state=*/false, Clock::now());  // a replacement: from its peers
+    enter_new_group(/*holds_state=*/false, Clock::now());  // a replacement: from its peers
   }
-  join_group_parts();
   data_ = loading.get();
   if (!stop_signals_) stop_signals_.emplace(stop_signal_numbers(config_.preemption));
   arm_kill_hooks();
@@ -301,9 +309,19 @@ void Trainer::recover(const CollectiveError& failure) {
       place_.group == 1) {
     std::raise(SIGKILL);  // test hook: a second failure, during the recovery
   }
-  share_state(/*holds_state=*/true, since);
-  join_group_parts();
+  enter_new_group(/*holds_state=*/true, since);
   epoch_goes_on_ = true;
+}
+
+void Trainer::enter_new_group(bool holds_state, Clock::time_point since) {
+  share_state(holds_state, since);
+  join_group_parts();
+  save_checkpoint_again();
+}
+
+void Trainer::save_checkpoint_again() {
+  const auto interval = config_.checkpoint.interval_steps;
+  if (interval > 0 && position_.step > 0 && position_.step % interval == 0) save_checkpoint();
 }
 
 void Trainer::share_state(bool holds_state, Clock::time_point since) {
@@ -381,6 +399,11 @@ void Trainer::print_start_line(const std::vector<torch::Device>& stage_devices) 
 }
 
 void Trainer::save_checkpoint() {
+  const auto& d = config_.diagnostics;
+  if (d.kill_in == "checkpoint" && d.kill_rank == rank_ && place_.group == 0 &&
+      env_.restart_count == 0 && position_.step == d.kill_at_step) {
+    std::raise(SIGKILL);  // test hook: lost while the others are in the checkpoint's gathering
+  }
   if (sharded_) sharded_->save_state_into(*optimizer_);
   checkpoints_->save(position_);
   if (sharded_) optimizer_->state().clear();

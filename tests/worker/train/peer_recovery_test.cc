@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -104,6 +106,27 @@ TEST_F(PeerRecovery, ARankLostInAnyPhaseOverSharedMemoryCostsNoStepAndNoBit) {
 TEST_F(PeerRecovery, ARankLostInAnyPhaseOverGlooCostsNoStepAndNoBit) {
   kill_each(2, false, {{0, "forward"}, {1, "backward"}, {0, "optimizer"}});
   kill_each(3, false, {{1, "optimizer"}});
+}
+
+// Rank 0 dies as the ranks gather for the checkpoint of step 12 (it writes them): the
+// survivor recovers it, and the checkpoint of step 12 is on disk after all, with every other.
+TEST_F(PeerRecovery, ARankLostInTheCheckpointsGatheringLeavesNoCheckpointMissing) {
+  ASSERT_EQ(run(2, config("base", true, json::object()), "base"), 0) << log();
+  const json diagnostics = {{"kill_rank", 0}, {"kill_at_step", 12}, {"kill_in", "checkpoint"}};
+  const std::string file = config("ckpt", true, diagnostics);
+  json c = read_json(file);
+  c["checkpoint"] = {{"dir", path("checkpoints")}, {"interval_steps", 4}, {"keep_last", 100}};
+  std::ofstream(file) << c.dump();
+  ASSERT_EQ(run(2, file, "ckpt"), 0) << log();
+  const std::string out = log();
+  EXPECT_NE(out.find("ddp-train: recovered rank 0 at step 13 from rank 1"), std::string::npos)
+      << out;
+  for (const int step : {4, 8, 12, 16, 20, 24, 28, 30}) {
+    char name[32];
+    std::snprintf(name, sizeof name, "ckpt-%08d.pt", step);
+    EXPECT_TRUE(std::filesystem::exists(path("checkpoints/") + name)) << name << "\n" << out;
+  }
+  EXPECT_EQ(read_json(path("ckpt.params"))["params"], read_json(path("base.params"))["params"]);
 }
 
 // The survivor dies too, in the recovery: nobody holds the state, the replacement gives up
