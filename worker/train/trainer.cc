@@ -1,5 +1,3 @@
-#include "trainer.h"
-
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,30 +12,16 @@
 #include <thread>
 #include <utility>
 
-#include "checkpointing.h"
-#include "data.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/worker/autocast.h"
-#include "ddprun/worker/communicator.h"
-#include "ddprun/worker/ddp.h"
-#include "ddprun/worker/errors.h"
-#include "ddprun/worker/sampler.h"
-#include "ddprun/worker/stop_signals.h"
-#include "ddprun/worker/zero.h"
 #include "diagnostics.h"
-#include "models.h"
 #include "objective.h"
-#include "progress.h"
-#include "recovery.h"
 #include "schedule.h"
-#include "stop_check.h"
-#include "straggler_watch.h"
 #include "threads.h"
+#include "trainer_parts.h"
 
 namespace ddprun::worker {
-namespace {
-
-using Clock = std::chrono::steady_clock;
+namespace training {
 
 std::chrono::milliseconds to_milliseconds(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000)));
@@ -70,103 +54,6 @@ DdpOptions to_ddp_options(const RuntimeConfig& runtime) {
   if (runtime.comm_hook == "fp16") options.comm_hook = fp16_compress_hook();
   return options;
 }
-
-// This rank's training loss and samples in the epoch so far.
-struct EpochStats {
-  double loss_sum = 0;
-  double samples = 0;
-};
-
-// The loop's sizes, fixed for the whole run.
-struct LoopSizes {
-  std::int64_t batch = 0;       // rows per rank per micro-batch
-  std::int64_t per_rank = 0;    // rows per rank per epoch
-  std::int64_t batches = 0;     // micro-batches per rank per epoch
-  std::int64_t accumulate = 1;  // micro-batches per optimizer step
-  std::int64_t steps_per_epoch = 0;
-  std::int64_t max_steps = 0;  // 0: no limit
-  std::int64_t total_steps = 0;
-};
-
-// One training run: set_up() (communicator, data, model, resume, DDP, the start line), then
-// run_epoch() per epoch, each a train_step() per optimizer step, then finish() (the last
-// checkpoint, the preemption exit, the final lines).
-class Trainer {
- public:
-  Trainer(const Config& config, const WorkerEnv& env, std::ostream& out)
-      : config_(config), env_(env), out_(out) {}
-
-  TrainingResult run();
-
- private:
-  void set_up();
-  // What holds on to the group (its communicator's planes): made at the start and again
-  // after every recovery, on every rank of the group at once (some make collectives).
-  void join_group_parts();
-  void leave_group_parts();
-  // runtime.recovery "peer": after a collective failed because a rank was lost, joins the
-  // next group with its replacement and brings every rank to the newest state a survivor
-  // holds. Throws (the job then fails, and ddprun restarts it whole) when that cannot be.
-  void recover(const CollectiveError& failure);
-  // What every rank of a new group does once it is in, survivors (from recover()) and
-  // replacements (from set_up()) alike, so that their collectives match one for one: the
-  // state, the group's parts, the checkpoint again.
-  void enter_new_group(bool holds_state, Clock::time_point since);
-  // The group's newest state, from the survivor that holds it to every other rank.
-  void share_state(bool holds_state, Clock::time_point since);
-  void arm_kill_hooks();
-  // After a recovery, on every rank of the new group: the loss may have come in this step's
-  // checkpoint, so at a checkpoint's step it is written again (the same bytes when it was
-  // already on disk) and none is missing.
-  void save_checkpoint_again();
-  void print_start_line(const std::vector<torch::Device>& stage_devices) const;
-  void run_epoch(std::int64_t epoch);
-  // One optimizer step from micro-batch `b` of the epoch; returns the next micro-batch.
-  std::int64_t train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b);
-  void save_checkpoint();
-  TrainingResult finish();
-  void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
-                    const std::vector<RankTimes>& times);
-
-  const Config& config_;
-  const WorkerEnv& env_;
-  std::ostream& out_;
-  GroupPlace place_;  // which of the round's groups this rank is in
-  bool peer_recovery_ = false;
-  torch::Device device_{torch::kCPU};
-  std::unique_ptr<Communicator> comm_;
-  int rank_ = 0;
-  int world_ = 1;
-  DataSplits data_;
-  std::shared_ptr<Model> model_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  TrainingPosition position_;
-  // Installed first in set_up(): a notice during start-up stops the job after its first
-  // step (a replacement's, once it holds the state). Removed with the pieces below, before the
-  // communicator and the model go.
-  std::optional<StopSignals> stop_signals_;
-  // Each of these holds on to the communicator, the model or the optimizer above.
-  std::unique_ptr<Checkpointer> checkpoints_;
-  DdpOptions ddp_options_;
-  std::unique_ptr<DistributedDataParallel> ddp_;
-  // ZeRO-1: the optimizer steps this rank's shares; optimizer_ (over the whole model) holds
-  // state only while a checkpoint is saved or resumed, consolidated.
-  std::unique_ptr<ShardedOptimizer> sharded_;
-  std::optional<DistributedSampler> sampler_;
-  LoopSizes sizes_;
-  std::optional<ProgressReporter> progress_;
-  std::optional<ProgressFile> progress_file_;
-  std::optional<StragglerWatch> stragglers_;
-  std::optional<StopCheck> stop_check_;
-  bool step_metrics_ = false;  // metrics.every_steps: rank 0's loss and rate over N steps
-  StepWindow window_;          // its seconds count the steps only, not evaluations
-  bool done_ = false;
-  bool preempted_ = false;
-  // This rank's part of the epoch so far; a survivor keeps it through a recovery.
-  EpochStats epoch_stats_;
-  Clock::time_point epoch_start_;
-  bool epoch_goes_on_ = false;  // set by a recovery: the next run_epoch() continues the epoch
-};
 
 TrainingResult Trainer::run() {
   set_up();
@@ -257,122 +144,16 @@ void Trainer::set_up() {
   z.total_steps = z.max_steps > 0 ? std::min(z.max_steps, config_.train.epochs * z.steps_per_epoch)
                                   : config_.train.epochs * z.steps_per_epoch;
   if (rank_ == 0 && place_.group == 0) print_start_line(stage_devices);
+  if (rank_ == 0 && peer_recovery_ && env_.membership_file.empty() && world_ > 1) {
+    out_ << "ddp-train: runtime.recovery \"peer\" needs ddprun --restart-scope rank (no "
+            "DDPRUN_MEMBERSHIP_FILE): a lost rank fails the job, as under \"restart\""
+         << std::endl;
+  }
 
   progress_.emplace(out_, rank_ == 0 && !config_.progress.quiet, env_.stdout_is_terminal,
                     config_.progress.log_every);
   progress_file_.emplace(env_.progress_file, std::cerr);
   step_metrics_ = rank_ == 0 && config_.metrics.every_steps > 0 && !config_.metrics.file.empty();
-}
-
-void Trainer::join_group_parts() {
-  if (!checkpoints_) {
-    checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
-                                                  device_, out_);
-  }
-  if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(&comm_->data());
-  ddp_ = std::make_unique<DistributedDataParallel>(model_, *comm_, ddp_options_);
-  if (ddp_options_.shard_gradients) {
-    sharded_ =
-        std::make_unique<ShardedOptimizer>(*ddp_, *comm_, [this](std::vector<at::Tensor> shares) {
-          return make_optimizer(config_.optimizer, std::move(shares));
-        });
-    sharded_->load_state_from(*optimizer_);
-    optimizer_->state().clear();
-  }
-  ddp_->set_gradient_sync(!config_.diagnostics.no_gradient_sync);
-  stragglers_.emplace(comm_->control(), rank_, world_, env_.host.empty() ? "?" : env_.host, out_,
-                      config_.progress.stragglers);
-  stop_check_.emplace(comm_->control(), config_.preemption.check_every_steps,
-                      !config_.preemption.signals.empty());
-}
-
-void Trainer::leave_group_parts() {
-  stop_check_.reset();
-  stragglers_.reset();
-  sharded_.reset();
-  ddp_.reset();
-  checkpoints_.reset();
-  if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(nullptr);
-}
-
-void Trainer::recover(const CollectiveError& failure) {
-  const auto since = Clock::now();
-  std::cerr << "ddp-train: rank " << rank_ << " of group " << place_.group
-            << " lost a peer: " << failure.what() << std::endl;
-  leave_group_parts();
-  const auto timeout = to_milliseconds(config_.runtime.timeout_s);
-  const NextGroup next = next_group(env_, place_, timeout);
-  place_ = next.place;
-  comm_ = Communicator::rejoin(
-      std::move(comm_), env_, to_comm_options(config_.runtime, place_.group), next.store_host_lost);
-  if (rank_ == config_.diagnostics.kill_rank_in_recovery && env_.restart_count == 0 &&
-      place_.group == 1) {
-    std::raise(SIGKILL);  // test hook: a second failure, during the recovery
-  }
-  enter_new_group(/*holds_state=*/true, since);
-  epoch_goes_on_ = true;
-}
-
-void Trainer::enter_new_group(bool holds_state, Clock::time_point since) {
-  share_state(holds_state, since);
-  join_group_parts();
-  save_checkpoint_again();
-}
-
-void Trainer::save_checkpoint_again() {
-  const auto interval = config_.checkpoint.interval_steps;
-  if (interval > 0 && position_.step > 0 && position_.step % interval == 0) save_checkpoint();
-}
-
-void Trainer::share_state(bool holds_state, Clock::time_point since) {
-  Plane& control = comm_->control();
-  const StateSource source = find_state_source(control, holds_state ? position_.step : -1);
-  if (source.rank < 0) {
-    throw CollectiveError("group " + std::to_string(place_.group) +
-                              ": no rank holds the training state (every rank is a replacement)",
-                          "ddprun restarts the job whole, from its last checkpoint");
-  }
-  std::string bytes;
-  if (rank_ == source.rank) {
-    CheckpointMeta meta{position_,
-                        config_.train.seed,
-                        world_,
-                        config_.train.batch_size_per_rank,
-                        rng_state(torch::kCPU).unsqueeze(0),
-                        {}};
-    bytes = checkpoint_bytes(*model_, *optimizer_, meta);
-  }
-  broadcast_bytes(control, source.rank, bytes);
-  if (rank_ != source.rank) {
-    const CheckpointMeta meta = load_checkpoint_bytes(
-        bytes, "rank " + std::to_string(source.rank) + "'s state", *model_, *optimizer_);
-    position_ = meta.position;
-    if (meta.rng_cpu.defined()) set_rng_state(torch::kCPU, meta.rng_cpu[0]);
-  }
-  if (rank_ == source.rank) {
-    // Every survivor redoes the step it was in: nothing done is lost, since the source is
-    // the survivor furthest on.
-    out_ << "ddp-train: recovered rank" << (source.replacements.size() == 1 ? " " : "s ")
-         << rank_list(source.replacements) << " at step " << position_.step + 1 << " from rank "
-         << source.rank << " in " << std::fixed << std::setprecision(1)
-         << std::chrono::duration<double>(Clock::now() - since).count() << std::defaultfloat
-         << " s (0 steps lost, " << bytes.size() << " bytes of state)" << std::endl;
-  }
-}
-
-// Test hooks (diagnostics.kill_*): in a rank's first process only, so that the replacement
-// and the ranks of a full restart run on.
-void Trainer::arm_kill_hooks() {
-  const auto& d = config_.diagnostics;
-  if (d.kill_rank != rank_ || place_.group != 0 || env_.restart_count != 0) return;
-  if (d.kill_in == "backward") {
-    // The first layer's gradient is among the last: the later layers' buckets went out.
-    auto first = model_->parameters().front();
-    first.register_hook([this, step = d.kill_at_step](const at::Tensor& grad) {
-      if (position_.step + 1 == step) std::raise(SIGKILL);
-      return grad;
-    });
-  }
 }
 
 void Trainer::print_start_line(const std::vector<torch::Device>& stage_devices) const {
@@ -606,10 +387,10 @@ void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double s
   if (!config_.metrics.file.empty()) append_metrics_line(config_.metrics.file, summary);
 }
 
-}  // namespace
+}  // namespace training
 
 TrainingResult run_training(const Config& config, const WorkerEnv& env, std::ostream& out) {
-  return Trainer(config, env, out).run();
+  return training::Trainer(config, env, out).run();
 }
 
 }  // namespace ddprun::worker

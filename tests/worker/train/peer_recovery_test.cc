@@ -144,8 +144,8 @@ TEST_F(PeerRecovery, ASecondLossDuringTheRecoveryEndsInAFullRestartThatStillFini
   EXPECT_EQ(read_json(path("twice.params"))["params"], read_json(path("base.params"))["params"]);
 }
 
-// Without ddprun's membership file there is no recovery from peers: a lost rank fails the
-// job as under "restart" (here: no restarts), with the reason in the error.
+// Without ddprun's membership file there is no recovery from peers: rank 0 says so at the
+// start, and a lost rank fails the job as under "restart" (here: no restarts).
 TEST_F(PeerRecovery, WithoutRestartScopeRankALostRankFailsTheJobWithTheReason) {
   const json diagnostics = {{"kill_rank", 1}, {"kill_at_step", 3}, {"kill_in", "forward"}};
   log_ = path("plain.log");

@@ -4,12 +4,15 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collective_trace.h"
@@ -20,6 +23,9 @@
 #include "torch_compat.h"
 
 namespace ddprun::worker {
+
+// The data plane of the test double that refuses what NCCL would (see Plane).
+inline constexpr const char* kGlooAsNccl = "gloo-as-nccl";
 
 // How long PendingWork::wait() yields before it blocks, and from what size (see there).
 inline constexpr std::chrono::milliseconds kSpinBeforeBlocking{20};
@@ -163,5 +169,33 @@ std::unique_ptr<SharedMemoryAllreduce> join_shared_memory(c10d::Store& store,
 // Several machines: gives `plane` its machine's segment and, where it pays, the hierarchy.
 void join_across_machines(Plane::Impl& plane, const c10::intrusive_ptr<c10d::Store>& store,
                           const WorkerEnv& env, const CommOptions& options);
+
+inline std::uint64_t bytes_of(const at::Tensor& tensor) {
+  return static_cast<std::uint64_t>(tensor.numel()) *
+         static_cast<std::uint64_t>(tensor.element_size());
+}
+
+// One collective in the rank's trace, begun by the outermost call on its plane. A
+// synchronous one ends with the scope; an asynchronous one is handed to its PendingWork
+// (take() then Plane::Impl::traced).
+class TraceScope {
+ public:
+  TraceScope(Plane::Impl& plane, trace::Op op, std::uint64_t bytes) : plane_(plane) {
+    if (plane_.trace_depth++ == 0 && plane_.owner->trace) {
+      entry_ = plane_.owner->trace->begin(plane_.trace_plane, op, bytes);
+    }
+  }
+  ~TraceScope() {
+    --plane_.trace_depth;
+    if (std::uncaught_exceptions() == 0) TraceWriter::end(entry_);
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+  trace::Entry* take() { return std::exchange(entry_, nullptr); }
+
+ private:
+  Plane::Impl& plane_;
+  trace::Entry* entry_ = nullptr;
+};
 
 }  // namespace ddprun::worker

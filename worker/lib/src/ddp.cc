@@ -178,20 +178,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
-namespace {
-
-CommHook compress_hook(const char* name, at::ScalarType wire) {
-  return {name,
-          [wire](Plane& plane, at::Tensor& bucket) {
-            return bucket.scalar_type() == at::kFloat
-                       ? plane.allreduce_compressed_async(bucket, wire)
-                       : plane.allreduce_async(bucket, ReduceOp::kSum);
-          },
-          wire};
-}
-
-}  // namespace
-
 at::Tensor DistributedDataParallel::bucket_share(std::size_t b) {
   auto& flat = buckets_[b].flat;
   const std::int64_t share = flat.numel() / comm_.world_size();
@@ -203,14 +189,6 @@ std::vector<std::pair<at::Tensor, std::int64_t>> DistributedDataParallel::bucket
   std::vector<std::pair<at::Tensor, std::int64_t>> out;
   for (const auto i : buckets_[b].params) out.emplace_back(params_[i].tensor, params_[i].offset);
   return out;
-}
-
-CommHook bf16_compress_hook() {
-  return compress_hook("bf16", at::kBFloat16);
-}
-
-CommHook fp16_compress_hook() {
-  return compress_hook("fp16", at::kHalf);
 }
 
 // Buckets follow from the parameters (already agreed) and the caps: ranks given different
