@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -59,6 +60,12 @@ class Trainer {
  public:
   Trainer(const Config& config, const WorkerEnv& env, std::ostream& out)
       : config_(config), env_(env), out_(out) {}
+  // Left by an error, the notices stay recorded until the process exits: the launcher's
+  // SIGTERM (it stops the others once one rank failed) must not kill this rank between
+  // here and its error line and error file.
+  ~Trainer() {
+    if (stop_signals_ && std::uncaught_exceptions() > 0) stop_signals_->keep_until_exit();
+  }
 
   TrainingResult run();
 
