@@ -219,6 +219,10 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.recovery != "peer" || c.optimizer.zero_stage == 0, src, "/runtime/recovery",
         "\"peer\" does not go with optimizer.zero_stage 1: each rank's optimizer share lives on "
         "it alone, and a lost rank's share cannot come from its peers");
+  check(c.runtime.recovery != "peer" || c.runtime.init_method.rfind("file://", 0) != 0, src,
+        "/runtime/recovery",
+        "\"peer\" needs env:// or tcp:// (runtime.init_method): a file:// store removes its "
+        "file once as many processes as the world size have left, replacements included");
   check(c.runtime.recovery != "peer" || c.runtime.backend != "nccl", src, "/runtime/recovery",
         "\"peer\" needs a CPU backend (gloo): a NCCL communicator whose peer died cannot be "
         "ended and rejoined here");

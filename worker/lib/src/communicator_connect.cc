@@ -145,6 +145,12 @@ std::unique_ptr<Communicator> Communicator::rejoin(std::unique_ptr<Communicator>
                                                    const WorkerEnv& env, const CommOptions& options,
                                                    bool store_host_lost) {
   check_backend(options.backend, at::kCPU);
+  if (parse_init_method(options.init_method).kind == InitMethod::Kind::kFile) {
+    // A FileStore counts its users in the file and removes it when as many as the world
+    // size are gone: with replacements and rejoining survivors that count is wrong.
+    throw ::ddprun::ConfigError("a group that met through file:// cannot be rejoined",
+                                "use env:// or tcp://HOST:PORT");
+  }
   if (options.backend == "nccl") {
     throw ddprun::ConfigError("a group over NCCL cannot be rejoined after a lost rank",
                               "use \"backend\": \"gloo\", or a full restart");

@@ -171,7 +171,9 @@ class Communicator {
   // as connect() does. The store stays where it was, on rank 0, unless rank 0 was lost
   // (`store_host_lost`): then rank 0's replacement hosts a new one on the same address and
   // port, and this rank connects to that. CPU planes only (gloo): NCCL has no way here to
-  // end a communicator whose peer died.
+  // end a communicator whose peer died. A TCP store only (env://, tcp://): a FileStore
+  // removes its file once as many users as the world size have left. Throws ConfigError
+  // otherwise.
   static std::unique_ptr<Communicator> rejoin(std::unique_ptr<Communicator> old,
                                               const WorkerEnv& env, const CommOptions& options,
                                               bool store_host_lost);
