@@ -17,6 +17,7 @@ def make_tree(root, extra):
         "launcher/src/plan/plan.h": '#include "cluster.h"\n',
         "launcher/src/output/output_relay.h": '#include "report/labels.h"\n',
         "launcher/src/run/job.cc": '#include "plan/plan.h"\n#include "cluster.h"\n',
+        "launcher/src/policy/round.h": '#include "run/job.h"\n#include "output/output_relay.h"\n',
         "launcher/src/job/main.cc": '#include "run/job.h"\n#include "plan/plan.h"\n',
         "launcher/src/run/job.h": "",
         "launcher/src/report/labels.h": '#include "plan/plan.h"\n',
@@ -69,6 +70,9 @@ def main():
     expect("the output reaches the runner",
            {"launcher/src/output/x.cc": '#include "run/job.h"\n'}, 1,
            "launcher/src/output/x.cc:1: launcher/output includes launcher/run (run/job.h)")
+    expect("the runner reaches the policy",
+           {"launcher/src/run/x.cc": '#include "policy/round.h"\n'}, 1,
+           "launcher/src/run/x.cc:1: launcher/run includes launcher/policy (policy/round.h)")
     expect("a launcher source outside the rooms", {"launcher/src/x.cc": ""}, 1,
            "launcher/src/x.cc: launcher source outside its rooms")
     expect("the contract includes a utility",

@@ -1,4 +1,4 @@
-#include "run/job.h"
+#include "policy/job.h"
 
 #include <signal.h>
 #include <sys/wait.h>
