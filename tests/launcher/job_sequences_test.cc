@@ -21,7 +21,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
-#include "run/job.h"
+#include "policy/job.h"
 
 namespace ddprun {
 namespace {

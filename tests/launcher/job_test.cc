@@ -12,7 +12,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
-#include "run/job.h"
+#include "policy/job.h"
 #include "temp_dir.h"
 
 namespace ddprun {

@@ -4,8 +4,8 @@
 
 #include <string>
 
+#include "output/line_buffer.h"
 #include "report/report.h"
-#include "run/line_buffer.h"
 
 namespace ddprun {
 namespace {

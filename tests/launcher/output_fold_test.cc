@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "run/output_fold.h"
+#include "output/output_fold.h"
 
 namespace ddprun {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "ddprun/common/nonblocking_output.h"
+#include "output/output_relay.h"
 #include "report/control.h"
-#include "run/output_relay.h"
 #include "temp_dir.h"
 
 namespace ddprun {

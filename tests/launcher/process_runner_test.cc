@@ -15,8 +15,8 @@
 
 #include "ddprun/common/unique_fd.h"
 #include "nodes/rendezvous.h"
+#include "policy/job.h"
 #include "report/control.h"
-#include "run/job.h"
 #include "run/process.h"
 #include "temp_dir.h"
 

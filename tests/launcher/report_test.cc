@@ -5,9 +5,9 @@
 #include "ddprun/common/signal_name.h"
 #include "fake_runner.h"
 #include "job/doctor.h"
+#include "policy/job.h"
 #include "report/labels.h"
 #include "report/report.h"
-#include "run/job.h"
 
 #include <algorithm>
 

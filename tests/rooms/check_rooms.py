@@ -4,12 +4,12 @@
   contract   <- common <- schedulers <- launcher        (no LibTorch anywhere here)
   contract, common <- worker library <- ddp-train program (LibTorch from the library up)
 
-The launcher's sources live in six rooms of their own under launcher/src, each of which
+The launcher's sources live in eight rooms of their own under launcher/src, each of which
 may include only the rooms before it (and schedulers, common, contract):
 
-  plan <- report <- cli <- run <- nodes <- job
+  plan <- report <- cli <- output <- run <- policy <- nodes <- job
 
-A source file straight in launcher/src, outside the six, is reported too.
+A source file straight in launcher/src, outside the eight, is reported too.
 
 Every #include in a room's sources is resolved to the room that provides it (or to
 LibTorch, or to the system, which is ignored) and checked against ALLOWED. Tests and
@@ -30,8 +30,8 @@ ROOMS = {
     "schedulers": ["schedulers"],
     # The launcher's rooms, lowest first (LAUNCHER_ROOMS); "launcher" is the rest of its
     # folder (its CMakeLists.txt), where no source may sit.
-    **{f"launcher/{r}": [f"launcher/src/{r}"] for r in ("plan", "report", "cli", "run", "nodes",
-                                                         "job")},
+    **{f"launcher/{r}": [f"launcher/src/{r}"] for r in ("plan", "report", "cli", "output", "run",
+                                                         "policy", "nodes", "job")},
     "launcher": ["launcher"],
     "worker library": ["worker/lib"],
     "ddp-train": ["worker/train"],

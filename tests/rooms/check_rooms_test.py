@@ -15,7 +15,9 @@ def make_tree(root, extra):
         "common/include/ddprun/common/files.h": '#include "ddprun/contract/errors.h"\n',
         "schedulers/cluster.h": '#include "ddprun/common/files.h"\n',
         "launcher/src/plan/plan.h": '#include "cluster.h"\n',
+        "launcher/src/output/output_relay.h": '#include "report/labels.h"\n',
         "launcher/src/run/job.cc": '#include "plan/plan.h"\n#include "cluster.h"\n',
+        "launcher/src/policy/round.h": '#include "run/job.h"\n#include "output/output_relay.h"\n',
         "launcher/src/job/main.cc": '#include "run/job.h"\n#include "plan/plan.h"\n',
         "launcher/src/run/job.h": "",
         "launcher/src/report/labels.h": '#include "plan/plan.h"\n',
@@ -65,6 +67,12 @@ def main():
            {"launcher/src/report/x.cc": '#include "cli/options.h"\n',
             "launcher/src/cli/options.h": ""}, 1,
            "launcher/src/report/x.cc:1: launcher/report includes launcher/cli (cli/options.h)")
+    expect("the output reaches the runner",
+           {"launcher/src/output/x.cc": '#include "run/job.h"\n'}, 1,
+           "launcher/src/output/x.cc:1: launcher/output includes launcher/run (run/job.h)")
+    expect("the runner reaches the policy",
+           {"launcher/src/run/x.cc": '#include "policy/round.h"\n'}, 1,
+           "launcher/src/run/x.cc:1: launcher/run includes launcher/policy (policy/round.h)")
     expect("a launcher source outside the rooms", {"launcher/src/x.cc": ""}, 1,
            "launcher/src/x.cc: launcher source outside its rooms")
     expect("the contract includes a utility",

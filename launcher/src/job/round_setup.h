@@ -8,7 +8,7 @@
 
 #include "cli/options.h"
 #include "job/job_inputs.h"
-#include "run/job.h"
+#include "policy/job.h"
 
 namespace ddprun {
 

@@ -11,11 +11,11 @@
 #include <ostream>
 #include <vector>
 
+#include "output/output_relay.h"
 #include "report/control.h"
 #include "run/child_set.h"
 #include "run/control_socket.h"
 #include "run/first_steps.h"
-#include "run/output_relay.h"
 #include "run/runner.h"
 
 namespace ddprun {

@@ -25,8 +25,8 @@
 
 #include "ddprun/common/nonblocking_output.h"
 #include "ddprun/common/unique_fd.h"
-#include "run/line_buffer.h"
-#include "run/output_fold.h"
+#include "output/line_buffer.h"
+#include "output/output_fold.h"
 
 namespace ddprun {
 

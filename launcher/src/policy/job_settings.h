@@ -8,7 +8,7 @@
 
 #include "cli/options.h"
 #include "plan/deadline.h"
-#include "run/job.h"
+#include "policy/job.h"
 
 namespace ddprun {
 

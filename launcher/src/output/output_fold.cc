@@ -1,4 +1,4 @@
-#include "run/output_fold.h"
+#include "output/output_fold.h"
 
 #include <algorithm>
 

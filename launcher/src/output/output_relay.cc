@@ -1,4 +1,4 @@
-#include "run/output_relay.h"
+#include "output/output_relay.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "run/line_buffer.h"
+#include "output/line_buffer.h"
 
 namespace ddprun {
 

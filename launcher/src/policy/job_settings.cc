@@ -1,4 +1,4 @@
-#include "run/job_settings.h"
+#include "policy/job_settings.h"
 
 #include <algorithm>
 

@@ -1,0 +1,301 @@
+// Node 0's side of the rendezvous (rendezvous.h): the listener, the gathering before each
+// round, the connections read between rounds, the job's end told to every node. How one
+// connection's join is checked and placed is in rendezvous_joins.cc.
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "ddprun/common/net.h"
+#include "ddprun/contract/errors.h"
+#include "nodes/ports.h"
+#include "nodes/rendezvous.h"
+#include "nodes/rendezvous_io.h"
+#include "nodes/rendezvous_secret.h"
+#include "run/agent_messages.h"
+
+namespace ddprun {
+namespace {
+
+// Connections that have not sent a whole join yet, at least (or twice the node count);
+// past this, the oldest is closed (a flood): a real node sends its join as soon as it
+// connects.
+constexpr std::size_t kMaxPending = 512;
+
+// "the limit is 1024 descriptors".
+std::string descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "the descriptor limit";
+  return "the limit is " + std::to_string(limit.rlim_cur) + " open descriptors (hard limit " +
+         (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                          : std::to_string(limit.rlim_max)) +
+         ")";
+}
+
+// Node 0's descriptors for a job: one connection per other node, its workers' pipes and log
+// files (five each at most), and ddprun's own (signals, the control socket, the console).
+rlim_t descriptors_needed(int nodes, int nproc) {
+  return static_cast<rlim_t>(nodes - 1) + 5 * static_cast<rlim_t>(nproc) + 64;
+}
+
+}  // namespace
+
+RendezvousHost::RendezvousHost(int port, std::string run_id, std::string secret, int nodes,
+                               int nproc, const std::string& address)
+    : listener_(listen_on(port, address)),
+      port_(port),
+      run_id_(std::move(run_id)),
+      secret_(std::move(secret)),
+      nodes_(nodes),
+      nproc_(nproc) {
+  if (!listener_.valid()) {
+    const std::string holder = describe_port_user(port);
+    throw UsageError("cannot listen on port " + std::to_string(port) +
+                         " for the other nodes' ddprun" + (holder.empty() ? "" : ": " + holder),
+                     "free the port, or give another --master-port (the same on every node)");
+  }
+  set_blocking(listener_.get(), false);
+  joined_.resize(static_cast<std::size_t>(nodes_));
+  // A connection per node: the soft descriptor limit most sites give (1024) goes up to the
+  // hard one, as a process may raise its own (node 0's workers inherit it). A limit still
+  // too small is said now, not as a failed join much later.
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const rlim_t needed = descriptors_needed(nodes_, nproc_);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < needed) {
+    throw ConfigError("node 0's ddprun needs about " + std::to_string(needed) +
+                          " open descriptors for " + std::to_string(nodes_) + " nodes (one per " +
+                          "node, and its own and its workers'), but " + descriptor_limit(),
+                      "raise the hard limit (ulimit -Hn, or the site's limits.conf) on node 0 to "
+                      "at least " +
+                          std::to_string(needed));
+  }
+}
+
+std::vector<JoinedPeer*> RendezvousHost::peers() {
+  std::vector<JoinedPeer*> out;
+  for (auto& peer : joined_) {
+    if (peer) out.push_back(&*peer);
+  }
+  return out;
+}
+
+std::vector<const JoinedPeer*> RendezvousHost::peers() const {
+  std::vector<const JoinedPeer*> out;
+  for (const auto& peer : joined_) {
+    if (peer) out.push_back(&*peer);
+  }
+  return out;
+}
+
+std::string RendezvousHost::describe() const {
+  std::string joined;
+  std::string awaited;
+  for (int node = 1; node < nodes_; ++node) {
+    const auto& peer = joined_[static_cast<std::size_t>(node)];
+    std::string& list = peer ? joined : awaited;
+    list += (list.empty() ? "" : ", ") + std::to_string(node);
+    if (peer) list += " (" + printable_host(peer->join.host) + ")";
+  }
+  return "joined: " + (joined.empty() ? std::string("none") : joined) +
+         "; awaited: " + (awaited.empty() ? std::string("none") : awaited) +
+         (refused_ > 0 ? "; refused connections: " + std::to_string(refused_) : "");
+}
+
+void RendezvousHost::end_job(const JobEnd& end) {
+  const std::string line = format_job_end(end);
+  for (auto& peer : joined_) {
+    if (peer) (void)write_all_fd(peer->socket.get(), line);
+    peer.reset();
+  }
+}
+
+bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event) {
+  char chunk[512];
+  for (;;) {
+    // Whole lines first: one may have come with the join itself.
+    for (auto newline = peer.buffer.find('\n'); newline != std::string::npos;
+         newline = peer.buffer.find('\n')) {
+      const std::string line = peer.buffer.substr(0, newline);
+      peer.buffer.erase(0, newline + 1);
+      // The exit report of a round that gave up on this node (SIGKILL) ends that round
+      // here; events decide.
+      if (auto reported = parse_node_event_line(line); reported && !event) event = reported;
+      if (parse_exit_report(line)) peer.in_round = false;
+    }
+    if (peer.buffer.size() > kMaxJoinBytes) return false;  // not a ddprun
+    const ssize_t got = ::recv(peer.socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (got <= 0) return false;
+    peer.buffer.append(chunk, static_cast<std::size_t>(got));
+  }
+}
+
+RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,
+                                                int interrupt_fd, std::ostream& log,
+                                                NodeEvent& ended, int control_fd) {
+  const auto missing = [&] {
+    return std::count_if(joined_.begin() + 1, joined_.end(),
+                         [](const auto& peer) { return !peer; });
+  };
+  // Nodes whose last round node 0 gave up on: their exit report comes first (at once:
+  // they were told to SIGKILL their workers).
+  const auto finishing = [&] {
+    return std::count_if(joined_.begin() + 1, joined_.end(),
+                         [](const auto& peer) { return peer && peer->in_round; });
+  };
+  // Every node may connect at once (srun starts them together): all are let wait.
+  const std::size_t max_pending = std::max(kMaxPending, 2 * static_cast<std::size_t>(nodes_));
+  // The nodes kept from earlier rounds are read in full once, then those that poll says
+  // sent something: one that left is dropped (it may join again); one stopped or noticed
+  // meanwhile ends the job. (Never every node on every wake: 1,000 joins would cost a
+  // million reads.)
+  std::vector<std::size_t> to_read;
+  for (std::size_t node = 1; node < joined_.size(); ++node) to_read.push_back(node);
+  for (;;) {
+    for (const std::size_t node : to_read) {
+      auto& peer = joined_[node];
+      if (!peer) continue;
+      std::optional<NodeEvent> event;
+      const bool still = read_connected(*peer, event);
+      if (event &&
+          (event->kind == NodeEvent::Kind::kStopped || event->kind == NodeEvent::Kind::kNotice)) {
+        ended = *event;
+        return Gathered::kNodeEnded;
+      }
+      if (!still) {
+        log << "ddprun: node " << node << " (" << printable_host(peer->join.host)
+            << ") left before round " << round << " started; waiting for it to join again\n";
+        peer.reset();
+      }
+    }
+    to_read.clear();
+    if (missing() == 0 && finishing() == 0) {
+      if (round == 0) order_by_host();
+      return Gathered::kAllJoined;
+    }
+    const auto now = RendezvousClock::now();
+    if (now >= deadline) {
+      std::string absent;
+      for (int node = 1; node < nodes_; ++node) {
+        const auto& peer = joined_[static_cast<std::size_t>(node)];
+        if (!peer || peer->in_round) absent += " " + std::to_string(node);
+      }
+      const std::string what = "only " + std::to_string(nodes_ - missing() - finishing()) + " of " +
+                               std::to_string(nodes_) + " nodes joined round " +
+                               std::to_string(round) + " of the rendezvous on port " +
+                               std::to_string(port_) + " in time; missing node(s):" + absent +
+                               (refused_ > 0 ? " (" + std::to_string(refused_) +
+                                                   " refused connection(s): node 0's log says why)"
+                                             : "");
+      end_job({kExitLauncherError, what});  // the nodes that came learn why
+      throw ConfigError(what,
+                        "start ddprun on every node with the same options, or raise --rdzv-conf "
+                        "join_timeout");
+    }
+    std::vector<pollfd> fds = {
+        {listener_.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
+    auto wake = deadline;
+    for (const Pending& p : pending_) {
+      fds.push_back({p.fd.get(), POLLIN, 0});
+      wake = std::min(wake, p.until);
+    }
+    const std::size_t first_joined = fds.size();
+    std::vector<std::size_t> polled_nodes;
+    for (std::size_t node = 1; node < joined_.size(); ++node) {
+      if (!joined_[node]) continue;
+      fds.push_back({joined_[node]->socket.get(), POLLIN, 0});
+      polled_nodes.push_back(node);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), ms_until(wake));
+    for (std::size_t k = 0; ready > 0 && k < polled_nodes.size(); ++k) {
+      if (fds[first_joined + k].revents != 0) to_read.push_back(polled_nodes[k]);
+    }
+    if (ready < 0 && errno != EINTR)
+      throw std::system_error(errno, std::generic_category(), "poll");
+    // What came with the interruption is read first: nothing waits on it.
+    const bool interrupted = ready > 0 && (fds[1].revents != 0 || fds[2].revents != 0);
+    // Read what came on the pending connections, in the order polled.
+    for (std::size_t k = 0; ready > 0 && k < pending_.size(); ++k) {
+      if (fds[k + 3].revents == 0) continue;
+      Pending& p = pending_[k];
+      char chunk[512];
+      const ssize_t got = ::recv(p.fd.get(), chunk, sizeof chunk, 0);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (got <= 0) {
+        p.fd.reset();
+        continue;
+      }
+      p.buffer.append(chunk, static_cast<std::size_t>(got));
+      if (p.buffer.find('\n') != std::string::npos) {
+        take_join(k, round, log);
+        p.fd.reset();  // closed, or moved into joined_
+      } else if (p.buffer.size() > kMaxJoinBytes) {
+        refuse(log, "a line longer than " + std::to_string(kMaxJoinBytes) + " bytes");
+        p.fd.reset();
+      }
+    }
+    // New connections (the listener is non-blocking: accept until none is left).
+    if (ready > 0 && fds[0].revents != 0) {
+      for (;;) {
+        const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE) {
+            // Another process's share of the system, or descriptors held elsewhere: every
+            // node that came learns why, and none waits for a round that cannot start.
+            const std::string what = "node 0's ddprun ran out of file descriptors while " +
+                                     std::to_string(nodes_ - 1) + " nodes joined (" +
+                                     descriptor_limit() + ")";
+            end_job({kExitLauncherError, what});
+            throw ConfigError(what, "raise the limit (ulimit -n) on node 0: it needs one per " +
+                                        std::string("node and a few dozen of its own"));
+          }
+          break;
+        }
+        if (pending_.size() >= max_pending) {
+          const auto oldest = std::min_element(
+              pending_.begin(), pending_.end(),
+              [](const Pending& a, const Pending& b) { return a.until < b.until; });
+          pending_.erase(oldest);
+          refuse(log, "more than " + std::to_string(max_pending) +
+                          " connections without a join: the oldest is closed");
+        }
+        // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
+        // short line fits; one that does not is no client).
+        Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
+        if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
+      }
+    }
+    const auto later = RendezvousClock::now();
+    for (Pending& p : pending_) {
+      if (p.fd.valid() && later >= p.until) {
+        refuse(log,
+               "no complete join within " + std::to_string(kJoinReadTimeout.count() / 1000) + " s");
+        p.fd.reset();
+      }
+    }
+    std::erase_if(pending_, [](const Pending& p) { return !p.fd.valid(); });
+    if (interrupted) return Gathered::kInterrupted;
+  }
+}
+
+std::optional<int> peer_round_line(JoinedPeer& peer, std::string& line) {
+  if (const auto event = parse_node_event_line(line)) {
+    line = node_event_line(*event);  // as this side writes it: nothing else comes through
+    line.pop_back();
+    return std::nullopt;
+  }
+  if (parse_agent_answer(line)) return std::nullopt;  // its ranks, for --status or --stacks
+  const auto code = parse_exit_report(line);
+  if (code) peer.in_round = false;
+  return code.value_or(255);
+}
+
+}  // namespace ddprun

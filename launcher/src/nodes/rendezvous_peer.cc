@@ -1,0 +1,163 @@
+// A peer's side of the rendezvous (rendezvous.h): joining node 0 (greeting, join, the
+// host's proof checked before anything it says is believed) and waiting for its next word.
+#include <poll.h>
+
+#include <cerrno>
+
+#include "ddprun/common/net.h"
+#include "ddprun/contract/errors.h"
+#include "nodes/rendezvous.h"
+#include "nodes/rendezvous_io.h"
+#include "nodes/rendezvous_secret.h"
+#include "run/agent_messages.h"
+
+namespace ddprun {
+
+namespace {
+
+enum class HostLine { kLine, kStop, kClosed, kTimedOut };
+
+// Reads the host's next line into `line`, never past its end (what follows it is the
+// round's own), until `deadline` (none: for ever). Meanwhile `interrupt_fd` is served with
+// `on_interrupt`: an event it asks to tell is kept in `held` when given, else sent at once.
+HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> deadline,
+                        int interrupt_fd, const OnInterrupt& on_interrupt,
+                        std::optional<NodeEvent>* held, std::string& line) {
+  line.clear();
+  for (;;) {
+    pollfd fds[2] = {{socket, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, deadline ? ms_until(*deadline) : -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return HostLine::kTimedOut;
+    if (fds[1].revents != 0) {
+      const PeerInterrupt what = on_interrupt();
+      if (what.tell && held != nullptr) *held = what.tell;
+      if (what.tell && held == nullptr) (void)write_all_fd(socket, node_event_line(*what.tell));
+      if (what.stop) return HostLine::kStop;
+      continue;
+    }
+    char chunk[512];
+    const ssize_t got = recv_to_line_end(socket, chunk, sizeof chunk);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) return HostLine::kClosed;
+    line.append(chunk, static_cast<std::size_t>(got));
+    if (line.back() == '\n') {
+      line.pop_back();
+      return HostLine::kLine;
+    }
+    if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
+  }
+}
+
+ConfigError no_answer(const std::string& where) {
+  return ConfigError("node 0's ddprun did not answer at " + where + " in time",
+                     "start ddprun on node 0 too, with the same --master-addr and "
+                     "--master-port, or raise --rdzv-conf join_timeout");
+}
+
+constexpr const char* kSameSecretHint =
+    "give every node the same DDPRUN_RDZV_TOKEN, or the same ~/.ddprun/rdzv-token (node 0 "
+    "makes it; a shared home folder shares it), or check who listens on that port on node 0";
+
+}  // namespace
+
+UniqueFd join_host(const std::string& host, int port, JoinRequest join, const SecretSource& secret,
+                   RendezvousClock::time_point deadline, int interrupt_fd,
+                   const OnInterrupt& on_interrupt) {
+  const std::string where = host + ":" + std::to_string(port);
+  std::optional<NodeEvent> tell;   // a notice that came before the host's proof: sent after it
+  std::optional<std::string> key;  // asked for at the first greeting
+  std::string line;
+  for (;;) {
+    pollfd wait{interrupt_fd, POLLIN, 0};
+    if (::poll(&wait, 1, 0) > 0) {
+      const PeerInterrupt what = on_interrupt();
+      if (what.stop) return UniqueFd();
+      if (what.tell) tell = what.tell;
+    }
+    UniqueFd sock = connect_tcp(host, port, 1000);
+    if (sock.valid()) set_blocking(sock.get(), true);
+    // The greeting comes once node 0 gathers (during a round it does not: wait for it).
+    const HostLine greeted =
+        sock.valid() ? read_host_line(sock.get(), deadline, interrupt_fd, on_interrupt, &tell, line)
+                     : HostLine::kClosed;
+    if (greeted == HostLine::kStop) return UniqueFd();
+    if (greeted == HostLine::kTimedOut) throw no_answer(where);
+    if (greeted == HostLine::kClosed) {
+      if (RendezvousClock::now() >= deadline) throw no_answer(where);
+      pollfd again{interrupt_fd, POLLIN, 0};
+      (void)::poll(&again, 1, 200);  // nobody listens yet: try again soon
+      continue;
+    }
+    const auto host_nonce = parse_greeting(line);
+    if (!host_nonce) {
+      throw ConfigError("what listens at " + where + " is not node 0's ddprun (it sent no " +
+                            "rendezvous greeting); this node sent it nothing",
+                        "check who listens on that port on node 0");
+    }
+    if (!key) key = secret ? secret() : std::string();
+    join.nonce = random_nonce();
+    join.proof = key->empty() ? std::string() : join_proof(*key, *host_nonce, join);
+    if (!write_all_fd(sock.get(), format_join(join))) continue;
+    const HostLine answered =
+        read_host_line(sock.get(), deadline, interrupt_fd, on_interrupt, &tell, line);
+    if (answered == HostLine::kStop) return UniqueFd();
+    if (answered == HostLine::kTimedOut) throw no_answer(where);
+    if (answered == HostLine::kClosed) {
+      throw ConfigError(
+          "node 0's ddprun at " + where + " closed the connection at this node's " + "join",
+          key->empty() ? "it refused the join: node 0's output says why"
+                       : std::string(kSameSecretHint));
+    }
+    const auto proof = parse_host_proof(line);
+    if (!proof) {
+      const auto refused = parse_job_end(line);
+      throw ConfigError(
+          "the ddprun at " + where + " " +
+              (refused ? "refused this node's join before proving itself: " + refused->why
+                       : std::string("sent something else than a proof")),
+          kSameSecretHint);
+    }
+    if (!key->empty() && !same_proof(*proof, host_proof(*key, join.nonce, *host_nonce))) {
+      throw ConfigError("the ddprun at " + where + " did not prove it holds the rendezvous " +
+                            "secret: another secret, or not node 0's ddprun; this node runs " +
+                            "nothing it says",
+                        kSameSecretHint);
+    }
+    if (tell) (void)write_all_fd(sock.get(), node_event_line(*tell));
+    return sock;
+  }
+}
+
+std::optional<HostWord> wait_for_host(int socket, const std::string& where,
+                                      std::optional<RendezvousClock::time_point> deadline,
+                                      int interrupt_fd, const OnInterrupt& on_interrupt) {
+  std::string line;
+  for (;;) {
+    switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line)) {
+      case HostLine::kTimedOut:
+        throw ConfigError("node 0's ddprun at " + where + " started no round in time",
+                          "a node may be missing: raise --rdzv-conf join_timeout, or check "
+                          "every node's ddprun");
+      case HostLine::kStop:
+      case HostLine::kClosed:
+        return std::nullopt;  // told to stop, or the host is gone
+      case HostLine::kLine:
+        break;
+    }
+    HostWord word;
+    word.start = parse_round_start(line);
+    if (!word.start) word.end = parse_job_end(line);
+    if (word.start || word.end) return word;
+    // A signal or a control request that node 0 sent for the round this node had already
+    // ended (its exit report was on the way): nothing to do.
+    try {
+      (void)parse_agent_message(line);
+      continue;
+    } catch (const Error&) {
+    }
+    throw ConfigError("node 0's ddprun at " + where + " sent something else than a round start");
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,311 @@
+// The round's starts, replacements and events (round.h has the state machine).
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <string>
+
+#include "ddprun/common/signal_name.h"
+#include "ddprun/contract/errors.h"
+#include "policy/round.h"
+#include "report/labels.h"
+
+namespace ddprun {
+namespace {
+
+bool is_notice_signal(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+// The exit code a child's end gives the job: its own, or 128 + its signal.
+int code_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+}  // namespace
+
+// "15 s", "0.5 s".
+std::string format_seconds(std::chrono::milliseconds span) {
+  const long long ms = span.count();
+  std::string text = std::to_string(ms / 1000);
+  if (ms % 1000 != 0) {
+    std::string fraction = std::to_string(1000 + ms % 1000).substr(1);
+    while (fraction.back() == '0') fraction.pop_back();
+    text += "." + fraction;
+  }
+  return text + " s";
+}
+
+RoundResult Round::run(const std::vector<ChildSpec>& children) {
+  specs_ = &children;
+  ranks_.reserve(children.size());
+  const auto spawn_start = runner_.now();
+  try {
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      RankResult& rank = add_child(i);
+      rank.pid = runner_.start(children[i]);
+      rank.started = true;
+    }
+  } catch (...) {
+    kill_live();
+    wait_for_all();
+    runner_.end_round();
+    throw;
+  }
+  spawn_seconds_ = seconds_since(spawn_start);
+  if (rank_scope()) publish({});
+  wait_for_all();
+  RoundResult result = finish();
+  runner_.end_round();
+  return result;
+}
+
+RankResult& Round::add_child(std::size_t spec_index) {
+  const ChildSpec& spec = (*specs_)[spec_index];
+  RankResult& rank = ranks_.emplace_back();
+  rank.agent = spec.agent;
+  rank.node_rank = spec.node_rank;
+  rank.rank = spec.rank;
+  rank.local_rank = spec.local_rank;
+  rank.host = spec.host;
+  rank.error_file = spec.error_file;
+  rank.progress_file = spec.progress_file;
+  reported_.emplace_back();
+  spec_of_.push_back(spec_index);
+  started_at_.push_back(runner_.now());
+  return rank;
+}
+
+void Round::publish(std::string change) {
+  Membership membership;
+  membership.version = ++membership_version_;
+  membership.recoveries = recoveries_;
+  membership.change = std::move(change);
+  for (std::size_t i = 0; i < std::min(specs_->size(), ranks_.size()); ++i) {
+    if (ranks_[i].agent) continue;
+    std::size_t last = i;
+    while (ranks_[last].replaced_by) last = *ranks_[last].replaced_by;
+    const RankResult& child = ranks_[last];
+    Membership::Member& member = membership.ranks.emplace_back();
+    member.rank = child.rank;
+    member.pid = child.pid;
+    if (!child.exited) {
+      member.state = child.replacement ? Membership::State::kReplaced : Membership::State::kRunning;
+    } else {
+      member.state =
+          exited_with(child.wait_status, 0) ? Membership::State::kDone : Membership::State::kLost;
+    }
+  }
+  std::sort(membership.ranks.begin(), membership.ranks.end(),
+            [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  runner_.publish_membership(membership);
+}
+
+bool Round::replace(std::size_t child) {
+  if (notice_seen_ != 0 || recoveries_left_ <= 0) return false;  // a notice: the round drains
+  const std::string name = "rank " + std::to_string(ranks_[child].rank);
+  const std::string how = describe_wait_status(ranks_[child].wait_status);
+  if (ranks_[child].replacement) {
+    const auto ran =
+        std::chrono::duration_cast<std::chrono::milliseconds>(runner_.now() - started_at_[child]);
+    if (ran < policy_.recovery_window) {
+      not_replaced_ = name + "'s replacement " + how + " " + format_seconds(ran) +
+                      " after its start, during its recovery (the first " +
+                      format_seconds(policy_.recovery_window) + ")";
+      return false;
+    }
+  }
+  const pid_t lost_pid = ranks_[child].pid;
+  const std::size_t index = ranks_.size();
+  add_child(spec_of_[child]).replacement = true;
+  try {
+    ranks_[index].pid = runner_.start((*specs_)[spec_of_[child]]);
+  } catch (const std::exception& e) {
+    ranks_.pop_back();
+    reported_.pop_back();
+    spec_of_.pop_back();
+    started_at_.pop_back();
+    not_replaced_ = name + "'s replacement could not be started: " + e.what();
+    return false;
+  }
+  ranks_[index].started = true;
+  ranks_[child].replaced_by = index;
+  --recoveries_left_;
+  ++recoveries_;
+  publish(name + " (pid " + std::to_string(lost_pid) + ") " + how +
+          "; started its replacement, pid " + std::to_string(ranks_[index].pid) + " (" +
+          std::to_string(recoveries_left_) + " restart(s) left)");
+  return true;
+}
+
+NodeEvent Round::failure_event(std::size_t child) const {
+  if (reported_[child]) return *reported_[child];
+  const RankResult& rank = ranks_[child];
+  NodeEvent event;
+  event.node = rank.agent && rank.node_rank >= 0 ? rank.node_rank : policy_.node_rank;
+  event.code = rank.exited ? code_of(rank.wait_status) : kExitTimedOut;
+  const std::string how = rank.exited ? describe_wait_status(rank.wait_status) : "timed out";
+  event.what = rank.agent ? child_label(rank) + "'s ddprun: " + how
+                          : "rank " + std::to_string(rank.rank) + " (" + rank.host + ") " + how;
+  return event;
+}
+
+void Round::fail(std::size_t child) {
+  phase_ = Phase::kFailing;
+  first_failure_ = child;
+  const NodeEvent event = failure_event(child);
+  runner_.announce(event);
+  runner_.set_stop_cause(event);
+  stop_live(SIGTERM, one_node_agent(child) ? child : kNoChild);  // a node stops its own
+}
+
+void Round::send_notice(int sig, std::size_t except) {
+  signal_live(sig, except);
+  if (notice_seen_ == 0) notice_seen_ = sig;
+  if (phase_ == Phase::kRunning &&
+      std::find(notice_signals_.begin(), notice_signals_.end(), sig) == notice_signals_.end()) {
+    notice_signals_.push_back(sig);
+  }
+}
+
+void Round::handle(const RunnerEvent& event) {
+  switch (event.kind) {
+    case RunnerEvent::Kind::kExited:
+      on_exit(event);
+      break;
+    case RunnerEvent::Kind::kSignal:
+      on_signal(event);
+      break;
+    case RunnerEvent::Kind::kNodeEvent:
+      on_node_event(event.child, event.node_event);
+      break;
+    case RunnerEvent::Kind::kHeadLost:
+      // This node's workers must not outlive the head.
+      lost_head_ = true;
+      on_stop(SIGHUP, SIGTERM);
+      break;
+    case RunnerEvent::Kind::kDeadline:
+      break;
+  }
+}
+
+bool Round::has_own_cause() const {
+  return stopped_after_ || phase_ == Phase::kFailing || phase_ == Phase::kTimedOut ||
+         phase_ == Phase::kStalled;
+}
+
+void Round::on_stop(int cause, int forward) {
+  if (phase_ == Phase::kStopping && cause == SIGINT) {
+    kill_live();  // a second Ctrl-C: no more grace
+    return;
+  }
+  if (stop_signal_ == 0) {
+    stop_signal_ = cause;
+    if (has_own_cause()) stopped_after_ = phase_;
+  }
+  phase_ = Phase::kStopping;
+  // Every stop signal reaches every live worker, after a notice too: a worker that is
+  // writing its checkpoint decides itself what a stop means then (ddp-train finishes it).
+  stop_live(forward);
+}
+
+void Round::on_signal(const RunnerEvent& event) {
+  const int sig = event.signal_number;
+  if (event.from_head && sig == SIGKILL) {
+    // The head gave up on this node after its grace: nothing is waited for any more.
+    if (stop_signal_ == 0) {
+      stop_signal_ = SIGKILL;
+      if (has_own_cause()) stopped_after_ = phase_;
+    }
+    phase_ = Phase::kStopping;
+    kill_live();
+    return;
+  }
+  const bool stop = is_stop_signal(sig, policy_.extra_stop_signals);
+  if (!event.from_head) {  // ddprun's own: the head (when there is one) must know at once
+    NodeEvent own;
+    own.kind = stop ? NodeEvent::Kind::kStopped : NodeEvent::Kind::kNotice;
+    own.node = policy_.node_rank;
+    own.signal = sig;
+    own.code = stop ? 128 + sig : kExitPreempted;
+    own.what = (stop ? "stopped by " : "a preemption notice, ") + signal_name(sig);
+    runner_.announce(own);
+  } else if (stop && event.cause && stop_signal_ == 0) {
+    cause_ = event.cause;
+  }
+  if (stop) {
+    on_stop(sig, sig);
+  } else {
+    send_notice(sig);  // SIGUSR1/SIGUSR2: preemption notices, the workers decide
+  }
+}
+
+void Round::on_node_event(std::size_t child, const NodeEvent& event) {
+  switch (event.kind) {
+    case NodeEvent::Kind::kFailed:
+      if (!reported_[child]) reported_[child] = event;
+      if (phase_ == Phase::kRunning && !killed_) fail(child);
+      break;
+    case NodeEvent::Kind::kStopped:
+    case NodeEvent::Kind::kSetupFailed:
+      runner_.announce(event);
+      // After this round's own cause, a node's stop (every task got Slurm's SIGTERM)
+      // changes neither the cause nor what the other nodes are told.
+      if (!has_own_cause()) {
+        if (stop_signal_ == 0) cause_ = event;
+        runner_.set_stop_cause(event);
+      }
+      on_stop(event.kind == NodeEvent::Kind::kStopped ? event.signal : SIGTERM, SIGTERM);
+      break;
+    case NodeEvent::Kind::kNotice:
+      runner_.announce(event);
+      send_notice(event.signal, one_node_agent(child) ? child : kNoChild);
+      break;
+  }
+}
+
+void Round::on_exit(const RunnerEvent& event) {
+  RankResult& rank = ranks_.at(event.child);
+  rank.exited = true;
+  rank.wait_status = event.wait_status;
+  rank.max_rss_kb = event.max_rss_kb;
+  rank.run_seconds = event.run_seconds;
+  // A drained worker is done, not failed: its peers agreed to stop at the same step
+  // and are saving the same checkpoint, so they must not be interrupted.
+  const bool drained = drained_by_notice(rank);
+  any_drained_ = any_drained_ || drained;
+  const bool failed = !exited_with(event.wait_status, 0) && !drained;
+  // --restart-scope rank: every end changes the membership; a lost worker replaced is no
+  // exit of its rank (no exit timer, no failure).
+  if (rank_scope() && !rank.agent) {
+    publish({});  // lost or done; a replacement is a change of its own
+    if (failed && phase_ == Phase::kRunning && !killed_ && replace(event.child)) return;
+  }
+  // A drained rank starts no exit timer: its peers are saving the same checkpoint.
+  if (policy_.exit_timeout && !first_exit_ && !drained) {
+    first_exit_ = event.child;
+    exit_deadline_ = runner_.now() + *policy_.exit_timeout;
+  }
+  // Children that ddprun stopped itself are no root cause.
+  if (failed && phase_ == Phase::kRunning && !killed_) fail(event.child);
+}
+
+double Round::seconds_since(RunnerClock::time_point start) const {
+  return std::chrono::duration<double>(runner_.now() - start).count();
+}
+
+bool is_stop_signal(int sig, const std::vector<int>& extra) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) return true;
+  return std::find(extra.begin(), extra.end(), sig) != extra.end() && !is_notice_signal(sig);
+}
+
+RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
+                      const RoundPolicy& policy, int recoveries_left) {
+  return Round(runner, policy, recoveries_left).run(children);
+}
+
+}  // namespace ddprun

@@ -1,0 +1,94 @@
+// How a round ended: drained, stopped, failed, timed out or stalled, and the exit code
+// that gives (round.h has the state machine).
+#include <sys/wait.h>
+
+#include <algorithm>
+
+#include "ddprun/contract/errors.h"
+#include "policy/round.h"
+
+namespace ddprun {
+
+bool Round::drained_by_notice(const RankResult& child) const {
+  const int status = child.wait_status;
+  if (exited_with(status, kExitPreempted)) {
+    return child.agent || !notice_signals_.empty() || phase_ == Phase::kStopping;
+  }
+  if (notice_signals_.empty()) return false;
+  const auto noticed = [&](int sig) {
+    return std::find(notice_signals_.begin(), notice_signals_.end(), sig) != notice_signals_.end();
+  };
+  if (WIFSIGNALED(status)) return noticed(WTERMSIG(status));
+  return child.agent && WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+         noticed(WEXITSTATUS(status) - 128);
+}
+
+RoundResult Round::finish() {
+  // A failed round whose stacks (and traces with them) were not taken.
+  const Phase phase = outcome_phase();
+  if ((first_failure_ || phase == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
+  RoundResult result;
+  const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
+    return r.replaced_by || (r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r)));
+  });
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    ranks_[i].stderr_tail = runner_.stderr_tail(i);
+    result.ranks.push_back(std::move(ranks_[i]));
+  }
+  result.first_failure = first_failure_;
+  if (first_failure_ && reported_[*first_failure_]) {
+    result.first_failure_code = reported_[*first_failure_]->code;
+  }
+  // A stop after the round's own cause keeps that cause, unless the head named another.
+  const bool cause_first = stopped_after_ && !cause_;
+  result.stop_signal = stop_signal_;
+  if (any_drained_ && all_ended_cleanly && !first_failure_) {
+    result.outcome = Outcome::kPreempted;
+  } else if (stop_signal_ != 0 && !cause_first) {
+    result.outcome = Outcome::kStopped;
+  } else if (first_failure_) {
+    result.outcome = Outcome::kWorkerFailed;
+  } else if (phase == Phase::kTimedOut) {
+    result.outcome = Outcome::kTimedOut;
+    result.first_exit = first_exit_;
+    result.still_running = still_running_;
+  } else if (phase == Phase::kStalled) {
+    result.outcome = Outcome::kStalled;
+    result.behind = behind_;
+    result.behind_step = behind_step_;
+    result.ahead_step = ahead_step_;
+  }
+  result.lost_head = lost_head_;
+  result.drained = drain_sent_;
+  result.cause = cause_;
+  result.notice = notice_seen_;
+  result.stacks_when = stacks_when_;
+  result.spawn_seconds = spawn_seconds_;
+  result.recoveries = recoveries_;
+  result.not_replaced = not_replaced_;
+  return result;
+}
+
+int exit_code_for(const RoundResult& result) {
+  switch (result.outcome) {
+    case Outcome::kSucceeded:
+      return kExitOk;
+    case Outcome::kStopped:
+      return result.cause ? result.cause->code : 128 + result.stop_signal;
+    case Outcome::kPreempted:
+      return kExitPreempted;
+    case Outcome::kTimedOut:
+    case Outcome::kStalled:
+      return kExitTimedOut;
+    case Outcome::kWorkerFailed: {
+      if (result.first_failure_code) return *result.first_failure_code;
+      const int status = result.ranks.at(*result.first_failure).wait_status;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return 1;
+    }
+  }
+  return 1;
+}
+
+}  // namespace ddprun
