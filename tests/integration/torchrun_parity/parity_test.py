@@ -458,7 +458,8 @@ def main():
     ap.add_argument("--ddprun", default=os.path.join(REPO, "build", "bin", "ddprun"))
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="Python with torch 1.13 for torchrun and for the workers")
-    ap.add_argument("--torchrun-wrapper", default=os.path.join(REPO, "bench", "torchrun_wrapper.py"))
+    ap.add_argument("--torchrun-wrapper",
+                    default=os.path.join(REPO, "tests", "support", "torchrun_wrapper.py"))
     ap.add_argument("--corpus", default=os.path.join(HERE, "corpus.json"))
     ap.add_argument("--only", nargs="*", default=[], help="row ids to run")
     ap.add_argument("--self-check", action="store_true",
