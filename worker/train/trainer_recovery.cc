@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
-#include <iomanip>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -100,11 +100,14 @@ void Trainer::share_state(bool holds_state, Clock::time_point since) {
   if (rank_ == source.rank) {
     // Every survivor redoes the step it was in: nothing done is lost, since the source is
     // the survivor furthest on.
+    // Formatted apart: a precision set on out_ would stay for every line after this one.
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f",
+                  std::chrono::duration<double>(Clock::now() - since).count());
     out_ << "ddp-train: recovered rank" << (source.replacements.size() == 1 ? " " : "s ")
          << rank_list(source.replacements) << " at step " << position_.step + 1 << " from rank "
-         << source.rank << " in " << std::fixed << std::setprecision(1)
-         << std::chrono::duration<double>(Clock::now() - since).count() << std::defaultfloat
-         << " s (0 steps lost, " << bytes.size() << " bytes of state)" << std::endl;
+         << source.rank << " in " << seconds << " s (0 steps lost, " << bytes.size()
+         << " bytes of state)" << std::endl;
   }
 }
 
