@@ -47,6 +47,10 @@ NextGroup next_group(const WorkerEnv& env, const GroupPlace& place,
   const Membership membership = wait_for_membership(
       env.membership_file,
       [&](const Membership& m) { return replacements_running(m, place.group); }, timeout, stop);
+  if (membership.ranks.size() != static_cast<std::size_t>(env.world_size)) {
+    throw EnvError(env.membership_file + " names " + std::to_string(membership.ranks.size()) +
+                   " rank(s); WORLD_SIZE is " + std::to_string(env.world_size));
+  }
   NextGroup next;
   next.place.group = membership.recoveries;
   const Membership::Member& rank0 = membership.ranks.front();
