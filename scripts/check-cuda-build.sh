@@ -118,7 +118,7 @@ echo "check-cuda-build: consumer definitions: $defs"
 
 # Worker sources that include LibTorch, directly or through the library's headers (the same
 # selection as check-libtorch2.sh, plus the documentation's example program).
-files=$(grep -lE '#include [<"](torch/|ATen/|c10/|ddprun/worker/(ddp|communicator|checkpoint|sampler)\.h|torch_compat\.h|(models|data|trainer|objective|evaluation|stop_check|checkpointing|diagnostics)\.h)' \
+files=$(grep -lE '#include [<"](torch/|ATen/|c10/|ddprun/worker/(ddp|communicator|checkpoint|sampler)\.h|(torch_compat|communicator_impl)\.h|(models|data|trainer|trainer_parts|recovery|straggler_watch|objective|evaluation|stop_check|checkpointing|diagnostics)\.h)' \
   worker/lib/src/*.cc worker/train/*.cc bench/*.cc docs/example/*.cc 2>/dev/null || true)
 case "$files" in
   *torch_compat.cc*) ;;

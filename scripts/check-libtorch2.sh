@@ -49,7 +49,7 @@ inc=$root/usr/include
 echo "check-libtorch2: libtorch-dev $version"
 
 # Worker sources that include LibTorch, directly or through the library's headers.
-files=$(grep -lE '#include [<"](torch/|ATen/|c10/|ddprun/worker/(ddp|communicator|checkpoint|sampler)\.h|torch_compat\.h|(models|data|trainer|objective|evaluation|stop_check|checkpointing|diagnostics)\.h)' \
+files=$(grep -lE '#include [<"](torch/|ATen/|c10/|ddprun/worker/(ddp|communicator|checkpoint|sampler)\.h|(torch_compat|communicator_impl)\.h|(models|data|trainer|trainer_parts|recovery|straggler_watch|objective|evaluation|stop_check|checkpointing|diagnostics)\.h)' \
   worker/lib/src/*.cc worker/train/*.cc bench/*.cc 2>/dev/null || true)
 flags="-std=c++20 -fsyntax-only -DUSE_C10D_GLOO -Wall -Wextra -Wpedantic -Wshadow"
 flags="$flags -Wconversion -Wsign-conversion -Wold-style-cast -Wnon-virtual-dtor"

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "objective.h"
 #include "trainer_parts.h"
 
 namespace ddprun::worker::training {
