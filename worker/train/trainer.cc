@@ -5,7 +5,6 @@
 #include <cmath>
 #include <csignal>
 #include <future>
-#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <ostream>
