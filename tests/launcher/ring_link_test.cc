@@ -22,39 +22,65 @@ int port_of(const UniqueFd& listener) {
   return ntohs(address.sin_port);
 }
 
-TEST(RingLink, ThreeNodesEachTimeTheirLinkToTheNext) {
+// Three "nodes" as threads, each with a listener on a port of the kernel's choice (no port
+// to race for), node `late` starting its part a second after the others.
+std::vector<LinkMeasurement> run_ring(const RingRounds& rounds, int late = -1) {
   constexpr int kNodes = 3;
-  constexpr std::int64_t kBytes = 8 << 20;
   std::vector<UniqueFd> listeners;
-  for (int i = 0; i < kNodes; ++i) {
-    listeners.push_back(listen_on(0));  // the kernel's choice: no port to race for
-    ASSERT_TRUE(listeners.back().valid());
-  }
+  for (int i = 0; i < kNodes; ++i) listeners.push_back(listen_on(0));
+  for (const auto& listener : listeners) EXPECT_TRUE(listener.valid());
   std::vector<LinkMeasurement> links(kNodes);
   std::vector<std::thread> nodes;
   for (int i = 0; i < kNodes; ++i) {
     nodes.emplace_back([&, i] {
+      if (i == late) std::this_thread::sleep_for(std::chrono::seconds(1));  // the late start
       links[static_cast<std::size_t>(i)] =
           measure_ring_link(listeners[static_cast<std::size_t>(i)].get(), "127.0.0.1",
-                            port_of(listeners[static_cast<std::size_t>((i + 1) % kNodes)]), kBytes,
+                            port_of(listeners[static_cast<std::size_t>((i + 1) % kNodes)]), rounds,
                             std::chrono::seconds(20));
     });
   }
   for (auto& node : nodes) node.join();
-  for (const auto& link : links) {
+  return links;
+}
+
+TEST(RingLink, ThreeNodesEachTimeTheirLinkToTheNext) {
+  RingRounds rounds;
+  rounds.round_bytes = 4 << 20;
+  rounds.min_rounds = 3;  // and no more: the budget is spent at once
+  rounds.budget = std::chrono::milliseconds(0);
+  for (const auto& link : run_ring(rounds)) {
     EXPECT_EQ(link.error, "");
-    EXPECT_EQ(link.bytes, kBytes);
+    EXPECT_EQ(link.bytes, rounds.round_bytes);
+    EXPECT_EQ(link.rounds, 3);
     EXPECT_GT(link.seconds, 0);
     EXPECT_GT(link.mb_per_s(), 0);
   }
+}
+
+// Node 1 starts its part a second late: node 0's first round waits that second in node 1's
+// listener backlog, yet the link is the fastest round's; a generous budget stops at
+// max_rounds.
+TEST(RingLink, ALateNextNodeIsNotCountedInItsPreviousNodesLink) {
+  RingRounds rounds;
+  rounds.round_bytes = 4 << 20;
+  rounds.min_rounds = 2;
+  rounds.max_rounds = 3;
+  rounds.budget = std::chrono::seconds(60);
+  const auto links = run_ring(rounds, /*late=*/1);
+  for (const auto& link : links) {
+    EXPECT_EQ(link.error, "");
+    EXPECT_EQ(link.rounds, 3);
+  }
+  EXPECT_LT(links[0].seconds, 0.9) << "node 0's link counted node 1's late start";
 }
 
 // The next node listens but never takes part: the deadline ends the wait, naming the link.
 TEST(RingLink, ANextNodeThatNeverReadsEndsAtTheDeadlineNamingTheLink) {
   const UniqueFd mine = listen_on(0), silent = listen_on(0);
   ASSERT_TRUE(mine.valid() && silent.valid());
-  const LinkMeasurement link = measure_ring_link(mine.get(), "127.0.0.1", port_of(silent), 64 << 20,
-                                                 std::chrono::milliseconds(300));
+  const LinkMeasurement link = measure_ring_link(mine.get(), "127.0.0.1", port_of(silent),
+                                                 RingRounds{}, std::chrono::milliseconds(300));
   EXPECT_NE(link.error.find("the link to 127.0.0.1:" + std::to_string(port_of(silent)) +
                             " stalled after "),
             std::string::npos)

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """ddprun --check --bandwidth across simulated nodes (head mode over ssh):
 
-  ready: every node answers, each times its link to the next in a ring (64 MiB each, all
-    at once), the slowest link is named, and the job is declared ready (exit 0).
+  ready: every node answers, each times its link to the next in a ring (rounds of 32 MiB,
+    all at once), the slowest link is named, and the job is declared ready (exit 0).
   slow link: node2's interface limited to 200 Mbit/s with tc (a token bucket): the check
     fails (exit 1) naming node2's link as far slower than the fastest.
   busy port: the ring's port (master port + 1) held on node3: the check fails naming it.
@@ -64,7 +64,7 @@ def main():
         if sorted(int(r) for r, _ in placed) != list(range(NODES)):
             failures.append(f"placement: want each node's rank placed, got {placed}")
 
-        # node2 -> node3 limited to 200 Mbit/s (25 MB/s): 64 MiB take about 2.7 s. (node1's
+        # node2 -> node3 limited to 200 Mbit/s (25 MB/s): two rounds of 32 MiB take about 2.7 s. (node1's
         # link to node2 slows too: node2's acknowledgements queue behind that limit.)
         shaped = cluster.run(cluster.nodes[1], ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
                                                 "rate", "200mbit", "burst", "64kb", "latency",

@@ -281,9 +281,9 @@ void Parser::add_diagnosis(CLI::App& group) {
             "says whether it can write there and how much room is left; repeatable")
       ->allow_extra_args(false);
   group.add_flag("--bandwidth", options.check_bandwidth,
-                 "With --check: every node streams 64 MiB to the next in a ring, all at once "
-                 "(as a ring all-reduce loads the links), on the port after the master port; "
-                 "each link's MB/s is shown and a slow one named");
+                 "With --check: every node streams rounds of 32 MiB to the next in a ring, all "
+                 "at once (as a ring all-reduce loads the links), on the port after the master "
+                 "port; each link's fastest round is shown and a slow link named");
   group.add_flag("--doctor", doctor,
                  "Print what ddprun sees on this node (scheduler, nodes, GPUs, network, the "
                  "worker's LibTorch and BLAS, limits) and exit; PROGRAM is optional");

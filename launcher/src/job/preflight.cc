@@ -28,8 +28,7 @@ namespace {
 
 constexpr int kConnectTimeoutMs = 3000;
 constexpr int kAgentTimeoutMs = 30000;  // for every node to answer
-// --bandwidth: what each node streams to the next, and how long the ring may take.
-constexpr std::int64_t kRingBytes = 64 << 20;
+// --bandwidth: how long the ring may take (its rounds: RingRounds' defaults).
 constexpr std::chrono::milliseconds kRingTimeout{20000};
 
 std::string joined(const std::vector<std::string>& items) {
@@ -373,7 +372,7 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
                            (holder.empty() ? "" : " (" + holder + ")");
       } else {
         const LinkMeasurement link =
-            measure_ring_link(listener.get(), next.host, port, kRingBytes, kRingTimeout);
+            measure_ring_link(listener.get(), next.host, port, RingRounds{}, kRingTimeout);
         check.link_mb_s = link.mb_per_s();
         check.link_error = link.error;
       }
