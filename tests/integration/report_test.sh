@@ -6,7 +6,8 @@
 #     read during round 0 holds the job and no round, read during round 1 it holds round 0
 #     (it is rewritten at every restart);
 #  2. rank 1 fails every round: the job's root cause, exit 3, and why no round followed;
-#  3. a report that cannot be written stops the job before any worker starts.
+#  3. a report that cannot be written stops the job before any worker starts;
+#  4. the start-up's first step: the last rank to write one is named, with --quiet too.
 set -euo pipefail
 ddprun=$1
 schema=$2
@@ -132,4 +133,26 @@ run_job "$work/no-such-folder/report.json"
 grep -q "ddprun: error: --report $work/no-such-folder/report.json: cannot write" <<<"$out" ||
   fail "no error naming the report: $out"
 [[ ! -e $work/started ]] || fail "a worker started: $out"
-echo "PASS: a failed round and its restart, a failed job, an unwritable report"
+# 4. The start-up's first step, under --quiet (no console line, still in the report): rank 1
+#    takes 1.5 s to its first step, rank 0 none.
+cat >"$work/steps.sh" <<'WORKER'
+#!/bin/sh
+[ "$RANK" = 1 ] && sleep 1.5
+echo 1 >"$DDPRUN_PROGRESS_FILE"
+WORKER
+chmod +x "$work/steps.sh"
+rc=0
+out=$("$ddprun" --quiet --nproc-per-node 2 --log-dir "$work/logs" --report "$work/steps.json" \
+  -- "$work/steps.sh" 2>&1) || rc=$?
+[[ $rc -eq 0 ]] || fail "ddprun exited $rc: $out"
+[[ $out != *"first step"* ]] || fail "--quiet showed the first steps: $out"
+check "$work/steps.json" <<'CHECKS' || fail "report 4: $out"
+doc = docs[0]
+phases = {p["phase"]: p for p in doc["startup"]}
+last = phases["first_step"]
+assert last["rank"] == 1 and last["host"] and last["seconds"] >= 1.5, doc["startup"]
+ranks = {r["rank"]: r for r in doc["rounds"][0]["ranks"]}
+assert ranks[1]["first_step_seconds"] == last["seconds"], ranks
+assert 0 <= ranks[0]["first_step_seconds"] <= last["seconds"], ranks
+CHECKS
+echo "PASS: a failed round and its restart, a failed job, an unwritable report, the first steps"

@@ -37,6 +37,7 @@ struct FakeBehaviour {
   // as its workers' end, instead of killing it.
   bool exits_like_agent = false;
   std::deque<std::string> stderr_tail;
+  std::optional<double> first_step_seconds;  // what first_steps() says of it
 };
 
 // Thrown when the policy waits with nothing left that could happen (a child that never
@@ -273,6 +274,11 @@ class FakeRunner : public Runner {
   void close_output() override {}
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return children_.at(child).behaviour.stderr_tail;
+  }
+  std::vector<std::optional<double>> first_steps() const override {
+    std::vector<std::optional<double>> seconds;
+    for (const Child& child : children_) seconds.push_back(child.behaviour.first_step_seconds);
+    return seconds;
   }
   void end_round() override {
     for (const Child& child : children_) {

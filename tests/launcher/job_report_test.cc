@@ -105,6 +105,23 @@ TEST(JobReport, NamesTheJobItsNodesAndEveryRoundWithWhyItWasRestarted) {
       {"phase": "prepare", "seconds": 0.5}, {"phase": "spawn", "seconds": 0.125}])"));
 }
 
+// The start-up's last phase ends at round 0's last first step, naming that rank; a later
+// round's steps are not the start-up's.
+TEST(JobReport, TheFirstStepPhaseNamesTheLastRankToReachItInRoundZero) {
+  JobReport report = two_rounds();
+  report.rounds[0].result->ranks[0].first_step_seconds = 1.5;
+  report.rounds[0].result->ranks[1].first_step_seconds = 3.25;
+  report.rounds[0].result->ranks[1].host = "gpu2";
+  report.rounds[1].result->ranks[0].first_step_seconds = 9.0;
+  const json doc = parsed(report);
+  ASSERT_EQ(doc["startup"].size(), 4u);
+  EXPECT_EQ(doc["startup"][3],
+            json::parse(R"({"phase": "first_step", "seconds": 3.25, "rank": 1, "host": "gpu2"})"));
+  EXPECT_EQ(doc["rounds"][0]["ranks"][0]["first_step_seconds"], 1.5);
+  EXPECT_EQ(doc["rounds"][1]["ranks"][0]["first_step_seconds"], 9.0);
+  EXPECT_TRUE(doc["rounds"][1]["ranks"][1]["first_step_seconds"].is_null());
+}
+
 TEST(JobReport, EachRankHasItsHostPidEndPeakMemoryTimeAndLastStep) {
   const json doc = parsed(two_rounds());
   const json& ranks = doc["rounds"][0]["ranks"];

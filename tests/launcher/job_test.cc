@@ -285,7 +285,8 @@ TEST(JobPolicy, ARestartThatSucceedsEndsTheJobWithZero) {
 struct Observed {
   std::vector<std::string> order;  // "make N", "decided N"
   std::vector<RoundDecision> decisions;
-  std::vector<std::optional<Outcome>> outcomes;  // nullopt: the round never started
+  std::vector<std::optional<Outcome>> outcomes;                 // nullopt: the round never started
+  std::vector<std::vector<std::optional<double>>> first_steps;  // each started round's ranks'
   int exit_code = -1;
 };
 
@@ -306,6 +307,9 @@ Observed run_observed(FakeRunner& runner, JobSettings settings,
         seen.order.push_back("decided " + std::to_string(decision.round));
         seen.decisions.push_back(decision);
         seen.outcomes.push_back(result ? std::optional(result->outcome) : std::nullopt);
+        if (result == nullptr) return;
+        auto& firsts = seen.first_steps.emplace_back();
+        for (const RankResult& rank : result->ranks) firsts.push_back(rank.first_step_seconds);
       });
   return seen;
 }
@@ -328,6 +332,21 @@ TEST(JobPolicyObserver, HearsEveryRoundsDecisionBeforeTheNextRoundIsMade) {
   EXPECT_EQ(seen.decisions[1].why, "not restarting: no restart left (--max-restarts 1)");
   EXPECT_EQ(seen.decisions[1].exit_code, 7);
   EXPECT_EQ(seen.outcomes[1], Outcome::kWorkerFailed);
+}
+
+// The report's first steps come from the runner (which watches the progress files) into
+// each rank of the round's result.
+TEST(JobPolicyObserver, EachRanksFirstStepIsTheRunnersInTheRoundsResult) {
+  FakeRunner runner;
+  runner.behaviour = [](int round, std::size_t child) {
+    FakeBehaviour b = exits_after(Ms(10), exited(0));
+    if (round == 0 && child == 1) b.first_step_seconds = 2.5;
+    return b;
+  };
+  const Observed seen = run_observed(runner, {});
+  EXPECT_EQ(seen.exit_code, 0);
+  ASSERT_EQ(seen.first_steps.size(), 1u);
+  EXPECT_EQ(seen.first_steps[0], (std::vector<std::optional<double>>{std::nullopt, 2.5}));
 }
 
 TEST(JobPolicyObserver, AStopAndARoundThatNeverStartedAreDecisionsToo) {

@@ -215,6 +215,7 @@ int run(Options options, Environment env) {
   // Once per job, by node 0's ddprun (every other node's would repeat it): for its ranks.
   runner_config.show_first_steps =
       !options.quiet && !options.agent && inputs.cluster.this_node.value_or(0) == 0;
+  runner_config.record_first_steps = writes_report(options, inputs);
   runner_config.run_id = inputs.run_id;
   runner_config.max_restarts = options.max_restarts;
   // A closed terminal does not end the job (docs/launching.md), unless SIGHUP is named in

@@ -31,8 +31,10 @@ RoundResult Round::finish() {
   const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
     return r.replaced_by || (r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r)));
   });
+  const std::vector<std::optional<double>> first_steps = runner_.first_steps();
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     ranks_[i].stderr_tail = runner_.stderr_tail(i);
+    if (i < first_steps.size()) ranks_[i].first_step_seconds = first_steps[i];
     result.ranks.push_back(std::move(ranks_[i]));
   }
   result.first_failure = first_failure_;

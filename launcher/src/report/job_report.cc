@@ -79,6 +79,7 @@ json rank_json(const RankResult& child, const std::string* error_text,
   row["run_seconds"] = child.run_seconds;
   row["max_rss_kb"] = child.max_rss_kb;
   row["last_step"] = step != nullptr ? or_null(*step) : json(nullptr);
+  row["first_step_seconds"] = or_null(child.first_step_seconds);
   const auto parsed = error_text != nullptr ? parse_error_file(*error_text) : std::nullopt;
   row["error_message"] = parsed ? json(parsed->message) : json(nullptr);
   return row;
@@ -289,6 +290,20 @@ std::string format_job_report(const JobReport& report) {
     startup.push_back({{"phase", "prepare"}, {"seconds", first.decision.prepare_seconds}});
     if (first.result) {
       startup.push_back({{"phase", "spawn"}, {"seconds", first.result->spawn_seconds}});
+      // Until the last worker's first step, naming it.
+      const RankResult* last = nullptr;
+      for (const RankResult& child : first.result->ranks) {
+        if (child.first_step_seconds &&
+            (last == nullptr || *child.first_step_seconds > *last->first_step_seconds)) {
+          last = &child;
+        }
+      }
+      if (last != nullptr) {
+        startup.push_back({{"phase", "first_step"},
+                           {"seconds", *last->first_step_seconds},
+                           {"rank", last->rank},
+                           {"host", last->host}});
+      }
     }
   }
   doc["startup"] = std::move(startup);

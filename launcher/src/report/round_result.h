@@ -48,6 +48,9 @@ struct RankResult {
   // round; whether this child is itself a replacement.
   std::optional<std::size_t> replaced_by;
   bool replacement = false;
+  // Seconds from the round's start to its first step (the first round's workers on this
+  // node; a step written before the watch began counts at its start, kFirstStepWatchAfter).
+  std::optional<double> first_step_seconds;
 };
 
 // What a node says the moment it happens, to its head (and what a head tells its nodes as

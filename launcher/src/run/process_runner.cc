@@ -92,7 +92,11 @@ void ProcessRunner::show_first_steps() {
     ranks.push_back(specs_[i].rank);
     hosts.push_back(specs_[i].host);
   }
-  console_->message(format_first_steps(seconds, ranks, hosts));
+  if (config_.show_first_steps) console_->message(format_first_steps(seconds, ranks, hosts));
+}
+
+std::vector<std::optional<double>> ProcessRunner::first_steps() const {
+  return first_steps_ ? first_steps_->seconds() : std::vector<std::optional<double>>{};
 }
 
 void ProcessRunner::end_round() {
@@ -332,8 +336,8 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
   }
   // The first-step watch is armed a moment into the first round: a job that is over by then
   // never pays for inotify (closing one waits for the kernel's grace period, ~8 ms).
-  const bool watch = first_round_ && config_.show_first_steps && !first_steps_ && !specs_.empty() &&
-                     !first_steps_armed_;
+  const bool watch = first_round_ && (config_.show_first_steps || config_.record_first_steps) &&
+                     !first_steps_ && !specs_.empty() && !first_steps_armed_;
   const auto arm_at = round_started_at_ + kFirstStepWatchAfter;
   if (watch && RunnerClock::now() >= arm_at) {
     first_steps_armed_ = true;

@@ -41,6 +41,8 @@ struct ProcessRunnerConfig {
   ControlServer* control = nullptr;
   // The first round's line saying when every worker reported its first step (first_steps.h).
   bool show_first_steps = false;
+  // Watch the first round's first steps for the job's report, shown or not.
+  bool record_first_steps = false;
   std::string run_id;    // for status answers
   int max_restarts = 0;  // for status answers
   // SIGHUP detaches from the terminal (docs/launching.md): ddprun's stdout and stderr go
@@ -81,6 +83,7 @@ class ProcessRunner : public Runner {
   // Drains the console (keeping what it could not write for later), then says how many
   // lines of the round it left out.
   void end_round() override;
+  std::vector<std::optional<double>> first_steps() const override;
 
   // ddprun's own messages (rank table, reports): they go to stderr through the console, in
   // order with the workers' lines and without waiting for a console that is not reading.

@@ -120,6 +120,9 @@ class Runner {
   // `membership`, and says its change on the console; nothing without such a file. A file
   // that cannot be written is said once and costs nothing else: the job goes on.
   virtual void publish_membership(const Membership& membership) = 0;
+  // Seconds from the round's start to each child's first step (DDPRUN_PROGRESS_FILE), as far
+  // as seen; empty when they were not watched (run/first_steps.h says when they are).
+  virtual std::vector<std::optional<double>> first_steps() const { return {}; }
   // Ends the round: forgets its children, so the next round numbers from 0 again.
   virtual void end_round() = 0;
 };
