@@ -6,9 +6,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstddef>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "ddprun/common/unique_fd.h"
 #include "ddprun/contract/environment.h"
@@ -28,7 +31,9 @@ class ControlServer {
   // link names it. A live socket of the same name (another job of the same run id on this
   // host) is left alone: this one then serves nothing (fd() < 0) and `problem()` says why.
   // Throws Error when the folder is not private.
-  ControlServer(const std::string& folder, const std::string& name, bool latest);
+  // A connection has `request_within` to send its request line.
+  ControlServer(const std::string& folder, const std::string& name, bool latest,
+                std::chrono::milliseconds request_within = std::chrono::seconds(1));
   // Removes the socket, and the link when it still names it (remove_files).
   ~ControlServer();
   // Removes the socket, the "latest" link when it still names it, and the folder when
@@ -38,13 +43,20 @@ class ControlServer {
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
 
-  int fd() const noexcept { return listening_.get(); }
+  // Readable when a connection waits or one of those taken has sent something: an epoll
+  // descriptor over the listening socket and the connections whose line is not whole yet.
+  int fd() const noexcept { return ready_.get(); }
   const std::string& path() const noexcept { return path_; }
   const std::string& problem() const noexcept { return problem_; }
-  // Takes one waiting connection. A peer of another user is told it is refused and closed;
-  // its request is never acted on. The request line is read within a second (a peer that sends
-  // nothing is dropped). nullopt when there is none to serve.
+  // Takes the waiting connections and reads what they sent, without blocking: a peer that
+  // sends its line slowly, or nothing, never holds the caller's loop. Returns the first whole
+  // request of this user's peers (call again while fd() is readable for the next). A peer
+  // of another user is told it is refused and closed; its request is never acted on. A
+  // connection whose line is not whole within `request_within` is closed at the next call,
+  // and at most kMaxPending wait at once (the oldest is let go for a new one). nullopt when
+  // there is none to serve.
   std::optional<ControlRequest> accept();
+  static constexpr std::size_t kMaxPending = 16;
 
  private:
   std::string folder_;
@@ -53,6 +65,20 @@ class ControlServer {
   std::string problem_;
   bool latest_ = false;
   UniqueFd listening_;
+  // A connection taken whose request line is not whole yet.
+  struct Pending {
+    UniqueFd connection;
+    std::optional<uid_t> uid;  // the peer's (SO_PEERCRED); none: unknown, refused
+    std::string line;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::chrono::milliseconds request_within_;
+  UniqueFd ready_;  // epoll over listening_ and pending_
+  std::vector<Pending> pending_;
+  void take_new_connections();
+  // Reads what `pending` sent; true once its line is whole (or it closed or filled it).
+  static bool read_some(Pending& pending);
+  std::optional<ControlRequest> finish(Pending pending);
 };
 
 // Writes all of `text` to a control connection (a peer that takes nothing for a second is
