@@ -22,8 +22,9 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
                                        const std::string& python_hook_dir = {},
                                        const std::string& membership_file = {});
 
-// What changes from one round to the next. The job's inputs are resolved once, at the
-// start, and never rewritten; each round plans from them with this laid over them.
+// What changes from one round to the next. The job's inputs are resolved at the start
+// (main.cc completes a few before round 0) and no round rewrites them; each round plans
+// from them with this laid over them.
 struct RoundState {
   int restart_count = 0;
   int master_port = 0;                 // the workers'
