@@ -1,7 +1,7 @@
 #pragma once
 // Which failures --restart-on lets a restart fix, as the command line gives them: parsed
-// once by the command line (cli/finish_options.cc) with parse_restart_on, which
-// run/restart_policy.cc defines; used by the restart policy (restart_policy.h). Pure.
+// once by the command line (cli/finish_options.cc) with parse_restart_on, beside its type
+// (restart_rule.cc); used by the restart policy (run/restart_policy.h). Pure.
 
 #include <set>
 #include <string>

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
-#include <sstream>
 #include <string_view>
 
 #include "ddprun/common/parse_int.h"
@@ -32,35 +31,6 @@ bool signal_death(const RankResult& child) {
 }
 
 }  // namespace
-
-RestartRule parse_restart_on(const std::string& text) {
-  RestartRule rule;
-  if (text == "any") return rule;
-  rule.any = false;
-  std::stringstream items(text);
-  std::string item;
-  bool some = false;
-  while (std::getline(items, item, ',')) {
-    some = true;
-    if (item == "signals") {
-      rule.signals = true;
-      continue;
-    }
-    if (item == "stall") {
-      rule.stalls = true;
-      continue;
-    }
-    const auto code = parse_int(item);
-    if (!code || *code < 1 || *code > 255) {
-      throw UsageError("--restart-on " + text + ": '" + item +
-                           "' is neither 'signals', 'stall' nor an exit code 1-255",
-                       "e.g. --restart-on any, --restart-on signals, --restart-on signals,stall,3");
-    }
-    rule.exit_codes.insert(*code);
-  }
-  if (!some || text.back() == ',') throw UsageError("--restart-on " + text + ": an empty item");
-  return rule;
-}
 
 std::string failure_signature(const RoundResult& result, const std::string& error_file_text) {
   if (result.outcome == Outcome::kTimedOut) {
