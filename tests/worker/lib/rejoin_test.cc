@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -113,6 +114,28 @@ TEST(Rejoin, AGroupThatMetThroughAFileCannotBeRejoined) {
   auto comm = Communicator::connect(env, options);
   options.group = 1;
   EXPECT_THROW(Communicator::rejoin(std::move(comm), env, options, false), ::ddprun::ConfigError);
+}
+
+// A survivor writes to the lost rank's closed sockets: that must be an error it can rejoin
+// after, not SIGPIPE's default end of the process (found under LibTorch 2.6's gloo). A
+// program's own SIGPIPE handler is left alone.
+void count_pipes(int) {}
+
+sighandler_t sigpipe_after_connect(sighandler_t before) {
+  const sighandler_t saved = ::signal(SIGPIPE, before);
+  support::TempDir dir;
+  WorkerEnv env;
+  env.run_id = "sigpipe-test";
+  CommOptions options;
+  options.init_method = "file://" + dir.path() + "/store";
+  options.shared_memory = false;
+  Communicator::connect(env, options);
+  return ::signal(SIGPIPE, saved);
+}
+
+TEST(BrokenPipes, AreIgnoredOnceConnectedUnlessTheProgramHandlesThem) {
+  EXPECT_EQ(sigpipe_after_connect(SIG_DFL), SIG_IGN);
+  EXPECT_EQ(sigpipe_after_connect(count_pipes), count_pipes);
 }
 
 }  // namespace

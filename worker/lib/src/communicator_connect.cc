@@ -1,5 +1,6 @@
 // Joining a group: the store, the control and data planes (Communicator::connect), and the
 // next group after a lost rank (Communicator::rejoin).
+#include <csignal>
 #include <memory>
 #include <utility>
 
@@ -26,6 +27,20 @@ std::unique_ptr<Plane::Impl> make_plane(CommunicatorImpl& owner, const std::stri
   plane->device_rules = name == kGlooAsNccl;
   plane->trace_plane = name == "gloo" ? 0 : 1;  // the control plane is gloo; a data plane not
   return plane;
+}
+
+// A peer that dies must fail the collective with an error, not end this process: writing to
+// its closed socket raises SIGPIPE, whose default ends a C++ program (Python ignores it for
+// every torch script). A disposition the program chose is left alone.
+void ignore_broken_pipes() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
+      (current.sa_flags & SA_SIGINFO) != 0) {
+    return;
+  }
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, nullptr);
 }
 
 }  // namespace
@@ -58,6 +73,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorkerEnv& env, const CommOptio
 std::unique_ptr<CommunicatorImpl> join_group(c10::intrusive_ptr<c10d::Store> base_store,
                                              const WorkerEnv& env, const CommOptions& options,
                                              at::Device device) {
+  ignore_broken_pipes();
   auto impl = std::make_unique<CommunicatorImpl>();
   impl->trace = std::make_unique<TraceWriter>(env.trace_file, env.rank);
   impl->rank = env.rank;
