@@ -3,8 +3,14 @@
 // ddprun with 128+signal instead of its own exit code).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "run/process.h"
+#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -38,6 +44,48 @@ TEST(SignalChannel, SignalsAreReadInOrderWhileTheChannelLives) {
   ASSERT_EQ(::raise(SIGUSR1), 0);
   EXPECT_EQ(signals.read_signal(), SIGUSR1);
   EXPECT_EQ(signals.read_signal(), 0);
+}
+
+// The guardian: when ddprun leaves on its own it only goes (ddprun's destructors remove its
+// files, and a later job of the same run id may already use the same socket name); when
+// ddprun dies, it removes the scratch folder and runs its last words.
+struct GuardianFiles : ::testing::Test {
+  support::TempDir dir;
+  std::string scratch = dir.path() + "/scratch";
+  std::string last_words = dir.path() + "/last-words";
+  void SetUp() override { std::filesystem::create_directory(scratch); }
+  std::function<void()> write_last_words() {
+    return [path = last_words] { std::ofstream(path) << "done\n"; };
+  }
+};
+
+TEST_F(GuardianFiles, WhenDdprunLeavesOnItsOwnTheGuardianTouchesNoFile) {
+  { Guardian guardian(scratch, write_last_words()); }  // reaped when this returns
+  EXPECT_TRUE(std::filesystem::is_directory(scratch));
+  EXPECT_FALSE(std::filesystem::exists(last_words));
+}
+
+TEST_F(GuardianFiles, WhenDdprunDiesTheGuardianRemovesTheScratchAndSaysItsLastWords) {
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t ddprun = ::fork();
+  ASSERT_GE(ddprun, 0);
+  if (ddprun == 0) {
+    // The guardian keeps this stdout until it is done: the pipe's end tells the test.
+    ::dup2(out[1], STDOUT_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    Guardian guardian(scratch, write_last_words());
+    ::_exit(0);  // no destructor runs: as a killed ddprun
+  }
+  ::close(out[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(ddprun, &status, 0), ddprun);
+  char byte = 0;
+  EXPECT_EQ(::read(out[0], &byte, 1), 0);  // the guardian is gone
+  ::close(out[0]);
+  EXPECT_FALSE(std::filesystem::exists(scratch));
+  EXPECT_TRUE(std::filesystem::exists(last_words));
 }
 
 }  // namespace

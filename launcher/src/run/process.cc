@@ -190,14 +190,17 @@ Guardian::Guardian(std::string scratch_dir, std::function<void()> at_exit) {
     }
     std::set<pid_t> groups;
     std::int32_t message = 0;
+    bool ended_well = false;  // ddprun said it leaves, having cleaned up itself
     for (;;) {
       const ssize_t got = ::read(read_end.get(), &message, sizeof message);
       if (got < 0 && errno == EINTR) continue;
       if (got != static_cast<ssize_t>(sizeof message)) break;  // EOF: ddprun is gone
       if (message > 0) groups.insert(message);
       if (message < 0) groups.erase(-message);
+      if (message == 0) ended_well = true;
     }
     for (pid_t group : groups) ::kill(-group, SIGKILL);
+    if (ended_well) ::_exit(0);
     if (!scratch_dir.empty()) {
       std::error_code ignored;
       std::filesystem::remove_all(scratch_dir, ignored);
@@ -209,6 +212,11 @@ Guardian::Guardian(std::string scratch_dir, std::function<void()> at_exit) {
 }
 
 Guardian::~Guardian() {
+  // ddprun's own destructors remove its files after this one (ScratchDir, ControlServer):
+  // the guardian only has to go, and is waited for so that no process of the job outlives
+  // ddprun.
+  constexpr std::int32_t kLeaving = 0;
+  write_all(channel_.get(), {reinterpret_cast<const char*>(&kLeaving), sizeof kLeaving});
   channel_.reset();
   if (pid_ > 0) {
     int status = 0;

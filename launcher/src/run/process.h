@@ -88,7 +88,9 @@ class Guardian {
   // `scratch_dir`, when not empty, is removed by the guardian as it exits, and `at_exit`
   // is run, so that a killed ddprun leaves no temporary files behind either.
   explicit Guardian(std::string scratch_dir = {}, std::function<void()> at_exit = {});
-  ~Guardian();  // tells the guardian to exit without killing, and reaps it
+  // Tells the guardian that ddprun leaves on its own (it then kills only the groups still
+  // watched and removes nothing: ddprun's own destructors do), and reaps it.
+  ~Guardian();
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
 
