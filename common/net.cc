@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 
 #include <cerrno>
@@ -72,6 +73,18 @@ UniqueFd connect_tcp(const std::string& host, int port, int timeout_ms) {
   }
   ::freeaddrinfo(found);
   return connected;
+}
+
+bool keep_alive(int fd) {
+  const int on = 1, idle_s = 2, interval_s = 2, probes = kPeerDeadAfterSeconds / interval_s - 1;
+  const unsigned user_timeout_ms = kPeerDeadAfterSeconds * 1000;
+  return ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) == 0 &&
+         // Also for data sent and never acknowledged, and the bound on the probes above.
+         ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms,
+                      sizeof user_timeout_ms) == 0;
 }
 
 bool can_connect(const std::string& host, int port, int timeout_ms) {

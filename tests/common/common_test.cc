@@ -1,5 +1,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "ddprun/common/files.h"
+#include "ddprun/common/net.h"
 #include "ddprun/common/parse_int.h"
 #include "ddprun/common/printable.h"
 #include "ddprun/common/signal_name.h"
@@ -261,6 +265,27 @@ TEST(WriteAll, ReportsAGoneReaderInsteadOfDying) {
   EXPECT_FALSE(write_all(write_end.get(), "lost"));
   EXPECT_EQ(errno, EPIPE);
   ::signal(SIGPIPE, previous);
+}
+
+// A launchers' connection is probed while idle and given up after kPeerDeadAfterSeconds:
+// probes start after 2 s and come every 2 s, and the probes plus the last wait fit the bound.
+TEST(KeepAlive, ProbesAnIdleConnectionAndGivesUpWithinTheBound) {
+  const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(fd.valid());
+  ASSERT_TRUE(keep_alive(fd.get()));
+  const auto option = [&](int level, int name) {
+    int value = -1;
+    socklen_t size = sizeof value;
+    EXPECT_EQ(::getsockopt(fd.get(), level, name, &value, &size), 0);
+    return value;
+  };
+  EXPECT_EQ(option(SOL_SOCKET, SO_KEEPALIVE), 1);
+  const int idle = option(IPPROTO_TCP, TCP_KEEPIDLE), every = option(IPPROTO_TCP, TCP_KEEPINTVL);
+  EXPECT_EQ(idle, 2);
+  EXPECT_EQ(every, 2);
+  EXPECT_LE(idle + every * option(IPPROTO_TCP, TCP_KEEPCNT), kPeerDeadAfterSeconds);
+  EXPECT_EQ(option(IPPROTO_TCP, TCP_USER_TIMEOUT), kPeerDeadAfterSeconds * 1000);
+  EXPECT_FALSE(keep_alive(-1));
 }
 
 }  // namespace

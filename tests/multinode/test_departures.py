@@ -13,6 +13,11 @@
 
   --case setup         node 1's set-up fails after it joined (its --log-dir is a file): node 0
                        names node 1's own error, spends no restart, and both exit 125.
+  --case partition     node 1's link is cut (its interface down) while every worker runs,
+                       and nothing is said on the connection: each side's kernel ends it
+                       within kPeerDeadAfterSeconds (10 s, TCP keepalive), so both ddprun
+                       exit non-zero within that + the grace + 3 s, node 0 naming node 1,
+                       and no worker is left on either node.
 
   PYTHONPATH=tests tests/multinode/test_departures.py --ddprun BIN --case CASE
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure.
@@ -33,6 +38,7 @@ NPROC = 2
 PORT = 29541
 SAVE_S = 2.0
 GRACE_S = 5
+PEER_DEAD_AFTER_S = 10  # common/net.h, kPeerDeadAfterSeconds
 RUN_ID = f"depart{uuid.uuid4().hex[:8]}"
 WORKER_PY = r"""
 import os, signal, sys, time
@@ -192,10 +198,40 @@ def case_setup(cluster, a, worker, env, d, failures, result):
         failures.append("node 0 spent a restart on a node whose set-up failed")
 
 
+def case_partition(cluster, a, worker, env, d, failures, result):
+    nodes = [Node(cluster, n, argv_for(a, cluster, i, 2, worker), env)
+             for i, n in enumerate(cluster.nodes[:2])]
+    world = 2 * NPROC
+    cut_at = None
+    if wait_for(lambda: sum(f.startswith("started.") for f in os.listdir(d)) == world, 60,
+                "every worker to start", failures):
+        cut = cluster.run(cluster.nodes[1], ["ip", "link", "set", "dev", "eth0", "down"],
+                          timeout=30)
+        if cut.returncode != 0:
+            failures.append(f"cannot cut node 1's link: {cut.stderr.strip()}")
+        cut_at = time.time()
+    for n in nodes:
+        n.join(failures)
+    if cut_at is None:
+        return
+    bound = PEER_DEAD_AFTER_S + GRACE_S + 3
+    for n in nodes:
+        if n.exited_at is None:
+            continue
+        result[f"cut_to_{n.name}_exit_s"] = round(n.exited_at - cut_at, 2)
+        if n.exited_at - cut_at > bound:
+            failures.append(f"{n.name} exited {n.exited_at - cut_at:.2f} s after the cut, more "
+                            f"than {bound} s")
+        if n.proc.returncode == 0:
+            failures.append(f"{n.name} exited 0 after losing the other node")
+    if "node 1" not in nodes[0].out:
+        failures.append("node 0 did not name node 1")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup"], required=True)
+    ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup", "partition"], required=True)
     a = ap.parse_args()
 
     def body(cluster, result, failures):
@@ -210,7 +246,7 @@ def main():
             extra["KILL_RANK"] = str(3 * NPROC - 1)
         env = job_env(marker, **extra)
         {"failtogether": case_failtogether, "notice": case_notice, "stop": case_stop,
-         "setup": case_setup}[a.case](cluster, a, worker, env, d, failures, result)
+         "setup": case_setup, "partition": case_partition}[a.case](cluster, a, worker, env, d, failures, result)
         check_leftovers(cluster, marker, failures)
 
     return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=False)

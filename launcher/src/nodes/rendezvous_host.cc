@@ -269,6 +269,9 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
         }
         // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
         // short line fits; one that does not is no client).
+        // A joined node's host dying, or its link cut, ends the connection (net.h): the
+        // node has left, and every other node hears of it.
+        keep_alive(fd);
         Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
         if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
       }

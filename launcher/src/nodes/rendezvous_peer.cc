@@ -77,6 +77,9 @@ UniqueFd join_host(const std::string& host, int port, JoinRequest join, const Se
     }
     UniqueFd sock = connect_tcp(host, port, 1000);
     if (sock.valid()) set_blocking(sock.get(), true);
+    // Node 0's host dying, or the link to it cut, ends this connection (net.h), and with it
+    // this node's workers: never a wait without end.
+    if (sock.valid()) keep_alive(sock.get());
     // The greeting comes once node 0 gathers (during a round it does not: wait for it).
     const HostLine greeted =
         sock.valid() ? read_host_line(sock.get(), deadline, interrupt_fd, on_interrupt, &tell, line)

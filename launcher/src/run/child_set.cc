@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <string>
 #include <system_error>
 
 #include "ddprun/common/net.h"
@@ -119,7 +121,14 @@ void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (got <= 0) {
     if (events.output) {
-      events.output(index, true, "ddprun: lost the connection to a node's ddprun\n");
+      // ETIMEDOUT: the kernel's keepalive gave up on the node (keep_alive, net.h).
+      const std::string why = got == 0 ? "it closed the connection"
+                              : errno == ETIMEDOUT
+                                  ? "no answer within " + std::to_string(kPeerDeadAfterSeconds) +
+                                        " s (its host is down, or the network to it is cut)"
+                                  : std::string(std::strerror(errno));
+      events.output(index, true,
+                    "ddprun: lost the connection to this node's ddprun: " + why + "\n");
     }
     end_connection(index, 255 << 8, events);
     return;

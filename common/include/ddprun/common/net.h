@@ -22,6 +22,18 @@ std::vector<std::string> resolve_addresses(const std::string& host);
 // `host` resolves to, each for up to `timeout_ms`; an invalid fd when none accepted.
 UniqueFd connect_tcp(const std::string& host, int port, int timeout_ms);
 
+// How long a peer whose host died or whose network is cut may stay silent on a connection
+// marked by keep_alive before the kernel ends it (ETIMEDOUT): ssh's agents get about as
+// long (ServerAliveInterval).
+inline constexpr int kPeerDeadAfterSeconds = 10;
+
+// Asks the kernel to probe `fd`'s peer while the connection is idle (every 2 s after 2 s of
+// silence) and to end the connection when kPeerDeadAfterSeconds pass without an answer or
+// an acknowledgement of data sent: a host that died or a cut link is then a closed
+// connection, as a killed process is, not a silence that lasts for ever. A process that
+// is merely stopped still answers (its kernel does). Returns false when not applied.
+bool keep_alive(int fd);
+
 // Whether a TCP connection to `host`:`port` is accepted within `timeout_ms`, trying each
 // address `host` resolves to. The connection is closed at once.
 bool can_connect(const std::string& host, int port, int timeout_ms);
