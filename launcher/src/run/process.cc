@@ -1,6 +1,7 @@
 #include "run/process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -96,9 +97,68 @@ int SignalChannel::read_signal() {
   }
 }
 
+namespace {
+
+// What the child of spawn_process reads: all made before the clone, nothing allocated after.
+struct ChildStart {
+  const SpawnSpec* spec = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  int stdin_fd = -1;
+  pid_t parent = 0;
+  bool keep_sighup_ignored = false;
+  const cpu_set_t* cpus = nullptr;
+  const sigset_t* child_mask = nullptr;
+};
+
+// The child, on its own stack in ddprun's memory until it execs (CLONE_VM | CLONE_VFORK):
+// only system calls, no allocation, nothing written that ddprun reads after. Not
+// instrumented by AddressSanitizer: its frame's redzones would stay poisoned in ddprun's
+// shadow memory, since the frame never returns.
+__attribute__((no_sanitize("address"))) int start_child(void* start_arg) {
+  const ChildStart& start = *static_cast<const ChildStart*>(start_arg);
+  const SpawnSpec& spec = *start.spec;
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != start.parent) ::_exit(128 + SIGKILL);  // ddprun died before prctl
+  // ddprun's helpers (eu-stack) may read its stack where Yama allows only ancestors.
+  ::prctl(PR_SET_PTRACER, start.parent, 0, 0, 0);
+  // Workers start with default dispositions, except a SIGHUP that ddprun itself was
+  // started with ignored (nohup): they inherit that, as nohup's children do. Every signal
+  // is blocked until the mask below, so no handler of ddprun's runs here.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
+    if (sig != SIGHUP || !start.keep_sighup_ignored) ::sigaction(sig, &default_action, nullptr);
+  }
+  if (::dup2(start.stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
+      ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) {
+    ::_exit(127);
+  }
+  if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof(cpu_set_t), start.cpus) != 0) {
+    write_stderr_raw("ddprun: error: cannot bind the worker to its CPUs: ");
+    write_stderr_raw(::strerror(errno));
+    write_stderr_raw("\n");
+    ::_exit(127);
+  }
+  ::sigprocmask(SIG_SETMASK, start.child_mask, nullptr);
+  ::execve(spec.path.c_str(), start.argv, start.envp);
+  write_stderr_raw("ddprun: error: cannot execute ");
+  write_stderr_raw(spec.path.c_str());
+  write_stderr_raw(": ");
+  write_stderr_raw(::strerror(errno));
+  write_stderr_raw("\n");
+  ::_exit(127);
+}
+
+// The child's stack until it execs: ddprun is suspended meanwhile (CLONE_VFORK), so one
+// stack serves every spawn of this thread.
+constexpr std::size_t kChildStackBytes = 64 * 1024;
+
+}  // namespace
+
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
-  // Everything the child needs is prepared before fork: after it, only async-signal-safe
-  // calls are allowed.
+  // Everything the child needs is prepared before the clone: after it, only system calls.
   std::vector<char*> argv;
   argv.reserve(spec.argv.size() + 1);
   for (const auto& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -107,47 +167,42 @@ pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
   envp.reserve(spec.env.size() + 1);
   for (const auto& var : spec.env) envp.push_back(const_cast<char*>(var.c_str()));
   envp.push_back(nullptr);
-  const UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null.valid()) throw_errno("open /dev/null");
-  const pid_t parent = ::getpid();
+  UniqueFd dev_null;
+  if (spec.stdin_fd < 0) {
+    dev_null = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!dev_null.valid()) throw_errno("open /dev/null");
+  }
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   for (const int cpu : spec.cpus) {
     if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(cpu), &cpus);
   }
+  ChildStart start;
+  start.spec = &spec;
+  start.argv = argv.data();
+  start.envp = envp.data();
+  start.stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
+  start.parent = ::getpid();
+  start.keep_sighup_ignored = ignored_at_start(SIGHUP);
+  start.cpus = &cpus;
+  start.child_mask = &child_mask;
 
-  const pid_t pid = ::fork();
-  if (pid < 0) throw_errno("fork");
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);  // ddprun died before prctl
-    // ddprun's helpers (eu-stack) may read its stack where Yama allows only ancestors.
-    ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
-    // Workers start with default dispositions, except a SIGHUP that ddprun itself was
-    // started with ignored (nohup): they inherit that, as nohup's children do.
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
-      if (sig != SIGHUP || !ignored_at_start(SIGHUP)) ::signal(sig, SIG_DFL);
-    }
-    const int stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : dev_null.get();
-    if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 ||
-        ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) {
-      ::_exit(127);
-    }
-    if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
-      write_stderr_raw("ddprun: error: cannot bind the worker to its CPUs: ");
-      write_stderr_raw(::strerror(errno));
-      write_stderr_raw("\n");
-      ::_exit(127);
-    }
-    ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
-    ::execve(spec.path.c_str(), argv.data(), envp.data());
-    write_stderr_raw("ddprun: error: cannot execute ");
-    write_stderr_raw(spec.path.c_str());
-    write_stderr_raw(": ");
-    write_stderr_raw(::strerror(errno));
-    write_stderr_raw("\n");
-    ::_exit(127);
+  // vfork's way, as posix_spawn does it (which cannot set a parent-death signal or CPUs):
+  // the child shares ddprun's memory until its exec, so no page table is copied for it
+  // (8 no-op workers: 1.39x the floor instead of 1.57x; 32: 1.30x instead of 1.60x). Every
+  // signal stays blocked in the child until its own mask is set, so no handler of ddprun's
+  // runs on the shared memory.
+  static thread_local std::vector<char> stack(kChildStackBytes);
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
+  const pid_t pid =
+      ::clone(start_child, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (pid < 0) {
+    errno = clone_errno;
+    throw_errno("clone");
   }
   // Also set it here, so the group exists before anyone signals it.
   ::setpgid(pid, pid);
