@@ -12,7 +12,11 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from waited import run_waited  # noqa: E402 (bench/, beside this file)
 # Debian's torchrun through the tests' wrapper (tests/support), which the benchmarks share.
 TORCHRUN_WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "support", "torchrun_wrapper.py")
@@ -24,11 +28,15 @@ def measure(command, reps, timeout_s=20):
     for _ in range(reps):
         start = time.perf_counter()
         try:
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=timeout_s)
-            times.append(time.perf_counter() - start)
-        except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
-            failures += 1  # mpirun -np 32 --oversubscribe hangs now and then on 2 cores
+            code, _ = run_waited(command, timeout_s, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            elapsed = time.perf_counter() - start
+        except subprocess.TimeoutExpired:
+            code = None  # mpirun -np 32 --oversubscribe hangs now and then on 2 cores
+        if code == 0:
+            times.append(elapsed)
+        else:
+            failures += 1
     if not times:
         return {"median_ms": float("nan"), "min_ms": float("nan"), "max_ms": float("nan"),
                 "failures": failures}
