@@ -165,6 +165,10 @@ int run(Options options, Environment env) {
     options.log_dir = logs.path;
   }
   if (job_end) inputs.job_end_unix = job_end->unix_seconds;
+  // Made below, declared first: it is told that ddprun leaves only after the control socket
+  // and the scratch folder are gone (their destructors run before its own), so a ddprun
+  // killed on its way out (a signal pending as an exception unwinds) still leaves nothing.
+  std::optional<Guardian> guardian;
   std::optional<ScratchDir> scratch;
   if (!options.log_dir) scratch.emplace(tmpdir(env), inputs.run_id);
   inputs.scratch_dir = scratch ? scratch->path() : std::string();
@@ -237,7 +241,7 @@ int run(Options options, Environment env) {
   }
 
   SignalChannel signals(options.signals_to_handle);
-  Guardian guardian(inputs.scratch_dir, [&control] {
+  guardian.emplace(inputs.scratch_dir, [&control] {
     if (control) control->remove_files();
   });
   const std::string spill_name =
@@ -260,7 +264,7 @@ int run(Options options, Environment env) {
       return *secret;
     };
     const int code = run_peer_job(peer, rendezvous_port, read_secret, join_timeout, signals,
-                                  guardian, spill_path);
+                                  *guardian, spill_path);
     signals.discard_pending();  // as below: the outcome is decided
     return code;
   }
@@ -278,7 +282,7 @@ int run(Options options, Environment env) {
     inputs.fixed_port = false;
   }
   RoundState round_state = first_round_state(inputs);
-  ProcessRunner runner(signals, guardian, runner_config);
+  ProcessRunner runner(signals, *guardian, runner_config);
   std::optional<ReportFile> report;  // --report: node 0's view of the job, round by round
   if (writes_report(options, inputs)) {
     const double inputs_seconds =

@@ -267,9 +267,9 @@ Guardian::Guardian(std::string scratch_dir, std::function<void()> at_exit) {
 }
 
 Guardian::~Guardian() {
-  // ddprun's own destructors remove its files after this one (ScratchDir, ControlServer):
-  // the guardian only has to go, and is waited for so that no process of the job outlives
-  // ddprun.
+  // ddprun's own destructors removed its files before this one (ScratchDir, ControlServer:
+  // job/main.cc declares the guardian first): the guardian only has to go, and is waited
+  // for so that no process of the job outlives ddprun.
   constexpr std::int32_t kLeaving = 0;
   write_all(channel_.get(), {reinterpret_cast<const char*>(&kLeaving), sizeof kLeaving});
   channel_.reset();
@@ -281,11 +281,13 @@ Guardian::~Guardian() {
 }
 
 void Guardian::watch(pid_t pgid) noexcept {
+  if (pgid <= 0) return;  // 0 means "ddprun leaves" (the destructor's)
   const std::int32_t message = pgid;
   write_all(channel_.get(), {reinterpret_cast<const char*>(&message), sizeof message});
 }
 
 void Guardian::forget(pid_t pgid) noexcept {
+  if (pgid <= 0) return;
   const std::int32_t message = -pgid;
   write_all(channel_.get(), {reinterpret_cast<const char*>(&message), sizeof message});
 }

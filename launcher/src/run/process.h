@@ -89,7 +89,8 @@ class Guardian {
   // is run, so that a killed ddprun leaves no temporary files behind either.
   explicit Guardian(std::string scratch_dir = {}, std::function<void()> at_exit = {});
   // Tells the guardian that ddprun leaves on its own (it then kills only the groups still
-  // watched and removes nothing: ddprun's own destructors do), and reaps it.
+  // watched and removes nothing), and reaps it: destroy it after what removes the files
+  // (ScratchDir, ControlServer), so that a ddprun killed before they ran is cleaned up.
   ~Guardian();
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
