@@ -99,6 +99,22 @@ TEST_F(Served, AClientWhoseTimeIsOverIsLetGoAtTheNextTurn) {
   EXPECT_TRUE(closed_by_server(silent));
 }
 
+// A line that came while ddprun served another request is served, even when its time is
+// over by the next turn: what was sent is read before anything is let go.
+TEST_F(Served, ALineSentInTimeIsServedEvenWhenItsTurnComesLate) {
+  ControlServer server(folder, "run.sock", false, milliseconds(0));
+  ASSERT_GE(server.fd(), 0) << server.problem();
+  const UniqueFd first = connect_client(server.path()), second = connect_client(server.path());
+  send_all(first, "status\n");
+  send_all(second, "stop\n");
+  const auto served = next_request(server);
+  ASSERT_TRUE(served.has_value());
+  EXPECT_EQ(served->verb, ControlVerb::kStatus);
+  const auto next = next_request(server);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->verb, ControlVerb::kStop);
+}
+
 TEST_F(Served, AtMostSoManyWaitAtOnceTheOldestIsLetGo) {
   ControlServer server(folder, "run.sock", false, std::chrono::seconds(60));
   ASSERT_GE(server.fd(), 0) << server.problem();

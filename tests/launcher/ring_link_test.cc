@@ -75,6 +75,24 @@ TEST(RingLink, ALateNextNodeIsNotCountedInItsPreviousNodesLink) {
   EXPECT_LT(links[0].seconds, 0.9) << "node 0's link counted node 1's late start";
 }
 
+// A stray client that connects to this node's ring port and closes at once is not the
+// previous node: an error, not a link measured with nothing received.
+TEST(RingLink, AConnectionThatClosesBeforeItsRoundsIsAnError) {
+  const UniqueFd mine = listen_on(0), next = listen_on(0);
+  ASSERT_TRUE(mine.valid() && next.valid());
+  {
+    const UniqueFd stray(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port_of(mine)));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(stray.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  }
+  const LinkMeasurement link = measure_ring_link(mine.get(), "127.0.0.1", port_of(next),
+                                                 RingRounds{}, std::chrono::seconds(20));
+  EXPECT_EQ(link.error, "the previous node's connection closed early");
+}
+
 // The next node listens but never takes part: the deadline ends the wait, naming the link.
 TEST(RingLink, ANextNodeThatNeverReadsEndsAtTheDeadlineNamingTheLink) {
   const UniqueFd mine = listen_on(0), silent = listen_on(0);

@@ -119,14 +119,19 @@ LinkMeasurement measure_ring_link(int listener, const std::string& next_host, in
                 "the previous node's connection failed: " + std::string(std::strerror(errno));
             return result;
           }
-          if (got == 0 && receiver.received % rounds.round_bytes != 0) {
+          // Closed mid-round, or before the rounds every node sends (a stray client on
+          // the port, not the previous node): not a measured link.
+          if (got == 0 && (receiver.received % rounds.round_bytes != 0 ||
+                           receiver.received < rounds.min_rounds * rounds.round_bytes)) {
             result.error = "the previous node's connection closed early";
             return result;
           }
           if (got == 0) receiver.done = true;
           if (got > 0) receiver.received += got;
         }
-        if (receiver.acks_owed() > 0 && ::write(in.get(), "k", 1) == 1) ++receiver.acks_written;
+        if (receiver.acks_owed() > 0 && ::send(in.get(), "k", 1, MSG_NOSIGNAL) == 1) {
+          ++receiver.acks_written;
+        }
       } else if (!sender.awaiting_ack) {
         const auto want = static_cast<std::size_t>(std::min<std::int64_t>(
             rounds.round_bytes - sender.sent, static_cast<std::int64_t>(chunk.size())));

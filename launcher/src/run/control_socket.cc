@@ -22,7 +22,6 @@
 namespace ddprun {
 namespace {
 
-constexpr int kPeerTimeoutMs = 1000;
 constexpr int kClientTimeoutMs = 30000;
 
 // A Unix socket address for `folder`/`name`. A path too long for sun_path goes through the
@@ -230,11 +229,7 @@ ControlServer::ControlServer(const std::string& folder, const std::string& name,
   ::chmod(path_.c_str(), 0600);
   listening_ = std::move(fd);
   ready_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
-  epoll_event interest{};
-  interest.events = EPOLLIN;
-  interest.data.fd = listening_.get();
-  if (!ready_.valid() ||
-      ::epoll_ctl(ready_.get(), EPOLL_CTL_ADD, listening_.get(), &interest) != 0) {
+  if (!ready_.valid() || !watch(listening_.get())) {
     problem_ = std::string("cannot watch the control socket: ") + std::strerror(errno);
     listening_.reset();
     ready_.reset();
@@ -270,85 +265,6 @@ void ControlServer::remove_files() const noexcept {
     }
   }
   ::rmdir(folder_.c_str());  // fails while another run's socket (or a console file) is in it
-}
-
-void ControlServer::take_new_connections() {
-  for (;;) {
-    UniqueFd connection(::accept4(listening_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!connection.valid()) return;  // none left (EAGAIN), or it failed: the next call retries
-    // Answers are sent blocking, within a second each (send_text); requests are read with
-    // MSG_DONTWAIT.
-    set_timeouts(connection.get(), kPeerTimeoutMs);
-    ucred peer{};
-    socklen_t size = sizeof peer;
-    std::optional<uid_t> uid;
-    if (::getsockopt(connection.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0) uid = peer.uid;
-    // Closing the oldest also takes it off epoll (no other descriptor shares it).
-    if (pending_.size() >= kMaxPending) pending_.erase(pending_.begin());
-    epoll_event interest{};
-    interest.events = EPOLLIN;
-    interest.data.fd = connection.get();
-    if (::epoll_ctl(ready_.get(), EPOLL_CTL_ADD, connection.get(), &interest) != 0) continue;
-    pending_.push_back(
-        {std::move(connection), uid, {}, std::chrono::steady_clock::now() + request_within_});
-  }
-}
-
-bool ControlServer::read_some(Pending& pending) {
-  constexpr std::size_t kLimit = 64;
-  char buffer[kLimit];
-  for (;;) {
-    const ssize_t got =
-        ::recv(pending.connection.get(), buffer, kLimit - pending.line.size(), MSG_DONTWAIT);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return errno != EAGAIN && errno != EWOULDBLOCK;  // broken: done with it
-    if (got == 0) return true;                                    // closed: what came is all
-    pending.line.append(buffer, static_cast<std::size_t>(got));
-    const auto end = pending.line.find('\n');
-    if (end != std::string::npos) {
-      pending.line.resize(end);
-      return true;
-    }
-    if (pending.line.size() >= kLimit) return true;
-  }
-}
-
-std::optional<ControlRequest> ControlServer::finish(Pending pending) {
-  const int connection = pending.connection.get();
-  if (pending.uid != ::geteuid()) {
-    // Answered once its request is read: closing with the request unread would reset the
-    // connection, and the peer would not see why.
-    send_text(connection, "error: refused: this job belongs to user id " +
-                              std::to_string(::geteuid()) + ", not to " +
-                              (pending.uid ? "user id " + std::to_string(*pending.uid)
-                                           : std::string("a peer of unknown user id")) +
-                              "\n");
-    return std::nullopt;
-  }
-  const auto verb = parse_control_verb(pending.line);
-  if (!verb) {
-    send_text(connection,
-              "error: unknown request '" + pending.line + "' (status, stacks, stop or attach)\n");
-    return std::nullopt;
-  }
-  return ControlRequest{std::move(pending.connection), *verb};
-}
-
-std::optional<ControlRequest> ControlServer::accept() {
-  if (!listening_.valid()) return std::nullopt;
-  // Let go of those that sent no whole line in time (closing also takes them off epoll).
-  const auto now = std::chrono::steady_clock::now();
-  std::erase_if(pending_, [&](const Pending& pending) { return pending.deadline <= now; });
-  take_new_connections();
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (!read_some(*it)) continue;
-    Pending done = std::move(*it);
-    pending_.erase(it);
-    ::epoll_ctl(ready_.get(), EPOLL_CTL_DEL, done.connection.get(), nullptr);
-    // One request per call: the others stay readable, and the caller's loop comes back.
-    return finish(std::move(done));
-  }
-  return std::nullopt;
 }
 
 bool send_text(int connection, std::string_view text) {

@@ -75,10 +75,13 @@ class ControlServer {
   std::chrono::milliseconds request_within_;
   UniqueFd ready_;  // epoll over listening_ and pending_
   std::vector<Pending> pending_;
+  bool watch(int fd);  // adds `fd` to ready_, readable
   void take_new_connections();
   // Reads what `pending` sent; true once its line is whole (or it closed or filled it).
   static bool read_some(Pending& pending);
   std::optional<ControlRequest> finish(Pending pending);
+  // The first connection whose line is now whole (or that closed), off the list and epoll.
+  std::optional<Pending> take_whole();
 };
 
 // Writes all of `text` to a control connection (a peer that takes nothing for a second is
