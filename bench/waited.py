@@ -13,14 +13,23 @@ def run_waited(command, timeout_s, **popen_args):
     """Runs `command` to its end; returns (exit code, time.time() at its end). A run past
     `timeout_s` is killed and raises subprocess.TimeoutExpired."""
     proc = subprocess.Popen(command, **popen_args)
-    timer = threading.Timer(timeout_s, proc.kill)
+    killed = threading.Event()
+
+    def kill():
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout_s, kill)
     timer.start()
     try:
         code = proc.wait()  # no timeout: a blocking waitpid
         ended = time.time()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     finally:
-        timed_out = not timer.is_alive()
         timer.cancel()
-    if timed_out:
+    if killed.is_set():
         raise subprocess.TimeoutExpired(command, timeout_s)
     return code, ended
