@@ -7,6 +7,7 @@
 #include <poll.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "ddprun/common/unique_fd.h"
@@ -100,6 +101,12 @@ ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
       fd, buffer,
       end != nullptr ? static_cast<std::size_t>(end - buffer + 1) : static_cast<std::size_t>(got),
       MSG_DONTWAIT);
+}
+
+std::string Heartbeat::silence() const {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(silent_after).count());
+  return text;
 }
 
 }  // namespace ddprun

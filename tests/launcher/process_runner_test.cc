@@ -10,7 +10,9 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "ddprun/common/unique_fd.h"
@@ -157,6 +159,87 @@ TEST(ProcessRunner, ANodeWhoseConnectionEndsIsLostAndOneGivenUpOnIsToldToKillIts
   EXPECT_EQ(hung.heard(), "{\"signal\":9}\n");
   EXPECT_TRUE(hung_peer.in_round);  // its report is still to come, before the next round
   EXPECT_FALSE(runner.output_open());
+}
+
+// The heartbeat (net.h), shortened: every 50 ms, lost after 600 ms of silence.
+constexpr Heartbeat kQuickHeartbeat{std::chrono::milliseconds(50), std::chrono::milliseconds(600)};
+
+// How many heartbeats (empty lines) `text` holds after its first line.
+long heartbeats_in(const std::string& text) {
+  const auto first = text.find('\n');
+  if (first == std::string::npos) return 0;
+  const std::string rest = text.substr(first + 1);
+  return std::count(rest.begin(), rest.end(), '\n');
+}
+
+// A node whose ddprun is stopped (SIGSTOP) keeps its connection open and its kernel
+// answering: only its silence shows it. One that sends heartbeats and nothing else stays
+// in the round; each is sent node 0's heartbeats.
+TEST(ProcessRunner, ANodeThatSendsNothingIsLostAndOneThatSendsHeartbeatsIsNot) {
+  SignalChannel signals;
+  Guardian guardian;
+  ProcessRunnerConfig config;
+  config.heartbeat = kQuickHeartbeat;
+  ProcessRunner runner(signals, guardian, config);
+  const Connection stopped;
+  const Connection alive;
+  JoinedPeer stopped_peer;
+  JoinedPeer alive_peer;
+  runner.start(node_behind(stopped_peer, stopped.ours.get()));
+  runner.start(node_behind(alive_peer, alive.ours.get()));
+  const auto started = RunnerClock::now();
+  std::optional<RunnerEvent> lost;
+  std::string heard_by_alive;
+  while (!lost && RunnerClock::now() < started + std::chrono::seconds(10)) {
+    alive.say("\n");
+    heard_by_alive += alive.heard();
+    const RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+    if (event.kind == RunnerEvent::Kind::kExited) lost = event;
+  }
+  ASSERT_TRUE(lost) << "the silent node was never given up";
+  EXPECT_EQ(lost->child, 0u);
+  EXPECT_TRUE(WIFEXITED(lost->wait_status) && WEXITSTATUS(lost->wait_status) == 255);
+  EXPECT_GE(RunnerClock::now() - started, kQuickHeartbeat.silent_after);
+  // The node that beats is still in the round, a second later too.
+  const auto until = RunnerClock::now() + std::chrono::seconds(1);
+  while (RunnerClock::now() < until) {
+    alive.say("\n");
+    heard_by_alive += alive.heard();
+    const RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+    EXPECT_NE(event.kind, RunnerEvent::Kind::kExited) << "child " << event.child;
+  }
+  EXPECT_GE(heartbeats_in(stopped.heard()), 5);
+  EXPECT_GE(heartbeats_in(heard_by_alive), 10);
+}
+
+// On a node behind the rendezvous: a node 0 that sends nothing (its ddprun stopped) is a
+// lost head, and its connection is shut so that the wait for its next word ends too; one
+// that sends heartbeats is not. This node sends its own all along.
+TEST(ProcessRunner, AHeadThatSendsNothingIsLostAndItsConnectionShut) {
+  SignalChannel signals;
+  Guardian guardian;
+  for (const bool head_beats : {true, false}) {
+    const Connection head;  // `theirs` is node 0's end here
+    ProcessRunnerConfig config;
+    config.heartbeat = kQuickHeartbeat;
+    config.head_fd = head.ours.get();
+    config.head_events_fd = head.ours.get();
+    ProcessRunner runner(signals, guardian, config);
+    const auto until = RunnerClock::now() + std::chrono::milliseconds(1500);
+    std::optional<RunnerEvent> lost;
+    while (!lost && RunnerClock::now() < until) {
+      if (head_beats) head.say("\n");
+      const RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+      if (event.kind == RunnerEvent::Kind::kHeadLost) lost = event;
+    }
+    EXPECT_EQ(lost.has_value(), !head_beats) << "head_beats " << head_beats;
+    const std::string sent = "x\n" + head.heard();  // heartbeats only: no first line
+    EXPECT_GE(heartbeats_in(sent), 5) << "head_beats " << head_beats;
+    if (!head_beats) {
+      char byte = 0;
+      EXPECT_EQ(::recv(head.theirs.get(), &byte, 1, MSG_DONTWAIT), 0);  // shut: its end
+    }
+  }
 }
 
 }  // namespace

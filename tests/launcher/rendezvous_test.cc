@@ -671,5 +671,66 @@ TEST(Rendezvous, APeerWithNoHostFailsAtTheDeadlineAndAGoneHostEndsTheWait) {
   ::close(fds[0]);
 }
 
+// The heartbeat (net.h), shortened: every 50 ms, lost after 500 ms of silence.
+constexpr Heartbeat kQuickHeartbeat{std::chrono::milliseconds(50), std::chrono::milliseconds(500)};
+
+// Between rounds a node waits for node 0's next word: node 0's heartbeats (empty lines)
+// are not words, this node sends its own, and a node 0 that sends nothing at all (its
+// ddprun stopped: the kernel still answers) ends the wait with an error saying so.
+TEST(Rendezvous, APeerSkipsNode0sHeartbeatsSendsItsOwnAndLeavesANode0ThatSendsNothing) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  std::thread host([&] {
+    for (int i = 0; i < 15; ++i) {  // 1.5 s of heartbeats, longer than the silence bound
+      send_text(fds[1], "\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    send_text(fds[1], format_round_start({1, 29600, 1}));
+  });
+  const auto word = wait_for_host(fds[0], "host", std::nullopt, -1, kNever, kQuickHeartbeat);
+  host.join();
+  ASSERT_TRUE(word && word->start);
+  EXPECT_EQ(word->start->round, 1);
+  const auto started = RendezvousClock::now();
+  try {
+    (void)wait_for_host(fds[0], "host", std::nullopt, -1, kNever, kQuickHeartbeat);
+    ADD_FAILURE() << "a silent node 0 was waited for";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("sent nothing in 0.5 s"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(RendezvousClock::now() - started, kQuickHeartbeat.silent_after);
+  char heard[4096];
+  const ssize_t got = ::recv(fds[1], heard, sizeof heard, MSG_DONTWAIT);
+  ASSERT_GT(got, 0);
+  EXPECT_EQ(std::string(heard, static_cast<std::size_t>(got)),
+            std::string(static_cast<std::size_t>(got), '\n'));  // heartbeats only
+  EXPECT_GE(got, 20);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+// While node 0 waits for a late node, a joined node whose ddprun sends nothing (stopped)
+// is dropped as one that left, and the error at the deadline names it as missing; node 0
+// sends the joined nodes its heartbeats meanwhile.
+TEST(Rendezvous, AJoinedNodeThatSendsNothingWhileTheOthersGatherIsDropped) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "", 3, 1);
+  host.set_heartbeat(kQuickHeartbeat);
+  std::ostringstream log;
+  const auto joined = join_all(host, port, log, {join_of("run-a", "", 1, 3, "frozen")});
+  ASSERT_TRUE(joined[0].socket.valid()) << joined[0].error;
+  NodeEvent ended;
+  EXPECT_THROW(gather(host, 0, log, ended, std::chrono::milliseconds(1500)), ConfigError);
+  EXPECT_NE(log.str().find("node 1 (frozen) sent nothing in 0.5 s before round 0 started"),
+            std::string::npos)
+      << log.str();
+  EXPECT_TRUE(host.peers().empty());
+  char heard[4096];
+  const ssize_t got = ::recv(joined[0].socket.get(), heard, sizeof heard, MSG_DONTWAIT);
+  ASSERT_GT(got, 0);
+  EXPECT_GE(std::count(heard, heard + got, '\n'), 3)
+      << std::string(heard, static_cast<std::size_t>(got));
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -18,6 +18,13 @@
                        within kPeerDeadAfterSeconds (10 s, TCP keepalive), so both ddprun
                        exit non-zero within that + the grace + 3 s, node 0 naming node 1,
                        and no worker is left on either node.
+  --case frozen        node 1's ddprun is stopped (SIGSTOP) while every worker runs: its
+                       kernel still answers, so only the launchers' heartbeat shows it. Node
+                       0 names it and ends within kPeerDeadAfterSeconds + the grace + 3 s;
+                       node 1, continued (SIGCONT) once node 0 has ended, stops its workers
+                       and ends within the grace + 3 s; no worker is left on either node.
+  --case frozenhead    the same with node 0's ddprun stopped: node 1 ends first, saying that
+                       node 0 sent nothing, and node 0, continued, ends after it.
 
   PYTHONPATH=tests tests/multinode/test_departures.py --ddprun BIN --case CASE
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure.
@@ -228,10 +235,49 @@ def case_partition(cluster, a, worker, env, d, failures, result):
         failures.append("node 0 did not name node 1")
 
 
+def case_frozen(cluster, a, worker, env, d, failures, result, frozen_rank):
+    nodes = [Node(cluster, n, argv_for(a, cluster, i, 2, worker), env)
+             for i, n in enumerate(cluster.nodes[:2])]
+    frozen, other = nodes[frozen_rank], nodes[1 - frozen_rank]
+    world = 2 * NPROC
+    if not wait_for(lambda: sum(f.startswith("started.") for f in os.listdir(d)) == world, 60,
+                    "every worker to start", failures):
+        for n in nodes:
+            n.proc.send_signal(signal.SIGCONT)
+            n.join(failures)
+        return
+    frozen.proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    other.thread.join(timeout=PEER_DEAD_AFTER_S + GRACE_S + 30)
+    frozen.proc.send_signal(signal.SIGCONT)
+    continued_at = time.time()
+    for n in nodes:
+        n.join(failures)
+    if other.exited_at is None or frozen.exited_at is None:
+        return
+    result["stop_to_other_exit_s"] = round(other.exited_at - stopped_at, 2)
+    result["continue_to_frozen_exit_s"] = round(frozen.exited_at - continued_at, 2)
+    bound = PEER_DEAD_AFTER_S + GRACE_S + 3
+    if other.exited_at - stopped_at > bound:
+        failures.append(f"{other.name} exited {other.exited_at - stopped_at:.2f} s after "
+                        f"{frozen.name}'s ddprun was stopped, more than {bound} s")
+    if frozen.exited_at - continued_at > GRACE_S + 3:
+        failures.append(f"{frozen.name} exited {frozen.exited_at - continued_at:.2f} s after "
+                        f"it was continued, more than the grace + 3 s")
+    for n in nodes:
+        if n.proc.returncode == 0:
+            failures.append(f"{n.name} exited 0 after the other node's ddprun was stopped")
+    said = ("lost this node's ddprun: not a line from it in 10 s" if frozen_rank == 1
+            else "node 0's ddprun sent nothing in 10 s")
+    if said not in other.out:
+        failures.append(f"{other.name} did not say that the stopped ddprun sent nothing")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup", "partition"], required=True)
+    ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup", "partition",
+                                       "frozen", "frozenhead"], required=True)
     a = ap.parse_args()
 
     def body(cluster, result, failures):
@@ -245,8 +291,11 @@ def main():
         if a.case == "failtogether":
             extra["KILL_RANK"] = str(3 * NPROC - 1)
         env = job_env(marker, **extra)
-        {"failtogether": case_failtogether, "notice": case_notice, "stop": case_stop,
-         "setup": case_setup, "partition": case_partition}[a.case](cluster, a, worker, env, d, failures, result)
+        cases = {"failtogether": case_failtogether, "notice": case_notice, "stop": case_stop,
+                 "setup": case_setup, "partition": case_partition,
+                 "frozen": lambda *args: case_frozen(*args, frozen_rank=1),
+                 "frozenhead": lambda *args: case_frozen(*args, frozen_rank=0)}
+        cases[a.case](cluster, a, worker, env, d, failures, result)
         check_leftovers(cluster, marker, failures)
 
     return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=False)

@@ -9,13 +9,15 @@
 // carries what an ssh agent's standard input carries, signals as {"signal": N} (with the
 // cause when the job is stopped for another node's failure), and back the node's events
 // the moment they happen (its failure, a stop, a notice: NodeEvent) and its exit code
-// ({"exit": N}) at the round's end. The host makes each connection an agent child of its
-// round with no process behind it (ChildSet::connect: one descriptor per node, read in the
-// one event loop), so the round's policy (job.h) treats a node behind a connection exactly
-// as one behind ssh. Between rounds the host
-// still reads every connection: a node that leaves is dropped and may join again (its
-// ddprun restarted), a node stopped or noticed there ends the job on every node. At the
-// job's end every node is told the job's exit code ({"end": N, "why": ...}).
+// ({"exit": N}) at the round's end. All along, during rounds and between them, both sides
+// send the launchers' heartbeat (an empty line, net.h) and take a side silent past its
+// bound as gone: a ddprun stopped or hung, which the kernel's keepalive cannot see. The host makes
+// each connection an agent child of its round with no process behind it (ChildSet::connect: one
+// descriptor per node, read in the one event loop), so the round's policy (job.h) treats a node
+// behind a connection exactly as one behind ssh. Between rounds the host still reads every
+// connection: a node that leaves is dropped and may join again (its ddprun restarted), a node
+// stopped or noticed there ends the job on every node. At the job's end every node is told the
+// job's exit code ({"end": N, "why": ...}).
 //
 // It listens on the network, so each side proves it holds the launchers' shared secret
 // (rendezvous_secret.h) without ever sending it. The host greets every connection with a
@@ -45,6 +47,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/common/net.h"
 #include "ddprun/common/unique_fd.h"
 #include "report/round_result.h"
 
@@ -110,6 +113,7 @@ struct JoinedPeer {
   bool in_round = false;
   bool any_rank = false;  // it asked for any rank (c10d by hand): placed by host name
   std::chrono::steady_clock::time_point joined_at;  // its latest join
+  std::chrono::steady_clock::time_point heard_at;   // its last bytes between rounds
 };
 
 // Host names in natural order: runs of digits compare as numbers, so node7 comes before
@@ -145,6 +149,10 @@ class RendezvousHost {
   std::vector<JoinedPeer*> peers();
   // Tells every connected node the job's end and closes the connections.
   void end_job(const JobEnd& end);
+  // The heartbeat with the joined nodes while they gather (kLaunchersHeartbeat unless set:
+  // tests shorten it): each is sent one when due, and one silent for its `silent_after`
+  // (its ddprun stopped or hung) is dropped as one that left.
+  void set_heartbeat(Heartbeat heartbeat) { heartbeat_ = heartbeat; }
   // Who joined and who is awaited, for a status answer: "joined: 1 (n2); awaited: 2",
   // with "; refused connections: N" once there are any.
   std::string describe() const;
@@ -157,6 +165,9 @@ class RendezvousHost {
  private:
   // Reads what a connected node sent between rounds; false when it left.
   bool read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event);
+  // The heartbeat at `now`: sent to every joined node when due, and the nodes silent too
+  // long dropped (logged).
+  void keep_heartbeats(int round, RendezvousClock::time_point now, std::ostream& log);
   void take_join(std::size_t pending, int round, std::ostream& log);
   void refuse(std::ostream& log, const std::string& why);
   void order_by_host();
@@ -168,6 +179,9 @@ class RendezvousHost {
   int nodes_;
   int nproc_;
   int refused_ = 0;  // refused connections so far
+  Heartbeat heartbeat_ = kLaunchersHeartbeat;
+  std::optional<int> gathered_round_;    // the round the latest gather was for
+  RendezvousClock::time_point beat_at_;  // the joined nodes' next heartbeat
   RendezvousClock::time_point listening_since_ = RendezvousClock::now();
   struct Pending {
     UniqueFd fd;
@@ -209,12 +223,14 @@ UniqueFd join_host(const std::string& host, int port, JoinRequest join, const Se
                    RendezvousClock::time_point deadline, int interrupt_fd,
                    const OnInterrupt& on_interrupt);
 // Peer: waits on `socket` for the host's next word, until `deadline` (none: for ever). Its
-// events go to the host as on_interrupt says. Returns nullopt when on_interrupt said to stop,
-// or when the host closed the connection (it is gone: the job is over). Throws
-// ConfigError when the host refused the join or said nothing in time.
+// events go to the host as on_interrupt says, and the heartbeat both ways as `beat` says.
+// Returns nullopt when on_interrupt said to stop, or when the host closed the connection
+// (it is gone: the job is over). Throws ConfigError when the host refused the join, said
+// nothing in time, or was silent past the heartbeat's bound (stopped or hung).
 std::optional<HostWord> wait_for_host(int socket, const std::string& where,
                                       std::optional<RendezvousClock::time_point> deadline,
-                                      int interrupt_fd, const OnInterrupt& on_interrupt);
+                                      int interrupt_fd, const OnInterrupt& on_interrupt,
+                                      const Heartbeat& beat = kLaunchersHeartbeat);
 
 // Host: what a line from a node during its round is. Its events (its failure, a stop, a
 // notice; `line` rewritten as this side writes them) and its answers to control requests

@@ -134,6 +134,7 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (got <= 0) return false;
+    peer.heard_at = RendezvousClock::now();
     peer.buffer.append(chunk, static_cast<std::size_t>(got));
   }
 }
@@ -159,6 +160,16 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
   // million reads.)
   std::vector<std::size_t> to_read;
   for (std::size_t node = 1; node < joined_.size(); ++node) to_read.push_back(node);
+  if (gathered_round_ != round) {
+    // Each node's silence counts from the gather's start: during the round its connection
+    // was the round's to read. (A gather interrupted and called again goes on counting.)
+    gathered_round_ = round;
+    const auto now = RendezvousClock::now();
+    beat_at_ = now + heartbeat_.every;
+    for (auto& peer : joined_) {
+      if (peer) peer->heard_at = now;
+    }
+  }
   for (;;) {
     for (const std::size_t node : to_read) {
       auto& peer = joined_[node];
@@ -182,6 +193,7 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       return Gathered::kAllJoined;
     }
     const auto now = RendezvousClock::now();
+    if (heartbeat_.on()) keep_heartbeats(round, now, log);
     if (now >= deadline) {
       std::string absent;
       for (int node = 1; node < nodes_; ++node) {
@@ -203,6 +215,10 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     std::vector<pollfd> fds = {
         {listener_.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
     auto wake = deadline;
+    for (const auto& peer : joined_) {
+      if (heartbeat_.on() && peer) wake = std::min(wake, peer->heard_at + heartbeat_.silent_after);
+    }
+    if (heartbeat_.on()) wake = std::min(wake, beat_at_);
     for (const Pending& p : pending_) {
       fds.push_back({p.fd.get(), POLLIN, 0});
       wake = std::min(wake, p.until);
@@ -286,6 +302,26 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     }
     std::erase_if(pending_, [](const Pending& p) { return !p.fd.valid(); });
     if (interrupted) return Gathered::kInterrupted;
+  }
+}
+
+void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,
+                                     std::ostream& log) {
+  const bool beat = now >= beat_at_;
+  if (beat) beat_at_ = now + heartbeat_.every;
+  for (std::size_t node = 1; node < joined_.size(); ++node) {
+    auto& peer = joined_[node];
+    if (!peer) continue;
+    if (now >= peer->heard_at + heartbeat_.silent_after) {
+      log << "ddprun: node " << node << " (" << printable_host(peer->join.host)
+          << ") sent nothing in " << heartbeat_.silence() << " before round " << round
+          << " started, though its host answers (its ddprun is stopped or hung); dropped, "
+             "waiting for it to join again\n";
+      peer.reset();
+      continue;
+    }
+    // Never waiting: a node that reads nothing has a full socket, and is silent itself.
+    if (beat) (void)::send(peer->socket.get(), "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
 }
 

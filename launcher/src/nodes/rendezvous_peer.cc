@@ -1,8 +1,11 @@
 // A peer's side of the rendezvous (rendezvous.h): joining node 0 (greeting, join, the
 // host's proof checked before anything it says is believed) and waiting for its next word.
 #include <poll.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
@@ -15,20 +18,37 @@ namespace ddprun {
 
 namespace {
 
-enum class HostLine { kLine, kStop, kClosed, kTimedOut };
+enum class HostLine { kLine, kStop, kClosed, kTimedOut, kSilent };
 
 // Reads the host's next line into `line`, never past its end (what follows it is the
 // round's own), until `deadline` (none: for ever). Meanwhile `interrupt_fd` is served with
 // `on_interrupt`: an event it asks to tell is kept in `held` when given, else sent at once.
+// With a heartbeat (once joined), one is sent to the host when due, its empty lines are
+// not lines, and a host silent for the heartbeat's `silent_after` is kSilent.
 HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> deadline,
                         int interrupt_fd, const OnInterrupt& on_interrupt,
-                        std::optional<NodeEvent>* held, std::string& line) {
+                        std::optional<NodeEvent>* held, std::string& line,
+                        const Heartbeat& beat = {}) {
   line.clear();
+  auto heard_at = RendezvousClock::now();
+  auto beat_at = heard_at + beat.every;
   for (;;) {
+    auto wake = deadline;
+    if (beat.on()) {
+      const auto due = std::min(beat_at, heard_at + beat.silent_after);
+      if (!wake || due < *wake) wake = due;
+    }
     pollfd fds[2] = {{socket, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, deadline ? ms_until(*deadline) : -1);
+    const int ready = ::poll(fds, 2, wake ? ms_until(*wake) : -1);
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) return HostLine::kTimedOut;
+    const auto now = RendezvousClock::now();
+    if (ready == 0 && deadline && now >= *deadline) return HostLine::kTimedOut;
+    if (beat.on() && now >= heard_at + beat.silent_after) return HostLine::kSilent;
+    if (beat.on() && now >= beat_at) {
+      (void)::send(socket, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      beat_at = now + beat.every;
+    }
+    if (ready <= 0) continue;
     if (fds[1].revents != 0) {
       const PeerInterrupt what = on_interrupt();
       if (what.tell && held != nullptr) *held = what.tell;
@@ -40,9 +60,11 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
     const ssize_t got = recv_to_line_end(socket, chunk, sizeof chunk);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) return HostLine::kClosed;
+    heard_at = now;
     line.append(chunk, static_cast<std::size_t>(got));
     if (line.back() == '\n') {
       line.pop_back();
+      if (line.empty() && beat.on()) continue;  // a heartbeat
       return HostLine::kLine;
     }
     if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
@@ -134,14 +156,20 @@ UniqueFd join_host(const std::string& host, int port, JoinRequest join, const Se
 
 std::optional<HostWord> wait_for_host(int socket, const std::string& where,
                                       std::optional<RendezvousClock::time_point> deadline,
-                                      int interrupt_fd, const OnInterrupt& on_interrupt) {
+                                      int interrupt_fd, const OnInterrupt& on_interrupt,
+                                      const Heartbeat& beat) {
   std::string line;
   for (;;) {
-    switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line)) {
+    switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line, beat)) {
       case HostLine::kTimedOut:
         throw ConfigError("node 0's ddprun at " + where + " started no round in time",
                           "a node may be missing: raise --rdzv-conf join_timeout, or check "
                           "every node's ddprun");
+      case HostLine::kSilent:
+        throw ConfigError(
+            "node 0's ddprun at " + where + " sent nothing in " + beat.silence() +
+                ", though its host answers: it is stopped (SIGSTOP, a debugger) or hung",
+            "this node has left the job; node 0's output says more once it runs again");
       case HostLine::kStop:
       case HostLine::kClosed:
         return std::nullopt;  // told to stop, or the host is gone

@@ -65,6 +65,8 @@ std::size_t ChildSet::connect(int socket, const std::string& hello, LineEnd line
   child.reading = true;
   child.line_end = std::move(line_end);
   child.max_line = max_line;
+  child.heard_at = child.started_at;
+  child.beat_at = child.started_at + heartbeat_.every;
   // A first message fits in an idle socket's buffer; a peer that is gone shows as the
   // connection's end when it is read.
   (void)send(children_.size() - 1, hello);
@@ -79,6 +81,7 @@ bool ChildSet::send(std::size_t index, std::string_view message) {
       if (child.exited) return false;
       written =
           ::send(child.connection, message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (written > 0) child.beat_at = SteadyClock::now() + heartbeat_.every;  // a line is a beat
     } else if (child.stdin_pipe.valid()) {
       const int input = child.stdin_pipe.get();
       ::fcntl(input, F_SETFL, ::fcntl(input, F_GETFL) | O_NONBLOCK);
@@ -133,6 +136,7 @@ void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
     end_connection(index, 255 << 8, events);
     return;
   }
+  child.heard_at = SteadyClock::now();
   child.line.append(buffer_.data(), static_cast<std::size_t>(got));
   if (child.line.back() != '\n') {
     if (child.line.size() > child.max_line) end_connection(index, 255 << 8, events);
@@ -141,6 +145,7 @@ void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
   child.line.pop_back();
   std::string line = std::move(child.line);
   child.line.clear();
+  if (line.empty()) return;  // a heartbeat
   if (const auto code = child.line_end(line)) {
     end_connection(index, (*code & 0xff) << 8, events);
     return;
@@ -205,6 +210,7 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   std::vector<int> inputs;
   if (events.read_interest) events.read_interest(inputs);
   for (const int fd : inputs) fds.push_back({fd, POLLIN, 0});
+  if (const auto due = heartbeat_due(); due && (!deadline || *due < *deadline)) deadline = due;
   int timeout_ms = -1;
   if (deadline) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - SteadyClock::now());
@@ -240,6 +246,43 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   if (fds[1].revents != 0 && events.extra_ready) events.extra_ready();
   for (std::size_t k = first_input; k < fds.size(); ++k) {
     if (fds[k].revents != 0 && events.readable) events.readable(fds[k].fd);
+  }
+  keep_heartbeats(events);
+}
+
+std::optional<SteadyClock::time_point> ChildSet::heartbeat_due() const {
+  if (!heartbeat_.on()) return std::nullopt;
+  std::optional<SteadyClock::time_point> due;
+  for (const Child& child : children_) {
+    if (child.connection < 0) continue;
+    auto at = child.beat_at;
+    if (child.reading) at = std::min(at, child.heard_at + heartbeat_.silent_after);
+    if (!due || at < *due) due = at;
+  }
+  return due;
+}
+
+void ChildSet::keep_heartbeats(const ChildEvents& events) {
+  if (!heartbeat_.on()) return;
+  const auto now = SteadyClock::now();
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    Child& child = children_[i];
+    if (child.connection < 0) continue;
+    if (child.reading && now >= child.heard_at + heartbeat_.silent_after) {
+      if (events.output) {
+        events.output(i, true,
+                      "ddprun: lost this node's ddprun: not a line from it in " +
+                          heartbeat_.silence() +
+                          ", though its host answers (it is stopped, by SIGSTOP or a "
+                          "debugger, or hung)\n");
+      }
+      end_connection(i, 255 << 8, events);
+    }
+    if (now >= child.beat_at) {
+      // Never waiting: a node that reads nothing has a full socket, and is silent itself.
+      (void)::send(child.connection, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      child.beat_at = now + heartbeat_.every;
+    }
   }
 }
 

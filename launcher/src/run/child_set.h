@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/common/net.h"
 #include "run/process.h"
 
 namespace ddprun {
@@ -70,9 +71,16 @@ class ChildSet {
   // used without waiting). The socket is then read a line at a time, never past the line
   // that ends the child: `line_end` is asked about each line (it may rewrite it) and gives
   // the child's exit code, or nullopt to pass the line on as the child's stderr. A line
-  // longer than `max_line`, or the connection's end, is exit 255.
+  // longer than `max_line`, or the connection's end, is exit 255. Both sides keep the
+  // launchers' heartbeat (net.h): an empty line is sent every `every` for as long as this
+  // set lives (the node waits for node 0's next word after its round too), empty lines
+  // that come are not lines, and nothing for `silent_after` while read is exit 255: a
+  // ddprun stopped or hung.
   using LineEnd = std::function<std::optional<int>(std::string& line)>;
   std::size_t connect(int socket, const std::string& hello, LineEnd line_end, std::size_t max_line);
+
+  // The connections' heartbeat (kLaunchersHeartbeat unless set; tests shorten it).
+  void set_heartbeat(Heartbeat heartbeat) { heartbeat_ = heartbeat; }
 
   // 0 for a connection.
   pid_t pid(std::size_t child) const { return children_.at(child).pid; }
@@ -117,15 +125,22 @@ class ChildSet {
     std::string line;  // what came of the line not yet whole
     LineEnd line_end;
     std::size_t max_line = 0;
+    SteadyClock::time_point heard_at;  // its last bytes (a connection)
+    SteadyClock::time_point beat_at;   // when it is sent the next heartbeat
   };
   void reap(const ChildEvents& events);
   void pump(std::size_t child, bool is_stderr, const ChildEvents& events);
   void pump_connection(std::size_t child, const ChildEvents& events);
   // A connection's end: its streams close and it exits with `wait_status`.
   void end_connection(std::size_t child, int wait_status, const ChildEvents& events);
+  // The next moment a connection is due a heartbeat or is silent too long; then, at it,
+  // sends the heartbeats due and ends the connections silent too long.
+  std::optional<SteadyClock::time_point> heartbeat_due() const;
+  void keep_heartbeats(const ChildEvents& events);
 
   SignalChannel& signals_;
   Guardian* guardian_;
+  Heartbeat heartbeat_ = kLaunchersHeartbeat;
   std::vector<Child> children_;
   std::vector<char> buffer_ = std::vector<char>(64 * 1024);
 };

@@ -169,6 +169,7 @@ void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
 
 void ProcessRunner::start_fresh() {
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
+  children_->set_heartbeat(config_.heartbeat);
   relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
   relay_->set_answer_handler([this](std::size_t child, std::string_view line) {
     if (auto event = parse_node_event_line(line)) {
@@ -348,8 +349,34 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
   } else if (watch && (!deadline || arm_at < *deadline)) {
     deadline = arm_at;
   }
+  if (head_heartbeat_on()) {
+    const auto due = std::min(head_beat_at_, head_heard_at_ + config_.heartbeat.silent_after);
+    if (!deadline || due < *deadline) deadline = due;
+  }
   children_->wait_once(deadline, config_.head_fd, events_);
+  keep_head_heartbeat();
   relay_->release_folded(RunnerClock::now());
+}
+
+void ProcessRunner::keep_head_heartbeat() {
+  if (!head_heartbeat_on()) return;
+  const auto now = RunnerClock::now();
+  if (now >= head_heard_at_ + config_.heartbeat.silent_after) {
+    console_->message("ddprun: node 0's ddprun sent nothing in " + config_.heartbeat.silence() +
+                      ", though its host answers (it is stopped, by SIGSTOP or a debugger, "
+                      "or hung)\n");
+    ::shutdown(config_.head_fd, SHUT_RDWR);
+    config_.head_fd = -1;
+    RunnerEvent event;
+    event.kind = RunnerEvent::Kind::kHeadLost;
+    pending_.push_back(event);
+    return;
+  }
+  if (now >= head_beat_at_) {
+    // Never waiting: a node 0 that reads nothing has a full socket, and is silent itself.
+    (void)::send(config_.head_events_fd, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    head_beat_at_ = now + config_.heartbeat.every;
+  }
 }
 
 RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline) {
@@ -371,6 +398,7 @@ void ProcessRunner::read_head() {
   char buffer[4096];
   const ssize_t got = ::read(config_.head_fd, buffer, sizeof buffer);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got > 0) head_heard_at_ = RunnerClock::now();
   if (got <= 0) {
     config_.head_fd = -1;
     RunnerEvent event;
@@ -379,6 +407,7 @@ void ProcessRunner::read_head() {
     return;
   }
   for (const auto& line : head_lines_.feed({buffer, static_cast<std::size_t>(got)})) {
+    if (line.empty()) continue;  // a heartbeat
     try {
       const AgentMessage message = parse_agent_message(line);
       if (message.signal_number != 0) {

@@ -27,6 +27,10 @@ struct ProcessRunnerConfig {
   // Agent mode: where this node's events go (announce), when not with its answers on the
   // console (an ssh agent's stderr): a per-node ddprun's connection to node 0.
   int head_events_fd = -1;
+  // The launchers' heartbeat (net.h) on the connections of nodes behind the rendezvous
+  // (ChildSet::connect) and, on such a node, on its connection to node 0 (head_events_fd
+  // set): a node 0 that sends nothing for its `silent_after` is a lost head. Tests shorten it.
+  Heartbeat heartbeat = kLaunchersHeartbeat;
   // The console drain at a round's end (and at exit) goes on while bytes move: it gives up
   // after `console_stall` in which the console took nothing, or after `console_drain_limit`
   // in all; a signal or a message from the head ends it too.
@@ -122,6 +126,12 @@ class ProcessRunner : public Runner {
   // release and lets out what is due.
   void wait_once(std::optional<RunnerClock::time_point> deadline);
   void read_head();
+  // On a node behind the rendezvous: the heartbeat to node 0 when due, and the head lost
+  // (its connection shut, so the wait for node 0's next word ends too) when it was silent.
+  bool head_heartbeat_on() const {
+    return config_.heartbeat.on() && config_.head_fd >= 0 && config_.head_events_fd >= 0;
+  }
+  void keep_head_heartbeat();
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();
   // A status answer's header: the run, this ddprun, `round`, the time up, the console.
@@ -189,6 +199,8 @@ class ProcessRunner : public Runner {
   RunnerClock::time_point round_started_at_;
   ChildEvents events_;
   LineSplitter head_lines_;
+  RunnerClock::time_point head_heard_at_ = RunnerClock::now();
+  RunnerClock::time_point head_beat_at_ = head_heard_at_ + config_.heartbeat.every;
 };
 
 }  // namespace ddprun

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -33,6 +34,21 @@ inline constexpr int kPeerDeadAfterSeconds = 10;
 // connection, as a killed process is, not a silence that lasts for ever. A process that
 // is merely stopped still answers (its kernel does). Returns false when not applied.
 bool keep_alive(int fd);
+
+// The launchers' own heartbeat on their rendezvous connections (node 0 and each node's
+// ddprun): each side sends an empty line every `every` and takes the other as lost after
+// `silent_after` without a byte from it. keep_alive finds a host that died or a cut link;
+// a ddprun that is stopped (SIGSTOP, a debugger) or hung still has a kernel that answers,
+// and only its own lines show that it lives.
+struct Heartbeat {
+  std::chrono::milliseconds every{0};  // 0: none
+  std::chrono::milliseconds silent_after{0};
+  bool on() const { return every.count() > 0; }
+  // "10 s", "0.6 s": the silence bound as messages say it.
+  std::string silence() const;
+};
+inline constexpr Heartbeat kLaunchersHeartbeat{std::chrono::seconds(2),
+                                               std::chrono::seconds(kPeerDeadAfterSeconds)};
 
 // Whether a TCP connection to `host`:`port` is accepted within `timeout_ms`, trying each
 // address `host` resolves to. The connection is closed at once.
