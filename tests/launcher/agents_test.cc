@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "ddprun/contract/errors.h"
+#include "job/agent_options.h"
 #include "job/job_inputs.h"
 #include "plan/shell_quote.h"
 #include "run/agent_messages.h"
@@ -104,7 +105,7 @@ TEST(AgentArguments, CarryTheHeadsDecisionsAndTheProgramAfterDashDash) {
   plan.max_restarts = 3;
   plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 3, 2}};
   plan.program = {"--weird", "a b"};
-  const auto args = agent_arguments(options, plan, &plan.nodes[1]);
+  const auto args = agent_arguments(agent_options(options), plan, &plan.nodes[1]);
   const std::vector<std::string> expected = {"--agent",
                                              "--agent-nodes",
                                              "n1:2,n2:3",
@@ -141,13 +142,13 @@ TEST(AgentArguments, EveryNodeFoldsAsTheHeadDecidedAndCopiesWhatTheFiltersMatch)
   options.fold_window_ms = 300;
   options.duplicate_stdout_filters = {"warning", "NaN"};
   options.duplicate_stderr_filters = {"Traceback"};
-  auto args = agent_arguments(options, plan, &plan.nodes[1]);
+  auto args = agent_arguments(agent_options(options), plan, &plan.nodes[1]);
   EXPECT_TRUE(has(args, {"--fold-output", "--fold-window", "300"}));
   EXPECT_TRUE(has(args, {"--duplicate-stdout-filters", "warning,NaN"}));
   EXPECT_TRUE(has(args, {"--duplicate-stderr-filters", "Traceback"}));
   // Off at the head (a pipe, few ranks): off on every node, whatever its own console.
   options.fold_output = false;
-  args = agent_arguments(options, plan, &plan.nodes[1]);
+  args = agent_arguments(agent_options(options), plan, &plan.nodes[1]);
   EXPECT_TRUE(has(args, {"--no-fold-output"}));
   EXPECT_FALSE(has(args, {"--fold-window"}));
 }
@@ -155,7 +156,8 @@ TEST(AgentArguments, EveryNodeFoldsAsTheHeadDecidedAndCopiesWhatTheFiltersMatch)
 TEST(SshCommand, QuotesEveryWordOnceAndEndsOptionsBeforeTheHost) {
   Options options;
   options.ssh_config = "/tmp/cfg";
-  const auto argv = ssh_command("-oProxyCommand=x", options, "/work dir", {"/bin/ddprun", "it's"});
+  const auto argv =
+      ssh_command("-oProxyCommand=x", agent_options(options), "/work dir", {"/bin/ddprun", "it's"});
   ASSERT_GE(argv.size(), 4u);
   EXPECT_EQ(argv[1], "-F");
   EXPECT_EQ(argv[2], "/tmp/cfg");
@@ -166,12 +168,12 @@ TEST(SshCommand, QuotesEveryWordOnceAndEndsOptionsBeforeTheHost) {
 
 TEST(SshCommand, RendezvousJoinTimeoutBoundsTheConnection) {
   Options options;
-  const auto plain = ssh_command("n1", options, "/", {"x"});
+  const auto plain = ssh_command("n1", agent_options(options), "/", {"x"});
   EXPECT_EQ(std::count_if(plain.begin(), plain.end(),
                           [](const std::string& w) { return w.rfind("ConnectTimeout", 0) == 0; }),
             0);
   options.rdzv_conf = parse_rendezvous_conf("join_timeout=12.5");
-  const auto argv = ssh_command("n1", options, "/", {"x"});
+  const auto argv = ssh_command("n1", agent_options(options), "/", {"x"});
   EXPECT_NE(std::find(argv.begin(), argv.end(), "ConnectTimeout=13"), argv.end());
 }
 
@@ -188,7 +190,7 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
   LaunchPlan plan;
   plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 2, 2}};
   plan.program = {"python3", "-u", "train.py"};
-  const auto args = agent_arguments(options, plan, nullptr);
+  const auto args = agent_arguments(agent_options(options), plan, nullptr);
   const auto after = [&](const std::string& flag) {
     const auto it = std::find(args.begin(), args.end(), flag);
     return it == args.end() || it + 1 == args.end() ? std::string("(missing)") : *(it + 1);
@@ -205,7 +207,7 @@ TEST(AgentArguments, TorchrunOptionsReachEveryNode) {
             (std::vector<std::string>{"--", "python3", "-u", "train.py"}));
   options.mode = Mode::kCheck;
   options.check_paths = {"/ckpt", "/data"};
-  const auto check = agent_arguments(options, plan, nullptr);
+  const auto check = agent_arguments(agent_options(options), plan, nullptr);
   const auto at = std::find(check.begin(), check.end(), "--check");
   ASSERT_NE(at, check.end());
   EXPECT_EQ(
@@ -287,7 +289,7 @@ TEST(SshTree, AnInnerAgentIsToldItsRangeAndHowToReachIt) {
   plan.run_id = "job";
   for (int i = 0; i < 7; ++i) plan.nodes.push_back({"n" + std::to_string(i + 1), i, 1, i});
   plan.program = {"w"};
-  const auto args = agent_arguments(options, plan, &plan.nodes[1], 3);
+  const auto args = agent_arguments(agent_options(options), plan, &plan.nodes[1], 3);
   const auto after = [&](const std::string& flag) {
     const auto at = std::find(args.begin(), args.end(), flag);
     return at == args.end() || at + 1 == args.end() ? std::string("(none)") : *(at + 1);
@@ -299,7 +301,7 @@ TEST(SshTree, AnInnerAgentIsToldItsRangeAndHowToReachIt) {
   EXPECT_EQ(std::count(args.begin(), args.end(), "DDPC_MARK"), 1);
   for (const auto& arg : args) EXPECT_EQ(arg.find("s3cret"), std::string::npos) << arg;
   // A leaf is told nothing of the tree.
-  const auto leaf = agent_arguments(options, plan, &plan.nodes[2], 2);
+  const auto leaf = agent_arguments(agent_options(options), plan, &plan.nodes[2], 2);
   EXPECT_EQ(std::find(leaf.begin(), leaf.end(), "--agent-subtree"), leaf.end());
 }
 

@@ -1,5 +1,5 @@
 // The command line as the job's policy: each option lands where the policy reads it.
-#include "policy/job_settings.h"
+#include "job/job_settings.h"
 
 #include <gtest/gtest.h>
 

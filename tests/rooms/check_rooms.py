@@ -9,7 +9,9 @@ may include only the rooms before it (and schedulers, common, contract):
 
   plan <- report <- cli <- output <- run <- policy <- nodes <- job
 
-A source file straight in launcher/src, outside the eight, is reported too.
+A source file straight in launcher/src, outside the eight, is reported too. The options
+(cli/options.h) stay at the door: only cli and job may include them; the rooms between
+take what they need in structs of their own, made in job.
 
 Every #include in a room's sources is resolved to the room that provides it (or to
 LibTorch, or to the system, which is ignored) and checked against ALLOWED. Tests and
@@ -52,6 +54,8 @@ ALLOWED = {
     "ddp-train": {"ddp-train", "worker library", "common", "contract", "LibTorch"},
 }
 LAUNCHER_ROOMS = [room for room in ROOMS if room.startswith("launcher/")]
+OPTIONS_HEADER = "launcher/src/cli/options.h"
+OPTIONS_READERS = {"launcher/cli", "launcher/job"}
 for index, room in enumerate(LAUNCHER_ROOMS):
     ALLOWED[room] = set(LAUNCHER_ROOMS[:index + 1]) | {"schedulers", "common", "contract"}
 SOURCE = re.compile(r"\.(h|hh|hpp|cc|cpp)$")
@@ -96,6 +100,15 @@ def provider(include, quoted, including_file, root, by_name):
     return sorted(rooms)[0] if rooms else None
 
 
+def is_options_header(include, including_file, root):
+    """Whether `include` names launcher/src/cli/options.h."""
+    for candidate in (os.path.join(os.path.dirname(including_file), include),
+                      os.path.join(root, "launcher/src", include)):
+        if os.path.normpath(candidate) == os.path.normpath(os.path.join(root, OPTIONS_HEADER)):
+            return True
+    return False
+
+
 def check(root):
     by_name = {}  # "plan.h" or "sub/x.h" -> rooms having a header at such a path tail
     for room, path in files_of(root):
@@ -116,9 +129,13 @@ def check(root):
                     continue
                 include = match.group(2)
                 other = provider(include, match.group(1) == '"', path, root, by_name)
+                rel = os.path.relpath(path, root)
                 if other is not None and other not in ALLOWED[room]:
-                    rel = os.path.relpath(path, root)
                     problems.append(f"{rel}:{number}: {room} includes {other} ({include})")
+                elif (other == "launcher/cli" and room not in OPTIONS_READERS
+                      and is_options_header(include, path, root)):
+                    problems.append(f"{rel}:{number}: {room} includes the options ({include}): "
+                                    "only cli and job may; pass a struct made in job")
     return problems
 
 

@@ -22,7 +22,8 @@ def make_tree(root, extra):
         "launcher/src/run/job.h": "",
         "launcher/src/report/labels.h": '#include "plan/plan.h"\n',
         "launcher/src/cli/options.h": '#include "report/labels.h"\n',
-        "launcher/src/nodes/agents.h": '#include "cli/options.h"\n#include "run/job.h"\n',
+        "launcher/src/nodes/agents.h": '#include "report/labels.h"\n#include "run/job.h"\n',
+        "launcher/src/job/agent_options.h": '#include "cli/options.h"\n#include "nodes/agents.h"\n',
         "worker/lib/include/ddprun/worker/ddp.h": "#include <torch/torch.h>\n",
         "worker/train/trainer.cc": '#include "ddprun/worker/ddp.h"\n',
     }
@@ -67,6 +68,9 @@ def main():
            {"launcher/src/report/x.cc": '#include "cli/options.h"\n',
             "launcher/src/cli/options.h": ""}, 1,
            "launcher/src/report/x.cc:1: launcher/report includes launcher/cli (cli/options.h)")
+    expect("a room past the command line includes the options",
+           {"launcher/src/policy/x.h": '#include "cli/options.h"\n'}, 1,
+           "launcher/src/policy/x.h:1: launcher/policy includes the options (cli/options.h)")
     expect("the output reaches the runner",
            {"launcher/src/output/x.cc": '#include "run/job.h"\n'}, 1,
            "launcher/src/output/x.cc:1: launcher/output includes launcher/run (run/job.h)")

@@ -29,7 +29,7 @@
 #include "plan/plan_format.h"
 #include "plan/rank_environment.h"
 #include "policy/job.h"
-#include "policy/job_settings.h"
+#include "job/job_settings.h"
 #include "report/labels.h"
 #include "report/report.h"
 #include "run/agent_messages.h"

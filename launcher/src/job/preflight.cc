@@ -14,6 +14,7 @@
 
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
+#include "job/agent_options.h"
 #include "nodes/agents.h"
 #include "nodes/ports.h"
 #include "nodes/ring_link.h"
@@ -386,7 +387,8 @@ int run_check(const Options& options, const PlanInputs& inputs, const LaunchPlan
   // The master port answers while the nodes check it (on the master node, the head).
   const UniqueFd listener = plan.this_node == 0 ? listen_on(plan.master_port) : UniqueFd();
   std::vector<NodeReport> reports(plan.nodes.size());
-  const AgentLaunches launches = agent_launches(options, inputs, plan, env, this_executable());
+  const AgentLaunches launches =
+      agent_launches(agent_options(options), inputs, plan, env, this_executable());
   if (inputs.launcher == LauncherKind::kLocal) {
     for (auto& report : reports) report.failure = "not reached: ddprun runs once per node here";
   }

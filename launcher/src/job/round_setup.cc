@@ -5,6 +5,7 @@
 
 #include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
+#include "job/agent_options.h"
 #include "nodes/agents.h"
 #include "nodes/ports.h"
 #include "plan/rank_environment.h"
@@ -112,7 +113,7 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
                      "free one");
   }
   const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
-  AgentLaunches agents = agent_launches(options, inputs, plan, env, self);
+  AgentLaunches agents = agent_launches(agent_options(options), inputs, plan, env, self);
   RoundSetup setup;
   setup.notice = std::move(notice);
   if (agents.local_workers || options.log_dir) {

@@ -41,18 +41,6 @@ bool forwarded_by_default(std::string_view name) {
                      [&](std::string_view prefix) { return name.rfind(prefix, 0) == 0; });
 }
 
-std::string join_filters(const std::vector<std::string>& filters) {
-  std::string list;
-  for (const auto& filter : filters) list += (list.empty() ? "" : ",") + filter;
-  return list;
-}
-
-std::string seconds_text(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", seconds);
-  return text;
-}
-
 }  // namespace
 
 Environment forwarded_environment(const Environment& env, const std::vector<std::string>& extra) {
@@ -81,7 +69,7 @@ Environment forwarded_environment(const Environment& env, const std::vector<std:
   return forwarded;
 }
 
-std::vector<std::string> agent_arguments(const Options& options, const LaunchPlan& plan,
+std::vector<std::string> agent_arguments(const AgentOptions& options, const LaunchPlan& plan,
                                          const NodePlan* node, int subtree_last) {
   std::string nodes;
   for (const NodePlan& each : plan.nodes) {
@@ -102,7 +90,7 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
                                    "--max-restarts",
                                    std::to_string(plan.max_restarts),
                                    "--shutdown-timeout",
-                                   seconds_text(options.shutdown_timeout_s)};
+                                   options.shutdown_timeout};
   if (node != nullptr) {
     args.insert(args.end(), {"--node-rank", std::to_string(node->node_rank), "--agent-stdin"});
   }
@@ -116,67 +104,17 @@ std::vector<std::string> agent_arguments(const Options& options, const LaunchPla
       args.insert(args.end(), {"--env", item.substr(0, item.find('='))});
     }
   }
-  if (options.log_dir) args.insert(args.end(), {"--log-dir", *options.log_dir});
-  if (options.role != "default") args.insert(args.end(), {"--role", options.role});
-  if (options.redirects.any()) {
-    args.insert(args.end(), {"--redirects", format_stream_choice(options.redirects)});
-  }
-  if (options.tee.any()) args.insert(args.end(), {"--tee", format_stream_choice(options.tee)});
-  if (options.local_ranks_filter) {
-    args.insert(args.end(), {"--local-ranks-filter", format_rank_set(*options.local_ranks_filter)});
-  }
-  if (!options.signals_to_handle.empty()) {
-    args.insert(args.end(), {"--signals-to-handle", format_signal_list(options.signals_to_handle)});
-  }
   if (plan.job_end_unix) {
     // The agents' workers learn the end too; the head alone sends the notice.
     args.insert(args.end(), {"--deadline", std::to_string(*plan.job_end_unix)});
   }
-  if (options.stall_timeout_s) {
-    args.insert(args.end(), {"--stall-timeout", seconds_text(*options.stall_timeout_s)});
-  }
-  if (options.exit_timeout_s) {
-    args.insert(args.end(), {"--exit-timeout", seconds_text(*options.exit_timeout_s)});
-  }
-  // Each agent hands out its own node's GPUs the same way.
-  if (options.gpus_per_proc) {
-    args.insert(args.end(), {"--gpus-per-proc", std::to_string(*options.gpus_per_proc)});
-  }
-  if (options.virtual_local_rank) args.emplace_back("--virtual-local-rank");
-  if (options.bind != BindMode::kNone) {
-    // "--numa-binding exclusive": each agent places its own node's workers.
-    const std::string flag = bind_mode_text(options.bind);
-    const auto space = flag.find(' ');
-    args.insert(args.end(), {flag.substr(0, space), flag.substr(space + 1)});
-  }
-  if (options.tag_output) args.emplace_back("--tag-output");
-  // Each node folds its own ranks' lines, as the head decided for the job.
-  if (options.fold_output) {
-    args.emplace_back(*options.fold_output ? "--fold-output" : "--no-fold-output");
-    if (*options.fold_output && options.fold_window_ms != Options().fold_window_ms) {
-      args.insert(args.end(), {"--fold-window", std::to_string(options.fold_window_ms)});
-    }
-  }
-  if (!options.duplicate_stdout_filters.empty()) {
-    args.insert(args.end(),
-                {"--duplicate-stdout-filters", join_filters(options.duplicate_stdout_filters)});
-  }
-  if (!options.duplicate_stderr_filters.empty()) {
-    args.insert(args.end(),
-                {"--duplicate-stderr-filters", join_filters(options.duplicate_stderr_filters)});
-  }
-  if (!options.stacks) args.emplace_back("--no-stacks");
-  if (options.mode == Mode::kCheck) {
-    args.emplace_back("--check");  // answer the preflight, run nothing
-    for (const auto& path : options.check_paths) args.insert(args.end(), {"--check-path", path});
-    if (options.check_bandwidth) args.emplace_back("--bandwidth");
-  }
+  args.insert(args.end(), options.passed_on.begin(), options.passed_on.end());
   args.emplace_back("--");
   args.insert(args.end(), plan.program.begin(), plan.program.end());
   return args;
 }
 
-std::vector<std::string> ssh_command(const std::string& host, const Options& options,
+std::vector<std::string> ssh_command(const std::string& host, const AgentOptions& options,
                                      const std::string& cwd,
                                      const std::vector<std::string>& remote_argv) {
   std::vector<std::string> argv = {"ssh"};
@@ -185,10 +123,10 @@ std::vector<std::string> ssh_command(const std::string& host, const Options& opt
   // seconds rather than at the next TCP timeout.
   argv.insert(argv.end(), {"-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=1", "-o",
                            "ServerAliveCountMax=3"});
-  if (options.rdzv_conf.join_timeout_s) {
+  if (options.join_timeout_s) {
     // torchrun's join_timeout: how long a node may take to join; here, ssh's connection.
-    const double seconds = std::max(1.0, std::ceil(*options.rdzv_conf.join_timeout_s));
-    argv.insert(argv.end(), {"-o", "ConnectTimeout=" + seconds_text(seconds)});
+    const auto seconds = static_cast<long>(std::max(1.0, std::ceil(*options.join_timeout_s)));
+    argv.insert(argv.end(), {"-o", "ConnectTimeout=" + std::to_string(seconds)});
   }
   argv.insert(argv.end(), {"--", host});
   std::string command = "cd -- " + shell_quote(cwd) + " && exec";
@@ -240,7 +178,7 @@ std::vector<std::pair<int, int>> subtree_children(int first, int last, int fanou
   return ranges;
 }
 
-AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
+AgentLaunches agent_launches(const AgentOptions& options, const PlanInputs& inputs,
                              const LaunchPlan& plan, const Environment& env,
                              const std::string& self) {
   AgentLaunches launches;
@@ -261,7 +199,7 @@ AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
     // --check asks every node itself: its agents answer for their own node only.
     std::vector<std::pair<int, int>> children;
     const int last = static_cast<int>(plan.nodes.size()) - 1;
-    const int fanout = options.mode == Mode::kCheck ? last : options.ssh_fanout;
+    const int fanout = options.check ? last : options.ssh_fanout;
     if (options.agent) {
       children = subtree_children(plan.this_node, options.agent_subtree_last.value_or(0), fanout);
     } else if (plan.this_node == 0) {

@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "cli/options.h"
 #include "cluster.h"
 #include "plan/plan.h"
 #include "run/runner.h"
@@ -24,17 +23,33 @@ namespace ddprun {
 // VAR is unset here.
 Environment forwarded_environment(const Environment& env, const std::vector<std::string>& extra);
 
+// What the head passes on to its agents from its own command line (job/agent_options.cc
+// makes it from the options: this room never sees them).
+struct AgentOptions {
+  // The options that shape each node's workers and output, as an agent's arguments
+  // (--log-dir DIR, --tee, --tag-output, --check, ...): each agent acts on them for its node.
+  std::vector<std::string> passed_on;
+  std::string shutdown_timeout = "15";    // --shutdown-timeout, in seconds
+  std::optional<std::string> ssh_config;  // ssh -F
+  int ssh_fanout = 32;
+  std::vector<std::string> env_vars;      // --env NAME or NAME=VALUE
+  std::optional<double> join_timeout_s;   // --rdzv-conf join_timeout: ssh's ConnectTimeout
+  bool check = false;                     // --check: the head asks every node itself
+  bool agent = false;                     // this ddprun is an agent (of the ssh tree)
+  std::optional<int> agent_subtree_last;  // then: the last node of its range
+};
+
 // ddprun's own arguments for the agent on `node` (without the executable): --agent, the
 // agreed master address, port, run id and restart round, the node list, this node's
-// worker count, and the options that shape output, then "--" and the program. With
+// worker count, the job's end, and the options passed on, then "--" and the program. With
 // `subtree_last` beyond the node's rank (the ssh tree), that agent also starts the agents
 // of nodes node+1 .. subtree_last.
-std::vector<std::string> agent_arguments(const Options& options, const LaunchPlan& plan,
+std::vector<std::string> agent_arguments(const AgentOptions& options, const LaunchPlan& plan,
                                          const NodePlan* node, int subtree_last = -1);
 
 // ssh's argv for running `remote_argv` in `cwd` on `host` (docs/multinode.md): batch
 // mode, no terminal, the command quoted once.
-std::vector<std::string> ssh_command(const std::string& host, const Options& options,
+std::vector<std::string> ssh_command(const std::string& host, const AgentOptions& options,
                                      const std::string& cwd,
                                      const std::vector<std::string>& remote_argv);
 
@@ -59,7 +74,7 @@ struct AgentLaunches {
   bool local_workers = true;
   std::vector<ChildSpec> agents;
 };
-AgentLaunches agent_launches(const Options& options, const PlanInputs& inputs,
+AgentLaunches agent_launches(const AgentOptions& options, const PlanInputs& inputs,
                              const LaunchPlan& plan, const Environment& env,
                              const std::string& self);
 

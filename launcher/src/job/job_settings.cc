@@ -1,4 +1,4 @@
-#include "policy/job_settings.h"
+#include "job/job_settings.h"
 
 #include <algorithm>
 
