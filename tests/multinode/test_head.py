@@ -8,6 +8,9 @@
     running (nothing stopped by looking); `--stop` stops the job as SIGTERM would.
   restart: with --max-restarts 1, a worker failing in round 0 makes the head restart the
     whole job on every node; round 1 (TORCHELASTIC_RESTART_COUNT=1) succeeds.
+  setup: the last node's agent cannot create its --log-dir (a read-only mount there only):
+    its own error reaches the head as the node's event, and the head names it, stops every
+    node and spends no restart (--max-restarts 1), exiting with the error's code (125).
 
   PYTHONPATH=tests tests/multinode/test_head.py -n N --ddprun BIN --ddp-train BIN \
       --config JSON --source DIR
@@ -160,6 +163,32 @@ def main():
             if f"round 1 rank {rank} on" not in r.stdout:
                 failures.append(f"restart: rank {rank} did not run in round 1")
         check_leftovers(cluster, marker, failures, "restart: ")
+
+        # An agent's own set-up failure (its node's --log-dir is read-only there alone).
+        logs = os.path.join(job, "logs")
+        os.makedirs(logs)
+        last = cluster.nodes[-1]
+        mounted = cluster.run(last, ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", logs],
+                              timeout=30)
+        if mounted.returncode != 0:
+            failures.append(f"setup: cannot mount a read-only folder on {last}: {mounted.stderr}")
+            return
+        try:
+            argv = head + ["--log-dir", logs, "--max-restarts", "1", "--", worker, "--config",
+                           config, "--epochs", "1", "--max-steps", "20"]
+            r = cluster.run(cluster.nodes[0], argv, env=env, cwd=a.source, timeout=150,
+                            stderr=subprocess.STDOUT)
+        finally:
+            cluster.run(last, ["umount", logs], timeout=30)
+        print(f"--- setup: exit {r.returncode}\n" + "\n".join(r.stdout.splitlines()[-15:]))
+        if r.returncode != 125:
+            failures.append(f"setup: the head exited {r.returncode}, not 125 (the node's error)")
+        if f"node {a.n - 1} could not start its workers" not in r.stdout or \
+                "Read-only file system" not in r.stdout:
+            failures.append("setup: the head did not name the node's own error")
+        if "restarting all workers" in r.stdout:
+            failures.append("setup: the head spent a restart on a node whose set-up failed")
+        check_leftovers(cluster, marker, failures, "setup: ")
 
     return run_on_cluster(a.n, body, {"nodes": a.n})
 

@@ -15,6 +15,7 @@
 #include "ddprun/contract/errors.h"
 #include "job/doctor.h"
 #include "job/job_inputs.h"
+#include "job/job_settings.h"
 #include "job/preflight.h"
 #include "job/rendezvous_job.h"
 #include "job/report_file.h"
@@ -29,7 +30,7 @@
 #include "plan/plan_format.h"
 #include "plan/rank_environment.h"
 #include "policy/job.h"
-#include "job/job_settings.h"
+#include "report/control.h"
 #include "report/labels.h"
 #include "report/report.h"
 #include "run/agent_messages.h"
@@ -346,9 +347,21 @@ int main(int argc, char** argv) {
     (command_line.exit_code == 0 ? std::cout : std::cerr) << message;
     return command_line.exit_code;
   }
+  const ddprun::Options& options = *command_line.options;
   try {
-    return ddprun::run(*command_line.options, env);
+    return ddprun::run(options, env);
   } catch (const ddprun::Error& e) {
+    if (options.agent && options.mode == ddprun::Mode::kRun && options.node_rank) {
+      // An ssh agent's own error travels to its head as the node's event, as a node behind
+      // the rendezvous tells node 0 (rendezvous_job.cc): the head names it and stops every
+      // node without a restart.
+      ddprun::NodeEvent failed;
+      failed.kind = ddprun::NodeEvent::Kind::kSetupFailed;
+      failed.node = *options.node_rank;
+      failed.code = e.exit_code();
+      failed.what = e.what();
+      std::cerr << ddprun::node_event_line(failed);
+    }
     std::cerr << ddprun::error_label(colour) << e.what();
     if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
     std::cerr << "\n";
