@@ -3,6 +3,7 @@
 // launchers' rendezvous is an agent with no process, read from its connection.
 #include "run/process_runner.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -240,6 +241,41 @@ TEST(ProcessRunner, AHeadThatSendsNothingIsLostAndItsConnectionShut) {
       EXPECT_EQ(::recv(head.theirs.get(), &byte, 1, MSG_DONTWAIT), 0);  // shut: its end
     }
   }
+}
+
+// A node's round is over and its exit report sent; its console does not read, so the
+// final drain waits. Node 0's next round start, sent meanwhile, stays on the connection
+// for the rendezvous to read: the drain does not take it for a message of the round.
+TEST(ProcessRunner, TheNextRoundsStartIsLeftUnreadWhileTheConsoleDrains) {
+  SignalChannel signals;
+  Guardian guardian;
+  const support::TempDir dir;
+  int console[2];
+  ASSERT_EQ(::pipe(console), 0);
+  const UniqueFd console_read(console[0]);
+  const UniqueFd console_write(console[1]);
+  ::fcntl(console[1], F_SETFL, ::fcntl(console[1], F_GETFL) | O_NONBLOCK);
+  const std::string block(4096, 'x');
+  while (::write(console[1], block.data(), block.size()) > 0) {
+  }                       // a console that reads nothing: full
+  const Connection head;  // `theirs` is node 0's end here
+  ProcessRunnerConfig config;
+  config.relay.console_stdout = console[1];
+  config.relay.console_stderr = console[1];
+  config.console_final_stall = std::chrono::milliseconds(300);
+  config.head_fd = head.ours.get();
+  config.head_events_fd = head.ours.get();
+  config.tmp_dir = dir.path();
+  ProcessRunner runner(signals, guardian, config);
+  runner.messages() << "ddprun: the round's last lines, waiting for the console\n" << std::flush;
+  const std::string start = format_round_start({1, 29600, 1});
+  head.say(start);
+  runner.stop_reading_head();
+  const std::string spilled = runner.finish_console("spill.txt");
+  EXPECT_FALSE(spilled.empty());  // the drain did wait, then gave up
+  char unread[256] = {};
+  const ssize_t got = ::recv(head.ours.get(), unread, sizeof unread, MSG_PEEK | MSG_DONTWAIT);
+  EXPECT_EQ(std::string(unread, static_cast<std::size_t>(std::max<ssize_t>(got, 0))), start);
 }
 
 }  // namespace

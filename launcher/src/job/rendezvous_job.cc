@@ -240,6 +240,8 @@ int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
     }
     const std::string report = format_exit_report(code);
     (void)::send(socket.get(), report.data(), report.size(), MSG_NOSIGNAL);
+    // Node 0's next round start may come while the console drains: it is wait_for_host's.
+    runner.stop_reading_head();
     runner.finish_console(start.round == 0 ? spill_path
                                            : spill_path + "." + std::to_string(start.round));
     last = code;

@@ -350,7 +350,8 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
     deadline = arm_at;
   }
   if (head_heartbeat_on()) {
-    const auto due = std::min(head_beat_at_, head_heard_at_ + config_.heartbeat.silent_after);
+    auto due = head_beat_at_;
+    if (config_.head_fd >= 0) due = std::min(due, head_heard_at_ + config_.heartbeat.silent_after);
     if (!deadline || due < *deadline) deadline = due;
   }
   children_->wait_once(deadline, config_.head_fd, events_);
@@ -361,7 +362,7 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
 void ProcessRunner::keep_head_heartbeat() {
   if (!head_heartbeat_on()) return;
   const auto now = RunnerClock::now();
-  if (now >= head_heard_at_ + config_.heartbeat.silent_after) {
+  if (config_.head_fd >= 0 && now >= head_heard_at_ + config_.heartbeat.silent_after) {
     console_->message("ddprun: node 0's ddprun sent nothing in " + config_.heartbeat.silence() +
                       ", though its host answers (it is stopped, by SIGSTOP or a debugger, "
                       "or hung)\n");

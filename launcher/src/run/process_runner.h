@@ -111,6 +111,10 @@ class ProcessRunner : public Runner {
   // saying `gathering` (who joined, who is awaited) for --status and --stacks. Returns true
   // when it was --stop: the caller stops the job as on SIGTERM.
   bool serve_between_rounds(int round, const std::string& gathering);
+  // On a node behind the rendezvous, once its exit report is sent: node 0's next words
+  // (the next round's start) are the rendezvous's to read, not this runner's, while the
+  // console drains; the heartbeat to node 0 goes on.
+  void stop_reading_head() noexcept { config_.head_fd = -1; }
   // Whether SIGHUP has detached ddprun from its terminal.
   bool detached() const noexcept { return detached_; }
   // Tells every attached console (--attach) the job's exit code and lets it go.
@@ -126,11 +130,10 @@ class ProcessRunner : public Runner {
   // release and lets out what is due.
   void wait_once(std::optional<RunnerClock::time_point> deadline);
   void read_head();
-  // On a node behind the rendezvous: the heartbeat to node 0 when due, and the head lost
-  // (its connection shut, so the wait for node 0's next word ends too) when it was silent.
-  bool head_heartbeat_on() const {
-    return config_.heartbeat.on() && config_.head_fd >= 0 && config_.head_events_fd >= 0;
-  }
+  // On a node behind the rendezvous: the heartbeat to node 0 when due, and, while its
+  // messages are read, the head lost (its connection shut, so the wait for node 0's next
+  // word ends too) when it was silent.
+  bool head_heartbeat_on() const { return config_.heartbeat.on() && config_.head_events_fd >= 0; }
   void keep_head_heartbeat();
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();
