@@ -2,7 +2,8 @@
 # --restart-scope rank on one node, end to end: three /bin/sh workers; the test SIGKILLs
 # rank 1. The other two keep their processes (never restarted), rank 1 comes back with the
 # same RANK and a new pid, the membership file's version goes up and names the replacement
-# (the survivors read it), the job exits 0 when they finish, and nothing is left behind.
+# (the survivors read it), the job exits 0 when they finish, and nothing is left behind;
+# its --report counts the recovery and marks the lost row and its replacement.
 # Then, with --max-restarts 1, a second kill ends the job with its code (137) and no
 # process is left. Every wait is on a file the workers write, bounded.
 set -euo pipefail
@@ -51,11 +52,12 @@ none_alive() {
   return 0
 }
 
-# launch JOB MAX_RESTARTS: ddprun with three workers, in the background.
+# launch JOB MAX_RESTARTS: ddprun with three workers, in the background (its report in
+# $work/JOB.json).
 launch() {
   mkdir "$work/$1"
   WORK=$work JOB=$1 "$ddprun" --nproc-per-node 3 --restart-scope rank --max-restarts "$2" \
-    --shutdown-timeout 5 -- "$work/worker.sh" >"$work/$1.out" 2>&1 &
+    --shutdown-timeout 5 --report "$work/$1.json" -- "$work/worker.sh" >"$work/$1.out" 2>&1 &
   ddprun_pid=$!
   local rank
   for rank in 0 1 2; do wait_for "rank $rank's start" starts "$work/$1/starts.$rank" 1; done
@@ -104,6 +106,17 @@ done
 grep -q "ddprun: rank 1 (pid $p1) signal SIGKILL; started its replacement, pid $q1" <<<"$out" ||
   fail "no line on the replacement: $out"
 none_alive "$p0" "$p1" "$p2" "$q1"
+python3 - "$work/one.json" "$p1" "$q1" <<'PYTHON' || fail "the report: $(cat "$work/one.json")"
+import json, sys
+report, lost, replacement = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
+(round0,) = report["rounds"]
+assert round0["recoveries"] == 1 and round0["not_replaced"] is None, round0
+rows = {row["pid"]: row for row in round0["ranks"]}
+assert rows[lost]["rank"] == 1 and rows[lost]["replaced"] and not rows[lost]["replacement"]
+assert rows[replacement]["rank"] == 1 and rows[replacement]["replacement"]
+assert not rows[replacement]["replaced"] and rows[replacement]["exit_code"] == 0
+assert sum(row["replacement"] or row["replaced"] for row in round0["ranks"]) == 2, rows
+PYTHON
 
 # --- --max-restarts 1: a second kill ends the job with 137 ------------------------------
 launch two 1

@@ -80,6 +80,10 @@ json rank_json(const RankResult& child, const std::string* error_text,
   row["max_rss_kb"] = child.max_rss_kb;
   row["last_step"] = step != nullptr ? or_null(*step) : json(nullptr);
   row["first_step_seconds"] = or_null(child.first_step_seconds);
+  // --restart-scope rank: whether this child took a lost rank's place, and whether one
+  // took its own.
+  row["replacement"] = child.replacement;
+  row["replaced"] = child.replaced_by.has_value();
   const auto parsed = error_text != nullptr ? parse_error_file(*error_text) : std::nullopt;
   row["error_message"] = parsed ? json(parsed->message) : json(nullptr);
   return row;
@@ -202,6 +206,8 @@ json round_json(const ReportRound& round) {
       doc[key] = nullptr;
     }
     doc["drained"] = false;
+    doc["recoveries"] = 0;
+    doc["not_replaced"] = nullptr;
     doc["ranks"] = json::array();
     return doc;
   }
@@ -220,6 +226,8 @@ json round_json(const ReportRound& round) {
   }
   doc["root_cause"] = root_cause_json(round);
   doc["stacks_taken"] = or_null(result.stacks_when);
+  doc["recoveries"] = result.recoveries;
+  doc["not_replaced"] = or_null(result.not_replaced);
   json ranks = json::array();
   for (std::size_t i = 0; i < result.ranks.size(); ++i) {
     ranks.push_back(
