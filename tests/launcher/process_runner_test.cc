@@ -15,6 +15,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "ddprun/common/unique_fd.h"
 #include "nodes/rendezvous.h"
@@ -211,6 +212,33 @@ TEST(ProcessRunner, ANodeThatSendsNothingIsLostAndOneThatSendsHeartbeatsIsNot) {
   }
   EXPECT_GE(heartbeats_in(stopped.heard()), 5);
   EXPECT_GE(heartbeats_in(heard_by_alive), 10);
+}
+
+// A whole job suspended and resumed (Slurm's suspend, Ctrl-Z): node 0 itself was stopped
+// far past the silence bound, and its nodes too. Once resumed it does not judge their
+// silence at once (they have not run yet either): they get a fresh bound, and a node that
+// stays silent through it is still lost.
+TEST(ProcessRunner, ARunnerThatWasStoppedItselfGivesItsNodesAFreshBound) {
+  SignalChannel signals;
+  Guardian guardian;
+  ProcessRunnerConfig config;
+  config.heartbeat = kQuickHeartbeat;
+  ProcessRunner runner(signals, guardian, config);
+  const Connection node;
+  JoinedPeer peer;
+  runner.start(node_behind(peer, node.ours.get()));
+  (void)runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // "stopped": no loop
+  const auto resumed = RunnerClock::now();
+  RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(200));
+  EXPECT_NE(event.kind, RunnerEvent::Kind::kExited) << "judged at once after the resume";
+  while (event.kind != RunnerEvent::Kind::kExited &&
+         RunnerClock::now() < resumed + std::chrono::seconds(10)) {
+    event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 255);
+  EXPECT_GE(RunnerClock::now() - resumed, kQuickHeartbeat.silent_after);
 }
 
 // On a node behind the rendezvous: a node 0 that sends nothing (its ddprun stopped) is a

@@ -25,6 +25,10 @@
                        and ends within the grace + 3 s; no worker is left on either node.
   --case frozenhead    the same with node 0's ddprun stopped: node 1 ends first, saying that
                        node 0 sent nothing, and node 0, continued, ends after it.
+  --case suspend       both ddprun stopped together past the heartbeat's bound, then
+                       continued (a suspended job, Ctrl-Z): neither takes the other's
+                       silence for a loss; the job runs on until SIGTERM to node 0 ends it
+                       on both nodes with 143.
 
   PYTHONPATH=tests tests/multinode/test_departures.py --ddprun BIN --case CASE
 Exit 77: skipped (not root, no namespaces); under CI=true that is a failure.
@@ -273,11 +277,39 @@ def case_frozen(cluster, a, worker, env, d, failures, result, frozen_rank):
         failures.append(f"{other.name} did not say that the stopped ddprun sent nothing")
 
 
+def case_suspend(cluster, a, worker, env, d, failures, result):
+    nodes = [Node(cluster, n, argv_for(a, cluster, i, 2, worker), env)
+             for i, n in enumerate(cluster.nodes[:2])]
+    world = 2 * NPROC
+    if wait_for(lambda: sum(f.startswith("started.") for f in os.listdir(d)) == world, 60,
+                "every worker to start", failures):
+        for n in nodes:
+            n.proc.send_signal(signal.SIGSTOP)
+        time.sleep(PEER_DEAD_AFTER_S + 1)  # the suspension itself, past the bound
+        for n in reversed(nodes):
+            n.proc.send_signal(signal.SIGCONT)
+        # Each side now gets a fresh bound and hears the other within it; a side that
+        # judged at once would have ended its job by now.
+        time.sleep(4)
+        for n in nodes:
+            if n.proc.poll() is not None:
+                failures.append(f"{n.name} ended after the job was continued: exit "
+                                f"{n.proc.returncode}")
+        nodes[0].proc.send_signal(signal.SIGTERM)
+    for n in nodes:
+        n.join(failures)
+        if n.proc.returncode != 128 + signal.SIGTERM:
+            failures.append(f"{n.name} exited {n.proc.returncode}, not 143 (the stop's)")
+    for n in nodes:
+        if "sent nothing" in n.out or "not a line from it" in n.out:
+            failures.append(f"{n.name} took the suspension for a silent node")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup", "partition",
-                                       "frozen", "frozenhead"], required=True)
+                                       "frozen", "frozenhead", "suspend"], required=True)
     a = ap.parse_args()
 
     def body(cluster, result, failures):
@@ -294,7 +326,8 @@ def main():
         cases = {"failtogether": case_failtogether, "notice": case_notice, "stop": case_stop,
                  "setup": case_setup, "partition": case_partition,
                  "frozen": lambda *args: case_frozen(*args, frozen_rank=1),
-                 "frozenhead": lambda *args: case_frozen(*args, frozen_rank=0)}
+                 "frozenhead": lambda *args: case_frozen(*args, frozen_rank=0),
+                 "suspend": case_suspend}
         cases[a.case](cluster, a, worker, env, d, failures, result)
         check_leftovers(cluster, marker, failures)
 

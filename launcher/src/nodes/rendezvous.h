@@ -180,8 +180,9 @@ class RendezvousHost {
   int nproc_;
   int refused_ = 0;  // refused connections so far
   Heartbeat heartbeat_ = kLaunchersHeartbeat;
-  std::optional<int> gathered_round_;    // the round the latest gather was for
-  RendezvousClock::time_point beat_at_;  // the joined nodes' next heartbeat
+  std::optional<int> gathered_round_;      // the round the latest gather was for
+  RendezvousClock::time_point beat_at_;    // the joined nodes' next heartbeat
+  RendezvousClock::time_point tended_at_;  // the heartbeats' last turn
   RendezvousClock::time_point listening_since_ = RendezvousClock::now();
   struct Pending {
     UniqueFd fd;

@@ -24,6 +24,7 @@ namespace {
 // past this, the oldest is closed (a flood): a real node sends its join as soon as it
 // connects.
 constexpr std::size_t kMaxPending = 512;
+constexpr int kAcceptsPerTurn = 64;
 
 // "the limit is 1024 descriptors".
 std::string descriptor_limit() {
@@ -166,6 +167,7 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     gathered_round_ = round;
     const auto now = RendezvousClock::now();
     beat_at_ = now + heartbeat_.every;
+    tended_at_ = now;
     for (auto& peer : joined_) {
       if (peer) peer->heard_at = now;
     }
@@ -258,9 +260,10 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
         p.fd.reset();
       }
     }
-    // New connections (the listener is non-blocking: accept until none is left).
+    // New connections (the listener is non-blocking), at most kAcceptsPerTurn a turn: a
+    // flood of connections must not keep the loop from its heartbeats and the joined nodes.
     if (ready > 0 && fds[0].revents != 0) {
-      for (;;) {
+      for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
         const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
           if (errno == EMFILE || errno == ENFILE) {
@@ -309,9 +312,14 @@ void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,
                                      std::ostream& log) {
   const bool beat = now >= beat_at_;
   if (beat) beat_at_ = now + heartbeat_.every;
+  // Far later than a heartbeat is due: node 0 was stopped or held up itself; the nodes'
+  // silence counts from now (what they sent meanwhile is read first, on the next turn).
+  const bool late = now - tended_at_ > 2 * heartbeat_.every;
+  tended_at_ = now;
   for (std::size_t node = 1; node < joined_.size(); ++node) {
     auto& peer = joined_[node];
     if (!peer) continue;
+    if (late) peer->heard_at = std::max(peer->heard_at, now);
     if (now >= peer->heard_at + heartbeat_.silent_after) {
       log << "ddprun: node " << node << " (" << printable_host(peer->join.host)
           << ") sent nothing in " << heartbeat_.silence() << " before round " << round

@@ -32,6 +32,7 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
   line.clear();
   auto heard_at = RendezvousClock::now();
   auto beat_at = heard_at + beat.every;
+  auto tended_at = heard_at;  // the heartbeat's last turn
   for (;;) {
     auto wake = deadline;
     if (beat.on()) {
@@ -43,7 +44,12 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
     if (ready < 0 && errno == EINTR) continue;
     const auto now = RendezvousClock::now();
     if (ready == 0 && deadline && now >= *deadline) return HostLine::kTimedOut;
-    if (beat.on() && now >= heard_at + beat.silent_after) return HostLine::kSilent;
+    // Far later than a heartbeat is due: this ddprun was stopped itself (a suspended job);
+    // node 0's silence counts from now. What waits on the socket is read before any verdict.
+    if (now - tended_at > 2 * beat.every) heard_at = std::max(heard_at, now);
+    tended_at = now;
+    const bool readable = ready > 0 && fds[0].revents != 0;
+    if (beat.on() && !readable && now >= heard_at + beat.silent_after) return HostLine::kSilent;
     if (beat.on() && now >= beat_at) {
       (void)::send(socket, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       beat_at = now + beat.every;

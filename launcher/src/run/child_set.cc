@@ -262,9 +262,25 @@ std::optional<SteadyClock::time_point> ChildSet::heartbeat_due() const {
   return due;
 }
 
+void ChildSet::send_heartbeats() {
+  const auto now = SteadyClock::now();
+  for (Child& child : children_) {
+    if (child.connection < 0) continue;
+    (void)::send(child.connection, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    child.beat_at = now + heartbeat_.every;
+  }
+}
+
 void ChildSet::keep_heartbeats(const ChildEvents& events) {
   if (!heartbeat_.on()) return;
   const auto now = SteadyClock::now();
+  if (now - tended_at_ > 2 * heartbeat_.every) {
+    // This loop ran far later than its heartbeats are due: ddprun itself was stopped (a
+    // suspended job, Ctrl-Z) or held up. The nodes' silence counts from now: what they
+    // sent meanwhile is read first, and their next heartbeat is on its way.
+    for (Child& child : children_) child.heard_at = std::max(child.heard_at, now);
+  }
+  tended_at_ = now;
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
     if (child.connection < 0) continue;

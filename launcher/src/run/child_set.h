@@ -81,6 +81,9 @@ class ChildSet {
 
   // The connections' heartbeat (kLaunchersHeartbeat unless set; tests shorten it).
   void set_heartbeat(Heartbeat heartbeat) { heartbeat_ = heartbeat; }
+  // Sends every connection its heartbeat now: before and after something that holds up
+  // the loop for seconds (taking stacks), so that the other side never waits out its bound.
+  void send_heartbeats();
 
   // 0 for a connection.
   pid_t pid(std::size_t child) const { return children_.at(child).pid; }
@@ -141,6 +144,7 @@ class ChildSet {
   SignalChannel& signals_;
   Guardian* guardian_;
   Heartbeat heartbeat_ = kLaunchersHeartbeat;
+  SteadyClock::time_point tended_at_ = SteadyClock::now();  // the heartbeats' last turn
   std::vector<Child> children_;
   std::vector<char> buffer_ = std::vector<char>(64 * 1024);
 };

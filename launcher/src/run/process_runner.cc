@@ -279,8 +279,11 @@ std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size
     if (sig == SIGHUP && config_.detach_on_hangup) return false;
     return sig != SIGUSR1 && sig != SIGUSR2;
   };
+  // Up to seconds without the loop: the other nodes hear this one before and after.
+  send_heartbeats();
   std::vector<StackCapture> captures =
       ddprun::capture_stacks(signals_, targets, config_.eu_stack, {}, on_signal);
+  send_heartbeats();
   children_->reap_now(events_);  // the capture's loop read the SIGCHLD of any that ended
   for (std::size_t i = 0; keep && i < children.size(); ++i) {
     const std::string& log = specs_.at(children[i]).stacks_log;
@@ -359,9 +362,22 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
   relay_->release_folded(RunnerClock::now());
 }
 
+void ProcessRunner::send_heartbeats() {
+  children_->send_heartbeats();
+  if (!head_heartbeat_on()) return;
+  (void)::send(config_.head_events_fd, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  head_beat_at_ = RunnerClock::now() + config_.heartbeat.every;
+}
+
 void ProcessRunner::keep_head_heartbeat() {
   if (!head_heartbeat_on()) return;
   const auto now = RunnerClock::now();
+  // Far later than a heartbeat is due: this ddprun was stopped or held up itself; node 0's
+  // silence counts from now (ChildSet::keep_heartbeats).
+  if (now - head_tended_at_ > 2 * config_.heartbeat.every) {
+    head_heard_at_ = std::max(head_heard_at_, now);
+  }
+  head_tended_at_ = now;
   if (config_.head_fd >= 0 && now >= head_heard_at_ + config_.heartbeat.silent_after) {
     console_->message("ddprun: node 0's ddprun sent nothing in " + config_.heartbeat.silence() +
                       ", though its host answers (it is stopped, by SIGSTOP or a debugger, "

@@ -135,6 +135,8 @@ class ProcessRunner : public Runner {
   // word ends too) when it was silent.
   bool head_heartbeat_on() const { return config_.heartbeat.on() && config_.head_events_fd >= 0; }
   void keep_head_heartbeat();
+  // Every heartbeat this runner sends (to its nodes behind connections, to node 0), now.
+  void send_heartbeats();
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();
   // A status answer's header: the run, this ddprun, `round`, the time up, the console.
@@ -204,6 +206,7 @@ class ProcessRunner : public Runner {
   LineSplitter head_lines_;
   RunnerClock::time_point head_heard_at_ = RunnerClock::now();
   RunnerClock::time_point head_beat_at_ = head_heard_at_ + config_.heartbeat.every;
+  RunnerClock::time_point head_tended_at_ = head_heard_at_;  // the heartbeat's last turn
 };
 
 }  // namespace ddprun
