@@ -174,15 +174,24 @@ long heartbeats_in(const std::string& text) {
   return std::count(rest.begin(), rest.end(), '\n');
 }
 
+// A runner with the quick heartbeat, as node 0's with nodes behind connections.
+struct QuickRunner {
+  static ProcessRunnerConfig config() {
+    ProcessRunnerConfig quick;
+    quick.heartbeat = kQuickHeartbeat;
+    return quick;
+  }
+  SignalChannel signals;
+  Guardian guardian;
+  ProcessRunner runner{signals, guardian, config()};
+};
+
 // A node whose ddprun is stopped (SIGSTOP) keeps its connection open and its kernel
 // answering: only its silence shows it. One that sends heartbeats and nothing else stays
 // in the round; each is sent node 0's heartbeats.
 TEST(ProcessRunner, ANodeThatSendsNothingIsLostAndOneThatSendsHeartbeatsIsNot) {
-  SignalChannel signals;
-  Guardian guardian;
-  ProcessRunnerConfig config;
-  config.heartbeat = kQuickHeartbeat;
-  ProcessRunner runner(signals, guardian, config);
+  QuickRunner quick;
+  ProcessRunner& runner = quick.runner;
   const Connection stopped;
   const Connection alive;
   JoinedPeer stopped_peer;
@@ -219,11 +228,8 @@ TEST(ProcessRunner, ANodeThatSendsNothingIsLostAndOneThatSendsHeartbeatsIsNot) {
 // silence at once (they have not run yet either): they get a fresh bound, and a node that
 // stays silent through it is still lost.
 TEST(ProcessRunner, ARunnerThatWasStoppedItselfGivesItsNodesAFreshBound) {
-  SignalChannel signals;
-  Guardian guardian;
-  ProcessRunnerConfig config;
-  config.heartbeat = kQuickHeartbeat;
-  ProcessRunner runner(signals, guardian, config);
+  QuickRunner quick;
+  ProcessRunner& runner = quick.runner;
   const Connection node;
   JoinedPeer peer;
   runner.start(node_behind(peer, node.ours.get()));
