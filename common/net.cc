@@ -103,6 +103,43 @@ ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
       MSG_DONTWAIT);
 }
 
+bool LineOutbox::send(int fd, std::string_view lines) {
+  unsent_.append(lines);
+  return flush(fd, false);
+}
+
+bool LineOutbox::send_waiting(int fd, std::string_view lines) {
+  unsent_.append(lines);
+  return flush(fd, true);
+}
+
+bool LineOutbox::beat(int fd) {
+  if (unsent_.empty()) unsent_.push_back('\n');
+  return flush(fd, false);
+}
+
+bool LineOutbox::flush(int fd, bool wait) {
+  std::size_t sent = 0;
+  while (!failed_ && sent < unsent_.size()) {
+    const ssize_t n = ::send(fd, unsent_.data() + sent, unsent_.size() - sent,
+                             MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait) break;
+      pollfd ready{fd, POLLOUT, 0};  // a non-blocking socket, asked to wait
+      (void)::poll(&ready, 1, -1);
+    } else {
+      failed_ = true;
+    }
+  }
+  unsent_.erase(0, sent);
+  if (failed_) unsent_.clear();  // nobody will read it
+  return !failed_;
+}
+
 std::string Heartbeat::silence() const {
   char text[32];
   std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(silent_after).count());

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "ddprun/common/files.h"
@@ -265,6 +267,85 @@ TEST(WriteAll, ReportsAGoneReaderInsteadOfDying) {
   EXPECT_FALSE(write_all(write_end.get(), "lost"));
   EXPECT_EQ(errno, EPIPE);
   ::signal(SIGPIPE, previous);
+}
+
+// The lines read from `fd` until it has nothing more now (non-blocking), heartbeats (empty
+// lines) left out; what follows the last newline is returned in `rest`.
+std::vector<std::string> read_lines_now(int fd, std::string& rest) {
+  std::vector<std::string> lines;
+  char buffer[65536];
+  ssize_t got = 0;
+  while ((got = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT)) > 0) {
+    rest.append(buffer, static_cast<std::size_t>(got));
+  }
+  std::size_t end = 0;
+  while ((end = rest.find('\n')) != std::string::npos) {
+    if (end > 0) lines.push_back(rest.substr(0, end));
+    rest.erase(0, end + 1);
+  }
+  return lines;
+}
+
+// A line the socket takes only in part, then heartbeats and another line: the reader gets
+// both lines whole, never a heartbeat inside the first one (which a plain send of "\n"
+// would put there).
+TEST(LineOutbox, AHeartbeatNeverLandsInsideALineTheSocketTookInPart) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds), 0);
+  const UniqueFd writer(fds[0]), reader(fds[1]);
+  const std::string first = std::string(4 << 20, 'a') + "\n";  // more than the socket holds
+  LineOutbox outbox;
+  ASSERT_TRUE(outbox.send(writer.get(), first));
+  ASSERT_GT(outbox.unsent(), 0u) << "the socket took 4 MiB at once: the case is not made";
+  const std::size_t waiting = outbox.unsent();
+  EXPECT_TRUE(outbox.beat(writer.get()));  // no room: nothing moves, nothing is added
+  EXPECT_EQ(outbox.unsent(), waiting);
+  EXPECT_TRUE(outbox.send(writer.get(), "second\n"));
+  std::vector<std::string> lines;
+  std::string rest;
+  for (int turn = 0; turn < 10000 && outbox.unsent() > 0; ++turn) {
+    for (auto& line : read_lines_now(reader.get(), rest)) lines.push_back(std::move(line));
+    ASSERT_TRUE(outbox.beat(writer.get()));
+  }
+  ASSERT_EQ(outbox.unsent(), 0u);
+  for (auto& line : read_lines_now(reader.get(), rest)) lines.push_back(std::move(line));
+  EXPECT_TRUE(rest.empty());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0] + "\n", first);
+  EXPECT_EQ(lines[1], "second");
+  EXPECT_TRUE(outbox.beat(writer.get()));  // nothing waits: an empty line
+  EXPECT_EQ(read_lines_now(reader.get(), rest).size(), 0u);
+  EXPECT_TRUE(rest.empty());
+}
+
+TEST(LineOutbox, SendWaitingDeliversTheTailFirstAndAGoneReaderIsAFailure) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds), 0);
+  const UniqueFd writer(fds[0]);
+  UniqueFd reader(fds[1]);
+  const std::string first = std::string(4 << 20, 'b') + "\n";
+  LineOutbox outbox;
+  ASSERT_TRUE(outbox.send(writer.get(), first));
+  ASSERT_GT(outbox.unsent(), 0u);
+  std::string got;
+  std::thread drain([&] {
+    char buffer[65536];
+    while (got.size() < first.size() + 4) {  // "end\n" too
+      pollfd ready{reader.get(), POLLIN, 0};
+      ::poll(&ready, 1, -1);
+      const ssize_t n = ::recv(reader.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n > 0) got.append(buffer, static_cast<std::size_t>(n));
+      if (n == 0) break;
+    }
+  });
+  EXPECT_TRUE(outbox.send_waiting(writer.get(), "end\n"));
+  EXPECT_EQ(outbox.unsent(), 0u);
+  drain.join();
+  EXPECT_EQ(got, first + "end\n");
+  reader.reset();
+  EXPECT_FALSE(outbox.send(writer.get(), "lost\n"));
+  EXPECT_FALSE(outbox.beat(writer.get()));  // failed stays failed
+  EXPECT_EQ(outbox.unsent(), 0u);
 }
 
 // A launchers' connection is probed while idle and given up after kPeerDeadAfterSeconds:

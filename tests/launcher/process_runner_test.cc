@@ -277,6 +277,57 @@ TEST(ProcessRunner, AHeadThatSendsNothingIsLostAndItsConnectionShut) {
   }
 }
 
+// A node's line that node 0's full connection takes only in part (node 0 reads nothing
+// for a while): its rest goes out as node 0 reads again, before any heartbeat, which never
+// lands inside it (a torn line reads as garbage on node 0).
+TEST(ProcessRunner, ALineToTheHeadIsNeverTornByAHeartbeat) {
+  SignalChannel signals;
+  Guardian guardian;
+  const Connection head;  // `theirs` is node 0's end here
+  ProcessRunnerConfig config;
+  config.heartbeat = kQuickHeartbeat;
+  config.head_fd = head.ours.get();
+  config.head_events_fd = head.ours.get();
+  ProcessRunner runner(signals, guardian, config);
+  NodeEvent event;
+  event.kind = NodeEvent::Kind::kSetupFailed;
+  event.node = 1;
+  event.code = 1;
+  event.what = std::string(4 << 20, 'w');  // more than the socket holds
+  const std::string line = node_event_line(event);
+  runner.announce(event);
+  std::string sent;
+  const auto read_all = [&] {
+    for (std::string more = head.heard(); !more.empty(); more = head.heard()) sent += more;
+  };
+  // Node 0 reads nothing for a while, as heartbeats come due.
+  const auto reads_again = RunnerClock::now() + std::chrono::milliseconds(300);
+  while (RunnerClock::now() < reads_again) {
+    head.say("\n");
+    (void)runner.wait(RunnerClock::now() + std::chrono::milliseconds(50));
+  }
+  const auto until = RunnerClock::now() + std::chrono::seconds(10);
+  while (sent.find(line) == std::string::npos && RunnerClock::now() < until) {
+    head.say("\n");
+    read_all();
+    (void)runner.wait(RunnerClock::now() + std::chrono::milliseconds(20));
+  }
+  const auto after = RunnerClock::now() + std::chrono::milliseconds(200);
+  while (RunnerClock::now() < after) {  // the heartbeats go on after it
+    head.say("\n");
+    (void)runner.wait(RunnerClock::now() + std::chrono::milliseconds(20));
+  }
+  read_all();
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, end = 0; (end = sent.find('\n', at)) != std::string::npos;
+       at = end + 1) {
+    if (end > at) lines.push_back(sent.substr(at, end - at));
+  }
+  ASSERT_EQ(lines.size(), 1u) << "the line was torn, or never came whole";
+  EXPECT_EQ(lines[0] + "\n", line);
+  EXPECT_GE(heartbeats_in(sent.substr(sent.find(line))), 2);
+}
+
 // A node's round is over and its exit report sent; its console does not read, so the
 // final drain waits. Node 0's next round start, sent meanwhile, stays on the connection
 // for the rendezvous to read: the drain does not take it for a message of the round.

@@ -234,12 +234,10 @@ int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
       failed.code = e.exit_code();
       failed.what = e.what();
       runner.announce(failed);
-      const std::string report = format_exit_report(e.exit_code());
-      (void)::send(socket.get(), report.data(), report.size(), MSG_NOSIGNAL);
+      (void)runner.tell_head(format_exit_report(e.exit_code()));
       throw;
     }
-    const std::string report = format_exit_report(code);
-    (void)::send(socket.get(), report.data(), report.size(), MSG_NOSIGNAL);
+    (void)runner.tell_head(format_exit_report(code));
     // Node 0's next round start may come while the console drains: it is wait_for_host's.
     runner.stop_reading_head();
     runner.finish_console(start.round == 0 ? spill_path

@@ -19,6 +19,11 @@ namespace ddprun {
 
 ChildSet::~ChildSet() {
   for (Child& child : children_) {
+    // Whatever is written on the connection next (the rendezvous's lines) would land
+    // inside the line it did not take whole: the node is let go, as one that reads nothing.
+    if (child.connection >= 0 && child.outbox.unsent() > 0) {
+      ::shutdown(child.connection, SHUT_RDWR);
+    }
     if (child.exited || child.connection >= 0) continue;
     signal_group(child.pid, SIGKILL);
     int status = 0;
@@ -79,9 +84,8 @@ bool ChildSet::send(std::size_t index, std::string_view message) {
   do {
     if (child.connection >= 0) {
       if (child.exited) return false;
-      written =
-          ::send(child.connection, message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (written > 0) child.beat_at = SteadyClock::now() + heartbeat_.every;  // a line is a beat
+      child.beat_at = SteadyClock::now() + heartbeat_.every;  // a line is a beat
+      return child.outbox.send(child.connection, message);
     } else if (child.stdin_pipe.valid()) {
       const int input = child.stdin_pipe.get();
       ::fcntl(input, F_SETFL, ::fcntl(input, F_GETFL) | O_NONBLOCK);
@@ -191,7 +195,10 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   fds.push_back({extra_fd, POLLIN, 0});  // a negative fd is ignored by poll
   for (std::size_t i = 0; i < children_.size(); ++i) {
     if (children_[i].reading) {
-      fds.push_back({children_[i].connection, POLLIN, 0});
+      // Writable too while the rest of a line waits for room in its socket.
+      const bool unsent = children_[i].outbox.unsent() > 0;
+      fds.push_back(
+          {children_[i].connection, static_cast<short>(POLLIN | (unsent ? POLLOUT : 0)), 0});
       owners.emplace_back(i, true);
       continue;
     }
@@ -226,7 +233,9 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
     if (fds[k].revents == 0) continue;
     const auto [child, is_stderr] = owners[k - 2];
     if (children_[child].reading) {
-      pump_connection(child, events);
+      Child& peer = children_[child];
+      if ((fds[k].revents & POLLOUT) != 0) (void)peer.outbox.send(peer.connection, {});
+      if ((fds[k].revents & ~POLLOUT) != 0) pump_connection(child, events);
     } else {
       pump(child, is_stderr, events);
     }
@@ -266,7 +275,7 @@ void ChildSet::send_heartbeats() {
   const auto now = SteadyClock::now();
   for (Child& child : children_) {
     if (child.connection < 0) continue;
-    (void)::send(child.connection, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)child.outbox.beat(child.connection);
     child.beat_at = now + heartbeat_.every;
   }
 }
@@ -296,7 +305,7 @@ void ChildSet::keep_heartbeats(const ChildEvents& events) {
     }
     if (now >= child.beat_at) {
       // Never waiting: a node that reads nothing has a full socket, and is silent itself.
-      (void)::send(child.connection, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)child.outbox.beat(child.connection);
       child.beat_at = now + heartbeat_.every;
     }
   }

@@ -96,7 +96,10 @@ class ChildSet {
     return c.stdin_pipe.valid() || (c.connection >= 0 && !c.exited);
   }
   // Sends `message` to a child that takes messages, never waiting: false when it could not
-  // take all of it now (a full pipe or socket: a reader that stopped) or is gone.
+  // take all of it now (a full pipe: a reader that stopped) or is gone. A connection keeps
+  // what its socket has no room for and sends it before anything else (LineOutbox), as
+  // soon as the socket takes it; a connection whose socket still holds some when the set
+  // ends is shut down, since the line's rest would never come.
   bool send(std::size_t child, std::string_view message);
   // SIGKILL to a process's whole group (its exit is reaped as any other); a connection is
   // given up at once: it is not read again and ends as if killed.
@@ -130,6 +133,7 @@ class ChildSet {
     std::size_t max_line = 0;
     SteadyClock::time_point heard_at;  // its last bytes (a connection)
     SteadyClock::time_point beat_at;   // when it is sent the next heartbeat
+    LineOutbox outbox;                 // what its socket had no room for yet
   };
   void reap(const ChildEvents& events);
   void pump(std::size_t child, bool is_stderr, const ChildEvents& events);

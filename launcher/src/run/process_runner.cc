@@ -50,8 +50,17 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     pending_.push_back(event);
   };
   events_.extra_ready = [this] { read_head(); };
-  events_.write_interest = [this](std::vector<int>& fds) { console_->add_write_interest(fds); };
-  events_.writable = [this](int fd) { console_->on_writable(fd); };
+  events_.write_interest = [this](std::vector<int>& fds) {
+    console_->add_write_interest(fds);
+    if (head_outbox_.unsent() > 0) fds.push_back(config_.head_events_fd);
+  };
+  events_.writable = [this](int fd) {
+    if (fd == config_.head_events_fd && head_outbox_.unsent() > 0) {
+      (void)head_outbox_.send(fd, {});  // the rest of a line node 0 had no room for
+    } else {
+      console_->on_writable(fd);
+    }
+  };
   events_.read_interest = [this](std::vector<int>& fds) {
     if (config_.control != nullptr && config_.control->fd() >= 0 && !serving_) {
       fds.push_back(config_.control->fd());
@@ -330,7 +339,7 @@ void ProcessRunner::announce(const NodeEvent& event) {
     return;
   }
   // A connection that takes no bytes is a lost head, which the head's end shows anyway.
-  (void)::send(config_.head_events_fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)head_outbox_.send(config_.head_events_fd, line);
 }
 
 void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
@@ -365,7 +374,7 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
 void ProcessRunner::send_heartbeats() {
   children_->send_heartbeats();
   if (!head_heartbeat_on()) return;
-  (void)::send(config_.head_events_fd, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)head_outbox_.beat(config_.head_events_fd);
   head_beat_at_ = RunnerClock::now() + config_.heartbeat.every;
 }
 
@@ -391,7 +400,7 @@ void ProcessRunner::keep_head_heartbeat() {
   }
   if (now >= head_beat_at_) {
     // Never waiting: a node 0 that reads nothing has a full socket, and is silent itself.
-    (void)::send(config_.head_events_fd, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)head_outbox_.beat(config_.head_events_fd);
     head_beat_at_ = now + config_.heartbeat.every;
   }
 }
@@ -409,38 +418,6 @@ RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline)
   const RunnerEvent event = pending_.front();
   pending_.pop_front();
   return event;
-}
-
-void ProcessRunner::read_head() {
-  char buffer[4096];
-  const ssize_t got = ::read(config_.head_fd, buffer, sizeof buffer);
-  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (got > 0) head_heard_at_ = RunnerClock::now();
-  if (got <= 0) {
-    config_.head_fd = -1;
-    RunnerEvent event;
-    event.kind = RunnerEvent::Kind::kHeadLost;
-    pending_.push_back(event);
-    return;
-  }
-  for (const auto& line : head_lines_.feed({buffer, static_cast<std::size_t>(got)})) {
-    if (line.empty()) continue;  // a heartbeat
-    try {
-      const AgentMessage message = parse_agent_message(line);
-      if (message.signal_number != 0) {
-        RunnerEvent event;
-        event.kind = RunnerEvent::Kind::kSignal;
-        event.signal_number = message.signal_number;
-        event.from_head = true;
-        event.cause = message.cause;
-        pending_.push_back(event);
-      } else if (message.control) {
-        answer_head(*message.control, message.control_id);
-      }
-    } catch (const Error&) {
-      // Not from a head ddprun: ignored; the connection's end still counts.
-    }
-  }
 }
 
 }  // namespace ddprun

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string_view>
 #include <vector>
 
 #include "output/output_relay.h"
@@ -115,6 +116,11 @@ class ProcessRunner : public Runner {
   // (the next round's start) are the rendezvous's to read, not this runner's, while the
   // console drains; the heartbeat to node 0 goes on.
   void stop_reading_head() noexcept { config_.head_fd = -1; }
+  // On such a node: sends `lines` to node 0 after whatever still waits for room in the
+  // connection (LineOutbox), waiting until it is all taken (the round's exit report).
+  bool tell_head(std::string_view lines) {
+    return head_outbox_.send_waiting(config_.head_events_fd, lines);
+  }
   // Whether SIGHUP has detached ddprun from its terminal.
   bool detached() const noexcept { return detached_; }
   // Tells every attached console (--attach) the job's exit code and lets it go.
@@ -204,6 +210,7 @@ class ProcessRunner : public Runner {
   RunnerClock::time_point round_started_at_;
   ChildEvents events_;
   LineSplitter head_lines_;
+  LineOutbox head_outbox_;  // lines to node 0 (head_events_fd): never torn by a heartbeat
   RunnerClock::time_point head_heard_at_ = RunnerClock::now();
   RunnerClock::time_point head_beat_at_ = head_heard_at_ + config_.heartbeat.every;
   RunnerClock::time_point head_tended_at_ = head_heard_at_;  // the heartbeat's last turn

@@ -1,6 +1,6 @@
 // ProcessRunner's answers to the job's handle (report/control.h): --status and --stacks
 // served from the loop (this node's ranks, and each agent's node asked on its stdin),
-// --stop, and the detach on SIGHUP that --attach follows.
+// --stop, and the detach on SIGHUP that --attach follows; the head's messages (read_head).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ddprun/common/files.h"
+#include "ddprun/contract/errors.h"
 #include "report/control.h"
 #include "run/agent_messages.h"
 #include "run/process_runner.h"
@@ -114,7 +115,9 @@ void ProcessRunner::answer_head(ControlVerb verb, int id) {
   tell_agents(agent_control_message(verb, id), unasked);
   const std::string answer = agent_answer_line(id, local_status(verb == ControlVerb::kStacks));
   if (config_.head_events_fd >= 0) {
-    (void)write_all(config_.head_events_fd, answer);  // a node's ddprun: to node 0's relay
+    // A node's ddprun: to node 0's relay, never waiting (a large --stacks answer goes on
+    // as node 0 reads it).
+    (void)head_outbox_.send(config_.head_events_fd, answer);
   } else {
     console_->message(answer);
   }
@@ -235,6 +238,38 @@ void ProcessRunner::release_attached(int exit_code) {
   for (const UniqueFd& peer : attached_)
     send_text(peer.get(), "exit " + std::to_string(exit_code) + "\n");
   attached_.clear();
+}
+
+void ProcessRunner::read_head() {
+  char buffer[4096];
+  const ssize_t got = ::read(config_.head_fd, buffer, sizeof buffer);
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got > 0) head_heard_at_ = RunnerClock::now();
+  if (got <= 0) {
+    config_.head_fd = -1;
+    RunnerEvent event;
+    event.kind = RunnerEvent::Kind::kHeadLost;
+    pending_.push_back(event);
+    return;
+  }
+  for (const auto& line : head_lines_.feed({buffer, static_cast<std::size_t>(got)})) {
+    if (line.empty()) continue;  // a heartbeat
+    try {
+      const AgentMessage message = parse_agent_message(line);
+      if (message.signal_number != 0) {
+        RunnerEvent event;
+        event.kind = RunnerEvent::Kind::kSignal;
+        event.signal_number = message.signal_number;
+        event.from_head = true;
+        event.cause = message.cause;
+        pending_.push_back(event);
+      } else if (message.control) {
+        answer_head(*message.control, message.control_id);
+      }
+    } catch (const Error&) {
+      // Not from a head ddprun: ignored; the connection's end still counts.
+    }
+  }
 }
 
 }  // namespace ddprun

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddprun/common/unique_fd.h"
@@ -49,6 +50,31 @@ struct Heartbeat {
 };
 inline constexpr Heartbeat kLaunchersHeartbeat{std::chrono::seconds(2),
                                                std::chrono::seconds(kPeerDeadAfterSeconds)};
+
+// The lines one side sends on a launchers' connection, which the other side reads as whole
+// lines or not at all: a line the socket took only in part (its buffer full, the reader
+// slow) keeps its tail here, and the tail goes before anything sent later, a heartbeat's
+// empty line included, which would otherwise land inside the line and tear it in two.
+// Never waits unless asked (send_waiting). Not thread-safe.
+class LineOutbox {
+ public:
+  // Sends `lines` (whole lines) after the tail still unsent, without waiting; what the
+  // socket does not take now waits here for the next send or beat. False once the
+  // connection failed (reset, closed); true when bytes merely wait.
+  bool send(int fd, std::string_view lines);
+  // As send, but waits until the connection took everything (or failed).
+  bool send_waiting(int fd, std::string_view lines);
+  // A heartbeat: the tail still unsent when there is one (bytes that reach the reader are
+  // a beat), an empty line otherwise. Never waits.
+  bool beat(int fd);
+  // Bytes that wait for room in the socket.
+  std::size_t unsent() const { return unsent_.size(); }
+
+ private:
+  bool flush(int fd, bool wait);
+  std::string unsent_;
+  bool failed_ = false;
+};
 
 // Whether a TCP connection to `host`:`port` is accepted within `timeout_ms`, trying each
 // address `host` resolves to. The connection is closed at once.
