@@ -8,11 +8,13 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "ddprun/common/printable.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "job/round_setup.h"
+#include "nodes/rendezvous_secret.h"
 #include "plan/plan.h"
 #include "plan/rank_environment.h"
 
@@ -65,19 +67,64 @@ std::string rendezvous_address(const std::vector<std::string>& master_addresses,
   return "";
 }
 
+std::chrono::milliseconds rendezvous_join_timeout(const Options& options) {
+  return std::chrono::milliseconds(
+      static_cast<long long>(options.rdzv_conf.join_timeout_s.value_or(600.0) * 1000.0));
+}
+
+void open_rendezvous(std::optional<RendezvousHost>& host, const Options& options,
+                     const PlanInputs& inputs, const Environment& env, int launchers_port) {
+  const RendezvousSecret secret = rendezvous_secret(env, true);
+  std::cerr << secret.warning;
+  const SystemServices services = system_services(env);
+  host.emplace(
+      launchers_port, inputs.run_id, secret.secret, static_cast<int>(inputs.cluster.nodes.size()),
+      this_node_nproc(options, inputs, env),
+      rendezvous_address(services.resolve_host(inputs.master_addr), services.network_interfaces()));
+}
+
+void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int workers_port,
+                       const Options& options, SignalChannel& signals, ProcessRunner& runner,
+                       bool hangup_detaches) {
+  const auto serve = [&](const std::string& gathering) {
+    return runner.serve_between_rounds(round, gathering);
+  };
+  if (auto end =
+          gather_nodes(host, round, RendezvousClock::now() + rendezvous_join_timeout(options),
+                       signals, options.signals_to_handle, hangup_detaches, runner.messages(),
+                       runner.control_fd(), serve)) {
+    setup.end_code = end->code;
+    setup.end_message = std::move(end->message);
+    return;
+  }
+  add_peer_nodes(setup, host, round, workers_port);
+}
+
+SecretSource secret_read_once(const Environment& env) {
+  auto secret = std::make_shared<std::optional<std::string>>();
+  return [secret, &env] {
+    if (!*secret) {
+      const RendezvousSecret found = rendezvous_secret(env, false);
+      std::cerr << found.warning;
+      *secret = found.secret;
+    }
+    return **secret;
+  };
+}
+
 int this_node_nproc(const Options& options, const PlanInputs& inputs, const Environment& env) {
   const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
   return plan.nodes.at(static_cast<std::size_t>(plan.this_node)).nproc;
 }
 
-void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int master_port) {
+void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int workers_port) {
   const auto peers = host.peers();
   for (JoinedPeer* peer : peers) {
     ChildSpec node;
     node.agent = true;
     node.node_rank = peer->join.node_rank;
     node.host = peer->join.host;
-    node.hello = format_round_start({round, master_port, peer->join.node_rank});
+    node.hello = format_round_start({round, workers_port, peer->join.node_rank});
     node.connection = peer->socket.get();
     node.connection_line_end = [peer](std::string& line) { return peer_round_line(*peer, line); };
     node.connection_max_line = kMaxPeerLine;
@@ -102,7 +149,7 @@ void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int mast
     setup.summary +=
         "ddprun: " + std::to_string(peers.size()) + " other node(s) joined round " +
         std::to_string(round) + came + "; their workers get master port " +
-        std::to_string(master_port) +
+        std::to_string(workers_port) +
         (host.refused() > 0 ? "; " + std::to_string(host.refused()) + " refused connection(s)"
                             : std::string()) +
         "\n";
@@ -136,10 +183,10 @@ std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
   }
 }
 
-int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
+int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& secret,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path) {
-  const std::string where = job.inputs.master_addr + ":" + std::to_string(port);
+  const std::string where = job.inputs.master_addr + ":" + std::to_string(launchers_port);
   int node = job.inputs.rank_by_arrival ? -1 : *job.inputs.cluster.this_node;
   bool hung_up = false;  // a SIGHUP while waiting, with detach_on_hangup: for the round
   int stop = 0;
@@ -167,8 +214,8 @@ int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
   join.nnodes = static_cast<int>(job.inputs.cluster.nodes.size());
   join.nproc = this_node_nproc(job.options, job.inputs, job.env);
   const UniqueFd socket =
-      join_host(job.inputs.master_addr, port, join, secret, RendezvousClock::now() + join_timeout,
-                signals.fd(), on_interrupt);
+      join_host(job.inputs.master_addr, launchers_port, join, secret,
+                RendezvousClock::now() + join_timeout, signals.fd(), on_interrupt);
   if (!socket.valid()) return 128 + stop;
   std::optional<int> last;  // the last round's code
   // Round 0 comes once every node has joined; later ones once node 0 has decided.

@@ -53,7 +53,27 @@ int this_node_nproc(const Options& options, const PlanInputs& inputs, const Envi
 // Node 0: adds to `setup` one agent child per connected node, its connection (no process:
 // ChildSet::connect), whose first message is the round's start; the summary names the
 // connections refused so far.
-void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int master_port);
+void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int workers_port);
+
+// How long the nodes may take to come before a round (--rdzv-conf join_timeout, 600 s).
+std::chrono::milliseconds rendezvous_join_timeout(const Options& options);
+
+// Node 0: opens the launchers' rendezvous in `host`, on the launchers' own port (the
+// agreed master port: the workers get another one every round), asking every node to
+// prove the job's token (rendezvous_secret, made here when none is given).
+void open_rendezvous(std::optional<RendezvousHost>& host, const Options& options,
+                     const PlanInputs& inputs, const Environment& env, int launchers_port);
+
+// Node 0 before `round`: gathers the other nodes (gather_nodes, for `options`'
+// join_timeout) while `runner` answers the job's handle, then adds them to `setup` with
+// the round's `workers_port` (add_peer_nodes); a job that ends meanwhile is `setup`'s end.
+void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int workers_port,
+                       const Options& options, SignalChannel& signals, ProcessRunner& runner,
+                       bool hangup_detaches);
+
+// Another node: the job's token, read once, when node 0 first answers (node 0 makes the
+// token file before it listens); a warning when there is none goes to stderr.
+SecretSource secret_read_once(const Environment& env);
 
 // What a peer's rounds need from main.
 struct PeerJob {
@@ -66,13 +86,13 @@ struct PeerJob {
   const ProcessRunnerConfig& runner_config;
 };
 
-// Another node: joins node 0's rendezvous on `port`, runs each round node 0 starts
+// Another node: joins node 0's rendezvous on `launchers_port`, runs each round node 0 starts
 // (signals from node 0 arrive on the connection), reports its events at once and its exit
 // code at each round's end, until node 0 ends the job. Returns ddprun's exit code: the
 // job's as node 0 gives it, 128 + a stop signal ddprun itself received, or the last
 // round's when node 0 is gone. Throws ConfigError when node 0 never answers, refuses, or
 // does not prove `secret` (join_host).
-int run_peer_job(const PeerJob& job, int port, const SecretSource& secret,
+int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& secret,
                  std::chrono::milliseconds join_timeout, SignalChannel& signals, Guardian& guardian,
                  const std::string& spill_path);
 
