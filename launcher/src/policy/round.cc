@@ -248,7 +248,7 @@ void Round::on_node_event(std::size_t child, const NodeEvent& event) {
   switch (event.kind) {
     case NodeEvent::Kind::kFailed:
       if (!reported_[child]) reported_[child] = event;
-      if (phase_ == Phase::kRunning && !killed_) fail(child);
+      if (phase_ == Phase::kRunning && escalation_ != Escalation::kKilled) fail(child);
       break;
     case NodeEvent::Kind::kStopped:
     case NodeEvent::Kind::kSetupFailed:
@@ -283,15 +283,17 @@ void Round::on_exit(const RunnerEvent& event) {
   // exit of its rank (no exit timer, no failure).
   if (rank_scope() && !rank.agent) {
     publish({});  // lost or done; a replacement is a change of its own
-    if (failed && phase_ == Phase::kRunning && !killed_ && replace(event.child)) return;
+    if (failed && phase_ == Phase::kRunning && escalation_ != Escalation::kKilled &&
+        replace(event.child))
+      return;
   }
   // A drained rank starts no exit timer: its peers are saving the same checkpoint.
   if (policy_.exit_timeout && !first_exit_ && !drained) {
     first_exit_ = event.child;
-    exit_deadline_ = runner_.now() + *policy_.exit_timeout;
+    timers_.exit = runner_.now() + *policy_.exit_timeout;
   }
   // Children that ddprun stopped itself are no root cause.
-  if (failed && phase_ == Phase::kRunning && !killed_) fail(event.child);
+  if (failed && phase_ == Phase::kRunning && escalation_ != Escalation::kKilled) fail(event.child);
 }
 
 double Round::seconds_since(RunnerClock::time_point start) const {

@@ -60,6 +60,11 @@ std::string format_seconds(std::chrono::milliseconds span);
 class Round {
  public:
   enum class Phase { kRunning, kFailing, kTimedOut, kStalled, kStopping };
+  // The kill escalation, a machine beside the phase: a stop asks the live children
+  // (kAsked, until the grace ends); then, with stacks and agents, the workers get SIGKILL
+  // while the agents send their nodes' stacks (kAgentsLast, until their allowance ends);
+  // then every live child has SIGKILL (kKilled), and nothing more is asked.
+  enum class Escalation { kNone, kAsked, kAgentsLast, kKilled };
 
   Round(Runner& runner, const RoundPolicy& policy, int recoveries_left)
       : runner_(runner), policy_(policy), recoveries_left_(recoveries_left) {}
@@ -130,6 +135,8 @@ class Round {
   // collective they left in (a rank that timed out names the one that never entered it).
   void read_traces();
   void wait_for_all();
+  // At the escalation step's end: the next step (Escalation).
+  void escalate(RunnerClock::time_point now);
   // Reads every live worker's progress; when none advanced for the stall timeout (and one
   // wrote some), takes everyone's stacks and stops the round.
   void check_stall(RunnerClock::time_point now);
@@ -142,6 +149,9 @@ class Round {
   // by SIGTERM: the worker saved and asks to be requeued); unprompted, it is a failure. An
   // agent's 75 is its node's drain, which its own round already judged.
   bool drained_by_notice(const RankResult& child) const;
+  // The outcome from the phase that decides it (outcome_phase), a drain, a stop and the
+  // first failure coming first, in that order.
+  Outcome outcome(Phase phase, bool all_ended_cleanly) const;
   RoundResult finish();
 
   Runner& runner_;
@@ -158,7 +168,7 @@ class Round {
   long membership_version_ = 0;
   std::string not_replaced_;
   Phase phase_ = Phase::kRunning;
-  bool killed_ = false;      // SIGKILL went out to every live child
+  Escalation escalation_ = Escalation::kNone;
   bool lost_head_ = false;   // agent: the head's connection closed
   bool drain_sent_ = false;  // the walltime notice went out (policy.drain_at)
   bool any_drained_ = false;
@@ -179,15 +189,16 @@ class Round {
   // --stall-timeout: each worker's last progress, when any advanced last, the next check.
   std::vector<std::optional<long long>> steps_;
   RunnerClock::time_point last_advance_{};
-  std::optional<RunnerClock::time_point> next_stall_check_;
   std::vector<std::size_t> behind_;
   long long behind_step_ = -1;
   long long ahead_step_ = -1;
-  std::optional<RunnerClock::time_point> exit_deadline_;
-  std::optional<RunnerClock::time_point> kill_deadline_;
-  // After the grace with stacks: when the agents, left to send theirs, get SIGKILL.
-  std::optional<RunnerClock::time_point> agent_kill_deadline_;
-  std::optional<RunnerClock::time_point> drain_deadline_;
+  // The round's own deadlines (the walltime drain is the policy's: drain_at).
+  struct Timers {
+    std::optional<RunnerClock::time_point> exit;         // --exit-timeout, from the first exit
+    std::optional<RunnerClock::time_point> escalate;     // the escalation step's end
+    std::optional<RunnerClock::time_point> drain;        // output, after the last exit
+    std::optional<RunnerClock::time_point> stall_check;  // --stall-timeout's next look
+  } timers_;
 };
 
 }  // namespace ddprun

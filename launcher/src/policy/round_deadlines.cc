@@ -32,9 +32,8 @@ void Round::signal_live(int sig, std::size_t except) {
 
 void Round::kill_live() {
   signal_live(SIGKILL);
-  kill_deadline_.reset();
-  agent_kill_deadline_.reset();
-  killed_ = true;
+  timers_.escalate.reset();
+  escalation_ = Escalation::kKilled;
 }
 
 void Round::kill_live_workers() {
@@ -44,9 +43,35 @@ void Round::kill_live_workers() {
 }
 
 void Round::stop_live(int sig, std::size_t except) {
-  if (killed_) return;  // nothing left to ask: SIGKILL went out
+  if (escalation_ == Escalation::kKilled) return;  // nothing left to ask: SIGKILL went out
   signal_live(sig, except);
-  if (!kill_deadline_) kill_deadline_ = runner_.now() + policy_.shutdown_grace;
+  if (escalation_ == Escalation::kNone) {
+    escalation_ = Escalation::kAsked;
+    timers_.escalate = runner_.now() + policy_.shutdown_grace;
+  }
+}
+
+void Round::escalate(RunnerClock::time_point now) {
+  switch (escalation_) {
+    case Escalation::kAsked:
+      capture_live_stacks("before SIGKILL, after the " + format_seconds(policy_.shutdown_grace) +
+                          " grace");
+      if (policy_.capture_stacks && live_agents() > 0) {
+        kill_live_workers();
+        escalation_ = Escalation::kAgentsLast;
+        timers_.escalate = now + policy_.agent_stack_allowance;
+      } else {
+        kill_live();
+      }
+      return;
+    case Escalation::kAgentsLast:
+      kill_live();
+      return;
+    case Escalation::kNone:
+    case Escalation::kKilled:
+      timers_.escalate.reset();
+      return;
+  }
 }
 
 void Round::capture_live_stacks(const std::string& when) {
@@ -73,23 +98,11 @@ void Round::read_traces() {
 void Round::wait_for_all() {
   for (;;) {
     const bool none_live = live() == 0;
-    if (none_live && !drain_deadline_) drain_deadline_ = runner_.now() + policy_.drain_after_exit;
+    if (none_live && !timers_.drain) timers_.drain = runner_.now() + policy_.drain_after_exit;
     if (none_live && !runner_.output_open()) return;
     const auto now = runner_.now();
-    if (kill_deadline_ && now >= *kill_deadline_) {
-      capture_live_stacks("before SIGKILL, after the " + format_seconds(policy_.shutdown_grace) +
-                          " grace");
-      if (policy_.capture_stacks && live_agents() > 0) {
-        kill_live_workers();
-        kill_deadline_.reset();
-        agent_kill_deadline_ = now + policy_.agent_stack_allowance;
-      } else {
-        kill_live();
-      }
-      continue;
-    }
-    if (agent_kill_deadline_ && now >= *agent_kill_deadline_) {
-      kill_live();
+    if (timers_.escalate && now >= *timers_.escalate) {
+      escalate(now);
       continue;
     }
     if (policy_.drain_at && !drain_sent_ && now >= *policy_.drain_at) {
@@ -101,8 +114,8 @@ void Round::wait_for_all() {
       }
       continue;
     }
-    if (exit_deadline_ && now >= *exit_deadline_) {
-      exit_deadline_.reset();
+    if (timers_.exit && now >= *timers_.exit) {
+      timers_.exit.reset();
       // A rank still saving after a notice is never cut short.
       if (!none_live && phase_ == Phase::kRunning && notice_signals_.empty()) {
         phase_ = Phase::kTimedOut;
@@ -120,29 +133,26 @@ void Round::wait_for_all() {
       }
       continue;
     }
-    if (drain_deadline_ && now >= *drain_deadline_) {
+    if (timers_.drain && now >= *timers_.drain) {
       runner_.close_output();
       continue;
     }
     const bool watch_stalls = policy_.stall_timeout && phase_ == Phase::kRunning && !none_live;
-    if (watch_stalls && !next_stall_check_) {
+    if (watch_stalls && !timers_.stall_check) {
       last_advance_ = now;
-      next_stall_check_ = now + policy_.stall_check_every;
+      timers_.stall_check = now + policy_.stall_check_every;
     }
-    if (watch_stalls && now >= *next_stall_check_) {
+    if (watch_stalls && now >= *timers_.stall_check) {
       check_stall(now);
-      next_stall_check_ = now + policy_.stall_check_every;
+      timers_.stall_check = now + policy_.stall_check_every;
       continue;
     }
-    std::optional<RunnerClock::time_point> deadline = kill_deadline_;
-    if (agent_kill_deadline_ && (!deadline || *agent_kill_deadline_ < *deadline)) {
-      deadline = agent_kill_deadline_;
-    }
-    if (watch_stalls)
-      deadline = std::min(deadline.value_or(*next_stall_check_), *next_stall_check_);
+    // The next of the round's deadlines; the stall checks only while they watch.
+    std::optional<RunnerClock::time_point> deadline;
     const auto drain_at = drain_sent_ ? std::nullopt : policy_.drain_at;
-    for (const auto& other : {drain_deadline_, exit_deadline_, drain_at}) {
-      if (other && (!deadline || *other < *deadline)) deadline = other;
+    const auto stall_check = watch_stalls ? timers_.stall_check : std::nullopt;
+    for (const auto& at : {timers_.escalate, timers_.exit, timers_.drain, stall_check, drain_at}) {
+      if (at && (!deadline || *at < *deadline)) deadline = at;
     }
     handle(runner_.wait(deadline));
   }

@@ -23,6 +23,26 @@ bool Round::drained_by_notice(const RankResult& child) const {
          noticed(WEXITSTATUS(status) - 128);
 }
 
+Outcome Round::outcome(Phase phase, bool all_ended_cleanly) const {
+  // A drain that every rank finished cleanly is a preemption, whatever came meanwhile.
+  if (any_drained_ && all_ended_cleanly && !first_failure_) return Outcome::kPreempted;
+  // A stop after the round's own cause keeps that cause, unless the head named another.
+  const bool cause_first = stopped_after_ && !cause_;
+  if (stop_signal_ != 0 && !cause_first) return Outcome::kStopped;
+  if (first_failure_) return Outcome::kWorkerFailed;
+  switch (phase) {
+    case Phase::kTimedOut:
+      return Outcome::kTimedOut;
+    case Phase::kStalled:
+      return Outcome::kStalled;
+    case Phase::kRunning:
+    case Phase::kFailing:
+    case Phase::kStopping:
+      break;
+  }
+  return Outcome::kSucceeded;
+}
+
 RoundResult Round::finish() {
   // A failed round whose stacks (and traces with them) were not taken.
   const Phase phase = outcome_phase();
@@ -41,21 +61,12 @@ RoundResult Round::finish() {
   if (first_failure_ && reported_[*first_failure_]) {
     result.first_failure_code = reported_[*first_failure_]->code;
   }
-  // A stop after the round's own cause keeps that cause, unless the head named another.
-  const bool cause_first = stopped_after_ && !cause_;
   result.stop_signal = stop_signal_;
-  if (any_drained_ && all_ended_cleanly && !first_failure_) {
-    result.outcome = Outcome::kPreempted;
-  } else if (stop_signal_ != 0 && !cause_first) {
-    result.outcome = Outcome::kStopped;
-  } else if (first_failure_) {
-    result.outcome = Outcome::kWorkerFailed;
-  } else if (phase == Phase::kTimedOut) {
-    result.outcome = Outcome::kTimedOut;
+  result.outcome = outcome(phase, all_ended_cleanly);
+  if (result.outcome == Outcome::kTimedOut) {
     result.first_exit = first_exit_;
     result.still_running = still_running_;
-  } else if (phase == Phase::kStalled) {
-    result.outcome = Outcome::kStalled;
+  } else if (result.outcome == Outcome::kStalled) {
     result.behind = behind_;
     result.behind_step = behind_step_;
     result.ahead_step = ahead_step_;
