@@ -98,49 +98,35 @@ Verdict judge_round(const RoundResult& result, const JobSettings& settings, cons
     const auto step = reported_step(result);
     const bool progressed = step && (!history.best_step || *step > *history.best_step);
     if (progressed) history.best_step = step;
-    if (result.notice != 0 && !settings.agent) {
-      messages << "ddprun: not restarting: a preemption notice (" << signal_name(result.notice)
-               << ") came during the round; exit " << kExitPreempted
-               << ": run the same command again to resume from the last checkpoint\n";
-      return Verdict{kExitPreempted, "not restarting: a preemption notice (" +
-                                         signal_name(result.notice) + ") came during the round"};
-    }
-    if (!result.not_replaced.empty()) {
+    if (!result.not_replaced.empty() && (result.notice == 0 || settings.agent)) {
       messages << "ddprun: not replacing the lost rank alone: " << result.not_replaced
                << "; a full restart decides\n";
     }
-    std::string not_restarting;  // why this failed round is the job's last
-    if (result.stop_signal != 0) {
-      // Stopped after the failure (Slurm 26.05 sends SIGTERM to every task once one
-      // failed): the failure stays the root cause and gives the exit code.
-      not_restarting = result.lost_head
-                           ? "lost the connection to the head ddprun after the failure"
-                           : "ddprun was stopped by " + signal_name(result.stop_signal) +
-                                 " after the round failed; exit " + std::to_string(round_code) +
-                                 ", the failure's";
-      messages << "ddprun: not restarting: " << not_restarting << "\n";
-    } else if (settings.agent) {
-      not_restarting = "the head ddprun decides on restarts";
-    } else if (restarts_used >= settings.max_restarts) {
-      not_restarting = settings.max_restarts == 0 ? "no restart asked for (--max-restarts 0)"
-                                                  : "no restart left (--max-restarts " +
-                                                        std::to_string(settings.max_restarts) + ")";
-    } else if (!restart_covers(settings.restart, result, not_restarting)) {
-      messages << "ddprun: not restarting: " << not_restarting << "\n";
-    } else if (!settings.restart.allow_repeats && failure == history.previous_failure &&
-               !progressed) {
-      not_restarting = "round " + std::to_string(round) + " failed as the one before it did (" +
-                       failure +
-                       ") and reached no newer step (DDPRUN_PROGRESS_FILE); "
-                       "--restart-repeated restarts anyway";
-      messages << "ddprun: not restarting: " << not_restarting << "\n";
-    } else {
-      history.previous_failure = failure;
-      messages << "ddprun: restarting all workers (restart " << restarts_used + 1 << " of "
-               << settings.max_restarts << ")\n";
-      return Verdict{std::nullopt, "restart " + std::to_string(restarts_used + 1) + " of " +
-                                       std::to_string(settings.max_restarts)};
+    RestartQuestion question;
+    question.rule = settings.restart;
+    question.max_restarts = settings.max_restarts;
+    question.agent = settings.agent;
+    question.round = round;
+    question.restarts_used = restarts_used;
+    question.round_code = round_code;
+    question.failure = failure;
+    question.last_failure = history.previous_failure;
+    question.progressed = progressed;
+    const RestartDecision decision = decide_restart(result, question);
+    switch (decision.answer) {
+      case RestartDecision::Answer::kEndPreempted:
+        messages << "ddprun: not restarting: " << decision.why << "; exit " << kExitPreempted
+                 << ": run the same command again to resume from the last checkpoint\n";
+        return Verdict{kExitPreempted, "not restarting: " + decision.why};
+      case RestartDecision::Answer::kRestart:
+        history.previous_failure = failure;
+        messages << "ddprun: restarting all workers (" << decision.why << ")\n";
+        return Verdict{std::nullopt, decision.why};
+      case RestartDecision::Answer::kEnd:
+        if (decision.tell) messages << "ddprun: not restarting: " << decision.why << "\n";
+        break;
     }
+    const std::string& not_restarting = decision.why;
     if (!setup.log_dir.empty()) messages << "ddprun: logs are in " << setup.log_dir << "\n";
     // An agent's last word to its head: which node's rank failed first (the head gives
     // that node's place to a spare).

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ddprun/common/parse_int.h"
+#include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "report/error_digest.h"
 #include "report/labels.h"
@@ -70,6 +71,48 @@ bool restart_covers(const RestartRule& rule, const RoundResult& result, std::str
   why = child_label(failed) + " ended with " + describe_wait_status(failed.wait_status) +
         ", which --restart-on does not list";
   return false;
+}
+
+RestartDecision decide_restart(const RoundResult& result, const RestartQuestion& question) {
+  using Answer = RestartDecision::Answer;
+  if (result.notice != 0 && !question.agent) {
+    return {Answer::kEndPreempted,
+            "a preemption notice (" + signal_name(result.notice) + ") came during the round",
+            false};
+  }
+  if (result.stop_signal != 0) {
+    // Stopped after the failure (Slurm 26.05 sends SIGTERM to every task once one failed):
+    // the failure stays the root cause and gives the exit code.
+    return {Answer::kEnd,
+            result.lost_head ? "lost the connection to the head ddprun after the failure"
+                             : "ddprun was stopped by " + signal_name(result.stop_signal) +
+                                   " after the round failed; exit " +
+                                   std::to_string(question.round_code) + ", the failure's",
+            true};
+  }
+  if (question.agent) return {Answer::kEnd, "the head ddprun decides on restarts", false};
+  if (question.restarts_used >= question.max_restarts) {
+    return {Answer::kEnd,
+            question.max_restarts == 0
+                ? "no restart asked for (--max-restarts 0)"
+                : "no restart left (--max-restarts " + std::to_string(question.max_restarts) + ")",
+            false};
+  }
+  std::string why;
+  if (!restart_covers(question.rule, result, why)) return {Answer::kEnd, why, true};
+  if (!question.rule.allow_repeats && question.failure == question.last_failure &&
+      !question.progressed) {
+    return {Answer::kEnd,
+            "round " + std::to_string(question.round) + " failed as the one before it did (" +
+                question.failure +
+                ") and reached no newer step (DDPRUN_PROGRESS_FILE); --restart-repeated "
+                "restarts anyway",
+            true};
+  }
+  return {Answer::kRestart,
+          "restart " + std::to_string(question.restarts_used + 1) + " of " +
+              std::to_string(question.max_restarts),
+          false};
 }
 
 namespace {
