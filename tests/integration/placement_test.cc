@@ -11,7 +11,7 @@
 #include <regex>
 #include <set>
 
-#include "../launcher/topology_shapes.h"
+#include "topology_shapes.h"
 #include "launcher_harness.h"
 
 namespace ddprun::testing {

@@ -4,7 +4,7 @@
 // (the workers then stop on their own at an agreed step). Every transition is in `handle`
 // (round.cc) and the deadline checks of `wait_for_all` (round_deadlines.cc); none does I/O
 // (the Runner does), so every sequence of events can be explored with a fake runner
-// (tests/launcher/job_sequences_test.cc). What the round ended with is `finish`
+// (tests/launcher/policy/job_sequences_test.cc). What the round ended with is `finish`
 // (round_outcome.cc).
 //
 //   kRunning  --worker fails-------------> kFailing   (SIGTERM to the rest; restartable)
