@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -194,63 +197,39 @@ TEST(PlanFormat, TextNamesTheMasterAndEveryRank) {
   EXPECT_NE(text.find("./w --flag"), std::string::npos);
 }
 
-// The JSON plan as the library writes it when given the whole document: what
-// format_plan_json printed before it wrote the nodes and ranks itself.
-std::string library_json(const LaunchPlan& plan) {
-  nlohmann::ordered_json doc;
-  doc["run_id"] = plan.run_id;
-  doc["scheduler"] = plan.scheduler;
-  doc["master_addr"] = plan.master_addr;
-  doc["master_port"] = plan.master_port;
-  doc["world_size"] = plan.world_size;
-  doc["this_node"] = plan.this_node;
-  doc["restart_count"] = plan.restart_count;
-  doc["max_restarts"] = plan.max_restarts;
-  doc["program"] = plan.program;
-  const VisibleGpus& gpus = plan.devices.visible;
-  doc["gpus"] = {{"visible", gpus.devices},
-                 {"source", gpus.source},
-                 {"per_rank", plan.devices.per_rank},
-                 {"virtual_local_rank", plan.devices.virtual_local_rank}};
-  doc["segment_size"] = plan.segment_size > 0 ? nlohmann::ordered_json(plan.segment_size)
-                                              : nlohmann::ordered_json(nullptr);
-  doc["socket_ifname"] = plan.socket_interface.name.empty()
-                             ? nlohmann::ordered_json(nullptr)
-                             : nlohmann::ordered_json(plan.socket_interface.name);
-  doc["socket_ifname_reason"] = plan.socket_interface.reason;
-  doc["binding"] = plan.placement.mode == BindMode::kNone ? std::string("none")
-                                                          : bind_mode_text(plan.placement.mode);
-  doc["nodes"] = nlohmann::ordered_json::array();
-  for (const auto& node : plan.nodes) {
-    doc["nodes"].push_back({{"host", node.host},
-                            {"node_rank", node.node_rank},
-                            {"nproc", node.nproc},
-                            {"first_rank", node.first_rank}});
+// The JSON plan is written by hand, streamed (plan_format.cc): each case is compared byte
+// for byte with its golden file (tests/launcher/plan/golden/NAME.json; rewritten by a run
+// with DDPRUN_UPDATE_GOLDEN=1, to be read in the diff), and read back: it parses, and
+// every rank's variables are its rank_environment, escapes and odd bytes included.
+void expect_golden_json(const LaunchPlan& plan, const std::string& name) {
+  const std::string json = format_plan_json(plan);
+  const std::string path = std::string(DDPRUN_PLAN_GOLDEN_DIR) + "/" + name + ".json";
+  if (std::getenv("DDPRUN_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(path, std::ios::binary) << json;
   }
-  doc["ranks"] = nlohmann::ordered_json::array();
-  for (const auto& rank : plan.ranks) {
-    nlohmann::ordered_json env = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : rank_environment(plan, rank)) env[key] = value;
-    nlohmann::ordered_json devices = nlohmann::ordered_json::array();
-    for (const int position : rank_devices(plan, rank)) {
-      devices.push_back(gpus.devices.at(static_cast<std::size_t>(position)));
+  std::ifstream file(path, std::ios::binary);
+  ASSERT_TRUE(file) << "no golden file " << path;
+  const std::string golden((std::istreambuf_iterator<char>(file)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_EQ(json, golden) << name
+                          << ": the plan's JSON changed; if on purpose, run again with "
+                             "DDPRUN_UPDATE_GOLDEN=1 and read the golden file's diff";
+  const auto doc = nlohmann::json::parse(json);
+  ASSERT_EQ(doc["ranks"].size(), plan.ranks.size());
+  for (std::size_t i = 0; i < plan.ranks.size(); ++i) {
+    std::map<std::string, std::string> env;
+    for (const auto& [key, value] : doc["ranks"][i]["env"].items()) {
+      env[key] = value.get<std::string>();
     }
-    nlohmann::ordered_json entry = {{"rank", rank.rank},
-                                    {"local_rank", rank.local_rank},
-                                    {"node_rank", rank.node_rank},
-                                    {"host", rank.host},
-                                    {"devices", devices}};
-    if (const RankPlacement* placement = rank_placement(plan, rank)) {
-      entry["placement"] = {{"cpus", cpulist_text(placement->cpus)},
-                            {"cores", placement->cores},
-                            {"numa_nodes", placement->numa_nodes},
-                            {"gpus", placement->gpus},
-                            {"nic", placement->nic}};
+    std::map<std::string, std::string> expected;
+    for (const auto& [key, value] : rank_environment(plan, plan.ranks[i])) {
+      // Bytes that are not UTF-8 are written as U+FFFD, as the library's dump does.
+      expected[key] =
+          nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      expected[key] = nlohmann::json::parse(expected[key]).get<std::string>();
     }
-    entry["env"] = env;
-    doc["ranks"].push_back(entry);
+    EXPECT_EQ(env, expected) << "rank " << i;
   }
-  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 // Slurm's --segment: the nodes keep the scheduler's order, ranks follow it, and the plan
@@ -286,7 +265,7 @@ TEST(PlanFormat, SlurmSegmentsAreShownAndRanksStayInNodeOrder) {
   EXPECT_TRUE(nlohmann::json::parse(format_plan_json(plain))["segment_size"].is_null());
 }
 
-TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
+TEST(PlanFormat, JsonIsByteForByteTheGoldenFileAndReadsBack) {
   Options options = options_with("2");
   options.role = "tab\there \"quoted\" back\\slash caf\xc3\xa9 bad\xff end\x01";
   options.log_dir = "/logs/it's";
@@ -299,10 +278,10 @@ TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
   inputs.socket_interface = {"ib0", "routes to the master"};
   inputs.job_end_unix = 1790000000;
   const LaunchPlan plan = build_plan(plan_options(options), inputs, {{"OMP_NUM_THREADS", "3"}});
-  EXPECT_EQ(format_plan_json(plan), library_json(plan));
+  expect_golden_json(plan, "two_nodes_odd_values");
   // No GPUs, no interface, one node, the defaults.
   const LaunchPlan plain = build_plan(plan_options(options_with("3")), local_inputs(), {});
-  EXPECT_EQ(format_plan_json(plain), library_json(plain));
+  expect_golden_json(plain, "one_node_defaults");
   // This node's ranks bound (--numa-binding exclusive), the other node's not.
   Options bound = options;
   bound.bind = BindMode::kExclusive;
@@ -317,7 +296,7 @@ TEST(PlanFormat, JsonIsByteForByteWhatTheLibraryWrites) {
   const LaunchPlan placed = build_plan(plan_options(bound), inputs, {});
   ASSERT_EQ(placed.placement.local.size(), 2u);
   EXPECT_EQ(cpulist_text(placed.placement.local[1].cpus), "1,3");
-  EXPECT_EQ(format_plan_json(placed), library_json(placed));
+  expect_golden_json(placed, "bound_ranks");
   EXPECT_NE(format_plan_json(placed).find("\"nic\": \"mlx5_0\""), std::string::npos);
 }
 
