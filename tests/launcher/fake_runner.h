@@ -272,6 +272,12 @@ class FakeRunner : public Runner {
 
   bool output_open() const override { return false; }
   void close_output() override {}
+  // What each worker leaves in its error and progress files, by round and child: nothing
+  // unless set (no file is read).
+  std::function<RankFiles(int round, std::size_t child)> files;
+  RankFiles rank_files(std::size_t child) override {
+    return files ? files(round_, child) : RankFiles{};
+  }
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return children_.at(child).behaviour.stderr_tail;
   }

@@ -51,11 +51,8 @@ void ReportFile::add_round(const RoundResult* result, const RoundDecision& decis
     for (RankResult& rank : kept.ranks) {
       rank.stacks.reset();  // in the stacks logs and on the console; too long for a report
       rank.trace.reset();
-      round.error_file_texts.push_back(rank.error_file.empty() ? std::string()
-                                                               : read_file_head(rank.error_file));
-      round.steps.push_back(rank.agent || rank.progress_file.empty()
-                                ? std::nullopt
-                                : parse_progress(read_file_head(rank.progress_file, 64)));
+      round.error_file_texts.push_back(rank.error_text);  // read as the round ended
+      round.steps.push_back(rank.agent ? std::nullopt : rank.last_step);
     }
   }
   if (decision.exit_code) {

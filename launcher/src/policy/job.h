@@ -3,9 +3,8 @@
 // on the first failure, stops the rest (SIGTERM to each, the grace, then SIGKILL); signals
 // to ddprun are forwarded or stop the round; the job restarts failed rounds up to
 // --max-restarts and turns the last round into ddprun's exit code (docs/exit-codes.md).
-// Processes, signals and the clock only through the Runner, so the policy tests run it with a
-// fake runner in microseconds; what follows a round reads the ranks' error and progress
-// files itself (round_verdict.h).
+// Processes, signals, the clock and the ranks' files only through the Runner (no system
+// calls here), so the policy tests run it with a fake runner in microseconds and no file.
 
 #include <chrono>
 #include <csignal>

@@ -54,6 +54,11 @@ RoundResult Round::finish() {
   const std::vector<std::optional<double>> first_steps = runner_.first_steps();
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     ranks_[i].stderr_tail = runner_.stderr_tail(i);
+    if (ranks_[i].started && !ranks_[i].agent) {
+      Runner::RankFiles files = runner_.rank_files(i);
+      ranks_[i].error_text = std::move(files.error_text);
+      ranks_[i].last_step = files.last_step;
+    }
     if (i < first_steps.size()) ranks_[i].first_step_seconds = first_steps[i];
     result.ranks.push_back(std::move(ranks_[i]));
   }

@@ -5,7 +5,6 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/common/files.h"
 #include "ddprun/common/signal_name.h"
 #include "ddprun/contract/errors.h"
 #include "report/error_digest.h"
@@ -20,9 +19,7 @@ namespace {
 std::optional<long long> reported_step(const RoundResult& result) {
   std::optional<long long> best;
   for (const RankResult& rank : result.ranks) {
-    if (rank.agent || rank.progress_file.empty()) continue;
-    const auto step = parse_progress(read_file_head(rank.progress_file, 64));
-    if (step && (!best || *step > *best)) best = step;
+    if (!rank.agent && rank.last_step && (!best || *rank.last_step > *best)) best = rank.last_step;
   }
   return best;
 }
@@ -49,7 +46,7 @@ std::string format_stop_cause(const NodeEvent& cause) {
 std::string failure_lines(const RoundResult& result, bool colour) {
   std::vector<std::string> error_files;
   for (const RankResult& rank : result.ranks) {
-    error_files.push_back(rank.error_file.empty() ? "" : read_file_head(rank.error_file));
+    error_files.push_back(rank.error_text);
   }
   const RankResult& failed = result.ranks.at(*result.first_failure);
   return format_failure_report(failed, error_files.at(*result.first_failure), colour) +
@@ -82,10 +79,8 @@ Verdict judge_round(const RoundResult& result, const JobSettings& settings, cons
                                   setup.log_dir.empty() ? "" : setup.log_dir + "/rank_<N>.stacks");
   if (result.outcome == Outcome::kWorkerFailed || result.outcome == Outcome::kTimedOut ||
       result.outcome == Outcome::kStalled) {
-    const RankResult* failed =
-        result.first_failure ? &result.ranks.at(*result.first_failure) : nullptr;
     const std::string first_error =
-        failed && !failed->error_file.empty() ? read_file_head(failed->error_file) : "";
+        result.first_failure ? result.ranks.at(*result.first_failure).error_text : "";
     if (result.stacks_when.empty()) messages << format_collectives(result);
     if (result.outcome == Outcome::kWorkerFailed) {
       messages << failure_lines(result, settings.colour);

@@ -1,7 +1,7 @@
 #pragma once
 // What a round's end means for the job (run_job, job.h), inside policy/ only: what is
 // printed after the round (the rank table, stacks, the failure report) and whether the job
-// restarts or ends, with which code and why. Reads the ranks' error and progress files.
+// restarts or ends, with which code and why, from what the round read (RankResult).
 
 #include <optional>
 #include <ostream>

@@ -41,6 +41,9 @@ struct RankResult {
   std::deque<std::string> stderr_tail;
   std::string error_file;
   std::string progress_file;
+  // What it left in those files when the round ended (Runner::rank_files).
+  std::string error_text;              // its error file's head; empty: none
+  std::optional<long long> last_step;  // its progress file's step; nullopt: none
   std::optional<StackCapture> stacks;  // captured before ddprun killed it
   // Its last collectives, read with its stacks or after a failed round; nullopt: none kept.
   std::optional<TraceSnapshot> trace;

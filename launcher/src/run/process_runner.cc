@@ -242,7 +242,8 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   }
   relay_->add(std::move(target));
   specs_.push_back({spec.agent, spec.rank, spec.node_rank, spec.host, spec.control_nodes,
-                    spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file});
+                    spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file,
+                    spec.error_file});
   return children_->pid(child);
 }
 
@@ -262,6 +263,11 @@ std::optional<long long> ProcessRunner::progress(std::size_t child) {
   const std::string& path = specs_.at(child).progress_file;
   if (path.empty()) return std::nullopt;
   return parse_progress(read_file_head(path, 64));
+}
+
+Runner::RankFiles ProcessRunner::rank_files(std::size_t child) {
+  const std::string& path = specs_.at(child).error_file;
+  return {path.empty() ? std::string() : read_file_head(path), progress(child)};
 }
 
 std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {

@@ -81,6 +81,7 @@ class ProcessRunner : public Runner {
   void close_output() override { children_->close_output(events_); }
   std::vector<StackCapture> capture_stacks(const std::vector<std::size_t>& children) override;
   std::optional<long long> progress(std::size_t child) override;
+  RankFiles rank_files(std::size_t child) override;
   std::optional<TraceSnapshot> trace(std::size_t child) override;
   std::deque<std::string> stderr_tail(std::size_t child) const override {
     return relay_->stderr_tail(child);
@@ -184,6 +185,7 @@ class ProcessRunner : public Runner {
     std::string stacks_log;
     std::string progress_file;
     std::string trace_file;
+    std::string error_file;
     bool exited = false;
     int wait_status = 0;
   };

@@ -109,6 +109,13 @@ class Runner {
   virtual std::optional<TraceSnapshot> trace(std::size_t child) = 0;
   // The step `child` (a worker) last wrote to its DDPRUN_PROGRESS_FILE; nullopt when none.
   virtual std::optional<long long> progress(std::size_t child) = 0;
+  // What `child` (a worker, ended) left in its error and progress files (RankResult's
+  // error_text and last_step), read once when the round ends.
+  struct RankFiles {
+    std::string error_text;
+    std::optional<long long> last_step;
+  };
+  virtual RankFiles rank_files(std::size_t child) = 0;
   // The last stderr lines of `child`.
   virtual std::deque<std::string> stderr_tail(std::size_t child) const = 0;
   // Tells this node's head `event` at once (an agent; nothing without a head).

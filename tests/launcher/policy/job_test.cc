@@ -5,15 +5,12 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <sstream>
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
 #include "policy/job.h"
-#include "temp_dir.h"
 
 namespace ddprun {
 namespace {
@@ -155,28 +152,22 @@ TEST(JobPolicy, FailedRoundsRestartUpToMaxRestartsThenTheLastFailureIsTheExitCod
   EXPECT_EQ(job.messages.find("restart 3"), std::string::npos);
 }
 
-// Rounds whose workers report `step_of_round(round)` in their progress files (real files
-// in a temporary folder; no process is started).
+// Rounds whose workers report `step_of_round(round)` in their progress files (as the
+// runner reads them: no file, no process).
 JobRun run_with_progress(FakeRunner& runner, JobSettings settings,
                          const std::function<std::optional<long long>(int)>& step_of_round) {
   settings.round.shutdown_grace = kGrace;
-  const support::TempDir temp;
-  const std::string dir = temp.path();
+  runner.files = [&](int round, std::size_t) {
+    return Runner::RankFiles{"", step_of_round(round)};
+  };
   std::ostringstream messages;
   JobRun result;
   result.exit_code = run_job(
       runner, settings,
-      [&](int round, const RoundResult*) {
-        auto children = workers(2);
-        for (auto& child : children) {
-          child.progress_file = dir + "/rank_" + std::to_string(child.rank) + ".progress";
-          std::ofstream out(child.progress_file, std::ios::trunc);
-          if (const auto step = step_of_round(round)) out << *step << "\n";
-        }
-        return RoundSetup{children, "", "", ""};
+      [&](int, const RoundResult*) {
+        return RoundSetup{workers(2), "", "", ""};
       },
       messages);
-  std::filesystem::remove_all(dir);
   result.messages = messages.str();
   return result;
 }
