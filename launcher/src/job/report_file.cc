@@ -7,7 +7,6 @@
 #include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/contract/version.h"
-#include "run/restart_policy.h"
 
 namespace ddprun {
 
