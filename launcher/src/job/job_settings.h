@@ -8,7 +8,7 @@
 
 #include "cli/options.h"
 #include "plan/deadline.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 namespace ddprun {
 

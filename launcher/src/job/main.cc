@@ -31,7 +31,7 @@
 #include "plan/plan.h"
 #include "plan/plan_format.h"
 #include "plan/rank_environment.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 #include "report/control.h"
 #include "report/labels.h"
 #include "report/report.h"

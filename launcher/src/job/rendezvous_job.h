@@ -13,7 +13,7 @@
 #include "cli/options.h"
 #include "job/job_inputs.h"
 #include "nodes/rendezvous.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 #include "run/process.h"
 #include "run/process_runner.h"
 

@@ -8,7 +8,7 @@
 
 #include "cli/options.h"
 #include "job/job_inputs.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 namespace ddprun {
 

@@ -1,10 +1,10 @@
 #pragma once
-// The supervision of one round (run_round, job.h), inside policy/ only. Its state is two
+// The supervision of one round (run_round, supervision.h), inside policy/ only. Its state is two
 // things: the phase, which only moves forward, and whether a preemption notice went out
 // (the workers then stop on their own at an agreed step). Every transition is in `handle`
 // (round.cc) and the deadline checks of `wait_for_all` (round_deadlines.cc); none does I/O
 // (the Runner does), so every sequence of events can be explored with a fake runner
-// (tests/launcher/policy/job_sequences_test.cc). What the round ended with is `finish`
+// (tests/launcher/policy/supervision_sequences_test.cc). What the round ended with is `finish`
 // (round_outcome.cc).
 //
 //   kRunning  --worker fails-------------> kFailing   (SIGTERM to the rest; restartable)
@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 namespace ddprun {
 

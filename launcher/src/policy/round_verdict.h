@@ -1,5 +1,5 @@
 #pragma once
-// What a round's end means for the job (run_job, job.h), inside policy/ only: what is
+// What a round's end means for the job (run_job, supervision.h), inside policy/ only: what is
 // printed after the round (the rank table, stacks, the failure report) and whether the job
 // restarts or ends, with which code and why, from what the round read (RankResult).
 
@@ -7,7 +7,7 @@
 #include <ostream>
 #include <string>
 
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 namespace ddprun {
 

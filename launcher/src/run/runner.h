@@ -1,5 +1,5 @@
 #pragma once
-// The line between the job's policy (job.h: when to stop whom, restarts, exit codes) and
+// The line between the job's policy (supervision.h: when to stop whom, restarts, exit codes) and
 // the mechanism that runs processes (process_runner.h). Policy tests drive the job with a
 // fake runner and a fake clock (tests/launcher/fake_runner.h): no process is started.
 

@@ -5,7 +5,7 @@
 #include "ddprun/common/signal_name.h"
 #include "fake_runner.h"
 #include "job/doctor.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 #include "report/labels.h"
 #include "report/report.h"
 

@@ -19,7 +19,7 @@
 
 #include "ddprun/common/unique_fd.h"
 #include "nodes/rendezvous.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 #include "report/control.h"
 #include "run/process.h"
 #include "temp_dir.h"

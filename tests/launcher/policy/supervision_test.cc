@@ -1,4 +1,4 @@
-// The job's policy (job.h) driven by a fake runner and a fake clock: restarts, teardown
+// The job's policy (supervision.h) driven by a fake runner and a fake clock: restarts, teardown
 // (SIGTERM, the grace, SIGKILL), signals to ddprun, the root cause and exit codes. No
 // process is started; the whole file runs in milliseconds.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 namespace ddprun {
 namespace {

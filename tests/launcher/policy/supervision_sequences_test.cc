@@ -1,4 +1,4 @@
-// The supervision policy (job.h) against every sequence of up to kDepth events, in each
+// The supervision policy (supervision.h) against every sequence of up to kDepth events, in each
 // mode (a node of its own, a head with an agent child, an agent under a head), with the
 // workers' answers to notices, with or without --exit-timeout, with --stall-timeout (the
 // workers' progress may stop) and stacks taken; workers may exit 75 unprompted, the agent
@@ -21,7 +21,7 @@
 
 #include "ddprun/contract/errors.h"
 #include "fake_runner.h"
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 namespace ddprun {
 namespace {

@@ -1,4 +1,4 @@
-#include "policy/job.h"
+#include "policy/supervision.h"
 
 #include <algorithm>
 #include <chrono>
