@@ -11,8 +11,8 @@
 #include <regex>
 #include <set>
 
-#include "topology_shapes.h"
 #include "launcher_harness.h"
+#include "topology_shapes.h"
 
 namespace ddprun::testing {
 namespace {

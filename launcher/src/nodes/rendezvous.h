@@ -13,8 +13,8 @@
 // send the launchers' heartbeat (an empty line, net.h) and take a side silent past its
 // bound as gone: a ddprun stopped or hung, which the kernel's keepalive cannot see. The host makes
 // each connection an agent child of its round with no process behind it (ChildSet::connect: one
-// descriptor per node, read in the one event loop), so the round's policy (supervision.h) treats a node
-// behind a connection exactly as one behind ssh. Between rounds the host still reads every
+// descriptor per node, read in the one event loop), so the round's policy (supervision.h) treats a
+// node behind a connection exactly as one behind ssh. Between rounds the host still reads every
 // connection: a node that leaves is dropped and may join again (its ddprun restarted), a node
 // stopped or noticed there ends the job on every node. At the job's end every node is told the
 // job's exit code ({"end": N, "why": ...}).
