@@ -50,7 +50,8 @@ void ReportFile::add_round(const RoundResult* result, const RoundDecision& decis
     for (RankResult& rank : kept.ranks) {
       rank.stacks.reset();  // in the stacks logs and on the console; too long for a report
       rank.trace.reset();
-      round.error_file_texts.push_back(rank.error_text);  // read as the round ended
+      // Read as the round ended; kept once, here, not in the rank as well.
+      round.error_file_texts.push_back(std::move(rank.error_text));
       round.steps.push_back(rank.agent ? std::nullopt : rank.last_step);
     }
   }
