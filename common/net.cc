@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -105,32 +106,39 @@ ssize_t recv_to_line_end(int fd, char* buffer, std::size_t size) {
 
 bool LineOutbox::send(int fd, std::string_view lines) {
   unsent_.append(lines);
-  return flush(fd, false);
+  return flush(fd, std::chrono::milliseconds(0));
 }
 
-bool LineOutbox::send_waiting(int fd, std::string_view lines) {
+bool LineOutbox::send_waiting(int fd, std::string_view lines,
+                              std::chrono::milliseconds stall_limit) {
   unsent_.append(lines);
-  return flush(fd, true);
+  return flush(fd, std::max(stall_limit, std::chrono::milliseconds(1)));
 }
 
 bool LineOutbox::beat(int fd) {
   if (unsent_.empty()) unsent_.push_back('\n');
-  return flush(fd, false);
+  return flush(fd, std::chrono::milliseconds(0));
 }
 
-bool LineOutbox::flush(int fd, bool wait) {
+bool LineOutbox::flush(int fd, std::chrono::milliseconds stall_limit) {
   std::size_t sent = 0;
   while (!failed_ && sent < unsent_.size()) {
-    const ssize_t n = ::send(fd, unsent_.data() + sent, unsent_.size() - sent,
-                             MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
+    const ssize_t n =
+        ::send(fd, unsent_.data() + sent, unsent_.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait) break;
-      pollfd ready{fd, POLLOUT, 0};  // a non-blocking socket, asked to wait
-      (void)::poll(&ready, 1, -1);
+      if (stall_limit.count() == 0) break;
+      // The bound restarts with every byte taken: a slow reader is waited for, one that
+      // takes nothing for the whole limit (stopped, hung) is not.
+      pollfd ready{fd, POLLOUT, 0};
+      int woke = 0;
+      do {
+        woke = ::poll(&ready, 1, static_cast<int>(stall_limit.count()));
+      } while (woke < 0 && errno == EINTR);
+      if (woke == 0) failed_ = true;
     } else {
       failed_ = true;
     }

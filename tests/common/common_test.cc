@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -338,7 +339,7 @@ TEST(LineOutbox, SendWaitingDeliversTheTailFirstAndAGoneReaderIsAFailure) {
       if (n == 0) break;
     }
   });
-  EXPECT_TRUE(outbox.send_waiting(writer.get(), "end\n"));
+  EXPECT_TRUE(outbox.send_waiting(writer.get(), "end\n", std::chrono::seconds(10)));
   EXPECT_EQ(outbox.unsent(), 0u);
   drain.join();
   EXPECT_EQ(got, first + "end\n");
@@ -346,6 +347,21 @@ TEST(LineOutbox, SendWaitingDeliversTheTailFirstAndAGoneReaderIsAFailure) {
   EXPECT_FALSE(outbox.send(writer.get(), "lost\n"));
   EXPECT_FALSE(outbox.beat(writer.get()));  // failed stays failed
   EXPECT_EQ(outbox.unsent(), 0u);
+}
+
+// The round's exit report waits for room, but not for a reader that takes nothing (node 0
+// stopped with its socket full): without the bound this test would never end.
+TEST(LineOutbox, SendWaitingGivesUpOnAReaderThatTakesNothingForTheStallLimit) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds), 0);
+  const UniqueFd writer(fds[0]);
+  const UniqueFd reader(fds[1]);  // open, and never read
+  LineOutbox outbox;
+  ASSERT_TRUE(outbox.send(writer.get(), std::string(4 << 20, 'c') + "\n"));
+  ASSERT_GT(outbox.unsent(), 0u);
+  EXPECT_FALSE(outbox.send_waiting(writer.get(), "exit 0\n", std::chrono::milliseconds(200)));
+  EXPECT_EQ(outbox.unsent(), 0u);  // given up: nobody will read it
+  EXPECT_FALSE(outbox.beat(writer.get()));
 }
 
 // A launchers' connection is probed while idle and given up after kPeerDeadAfterSeconds:

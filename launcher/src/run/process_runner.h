@@ -120,7 +120,8 @@ class ProcessRunner : public Runner {
   // On such a node: sends `lines` to node 0 after whatever still waits for room in the
   // connection (LineOutbox), waiting until it is all taken (the round's exit report).
   bool tell_head(std::string_view lines) {
-    return head_outbox_.send_waiting(config_.head_events_fd, lines);
+    return head_outbox_.send_waiting(config_.head_events_fd, lines,
+                                     kLaunchersHeartbeat.silent_after);
   }
   // Whether SIGHUP has detached ddprun from its terminal.
   bool detached() const noexcept { return detached_; }

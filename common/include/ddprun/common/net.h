@@ -62,8 +62,9 @@ class LineOutbox {
   // socket does not take now waits here for the next send or beat. False once the
   // connection failed (reset, closed); true when bytes merely wait.
   bool send(int fd, std::string_view lines);
-  // As send, but waits until the connection took everything (or failed).
-  bool send_waiting(int fd, std::string_view lines);
+  // As send, but waits until the connection took everything, or failed, or took nothing
+  // for `stall_limit` (a reader stopped or hung: the connection counts as failed then).
+  bool send_waiting(int fd, std::string_view lines, std::chrono::milliseconds stall_limit);
   // A heartbeat: the tail still unsent when there is one (bytes that reach the reader are
   // a beat), an empty line otherwise. Never waits.
   bool beat(int fd);
@@ -71,7 +72,8 @@ class LineOutbox {
   std::size_t unsent() const { return unsent_.size(); }
 
  private:
-  bool flush(int fd, bool wait);
+  // Waits at most `stall_limit` for room each time the socket is full; 0: never waits.
+  bool flush(int fd, std::chrono::milliseconds stall_limit);
   std::string unsent_;
   bool failed_ = false;
 };
