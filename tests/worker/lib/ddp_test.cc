@@ -657,16 +657,6 @@ TEST_P(DdpTest, RanksWithDifferentBucketCapsFailAtConstruction) {
   });
 }
 
-// Rank `r` of 2 on one machine's view of the job (the test gives the store).
-WorkerEnv two_ranks_env(int r, const std::string& run_id) {
-  WorkerEnv env;
-  env.rank = r;
-  env.world_size = 2;
-  env.master_port = 1;
-  env.run_id = run_id;
-  return env;
-}
-
 // A dtype the transport cannot carry (gloo: bf16, int16, bool, complex) is one UsageError
 // naming it, thrown before anything starts, on every collective of either plane, with one
 // rank or two; never a failed collective with a roll call of the ranks (gloo's own "Invalid
@@ -720,35 +710,26 @@ TEST_P(DdpTest, ADtypeTheTransportCannotCarryIsOneErrorNamingIt) {
 // After a failed collective every later one throws at once, on either plane: nothing can
 // run on a group whose peers are out of step.
 TEST(Communicator, IsUnusableAfterAFailedCollective) {
-  const support::TempDir temp;
-  const std::string dir = temp.path();
+  Placement placement{{1, 1}};
+  placement.wrong_local_ranks = true;  // each rank LOCAL_RANK 0 of LOCAL_WORLD_SIZE 1
+  placement.no_host_names = true;
+  placement.unresponsive_wait = std::chrono::milliseconds(200);
   std::string first, second;
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      const WorkerEnv env = two_ranks_env(r, "unusable-test");
-      CommOptions options;
-      options.timeout = std::chrono::seconds(30);
-      options.unresponsive_wait = std::chrono::milliseconds(200);
-      options.init_method = "file://" + dir + "/store";
-      auto comm = Communicator::connect(env, options);
-      comm->control().barrier();
-      if (r == 1) return;  // leaves: its connections close
-      auto t = torch::ones({4});
-      try {
-        comm->control().allreduce(t);
-      } catch (const CollectiveError& e) {
-        first = e.what();
-      }
-      try {
-        comm->data().allreduce(t);
-      } catch (const CollectiveError& e) {
-        second = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
-  std::filesystem::remove_all(dir);
+  expect_no_errors(run_on_nodes(placement, [&](Communicator& comm) {
+    comm.control().barrier();
+    if (comm.rank() == 1) return;  // leaves: its connections close
+    auto t = torch::ones({4});
+    try {
+      comm.control().allreduce(t);
+    } catch (const CollectiveError& e) {
+      first = e.what();
+    }
+    try {
+      comm.data().allreduce(t);
+    } catch (const CollectiveError& e) {
+      second = e.what();
+    }
+  }));
   EXPECT_NE(first.find("all-reduce failed on rank 0"), std::string::npos) << first;
   EXPECT_EQ(second,
             "all-reduce on rank 0: the communicator is unusable after an earlier failed "
@@ -762,25 +743,18 @@ TEST(Communicator, KeepsATraceOfEveryCollectiveOnceInOrder) {
   char pattern[] = "/tmp/ddprun-trace-XXXXXX";
   ASSERT_NE(::mkdtemp(pattern), nullptr);
   const std::string dir = pattern;
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      WorkerEnv env = two_ranks_env(r, "trace-test");
-      env.local_rank = r;
-      env.local_world_size = 2;
-      env.trace_file = dir + "/rank_" + std::to_string(r) + ".trace";
-      CommOptions options;
-      options.timeout = std::chrono::seconds(30);
-      options.init_method = "file://" + dir + "/store";
-      auto comm = Communicator::connect(env, options);
-      auto t = torch::ones({8});
-      comm->control().allreduce(t);
-      comm->control().reduce_scatter_async(t, at::kFloat).wait();
-      comm->control().allgather_shares(t);
-      comm->control().barrier();
-    });
-  }
-  for (auto& t : ranks) t.join();
+  Placement placement{{2}};
+  placement.no_host_names = true;
+  placement.adjust = [&](WorkerEnv& env) {
+    env.trace_file = dir + "/rank_" + std::to_string(env.rank) + ".trace";
+  };
+  expect_no_errors(run_on_nodes(placement, [](Communicator& comm) {
+    auto t = torch::ones({8});
+    comm.control().allreduce(t);
+    comm.control().reduce_scatter_async(t, at::kFloat).wait();
+    comm.control().allgather_shares(t);
+    comm.control().barrier();
+  }));
   for (int r = 0; r < 2; ++r) {
     trace::TraceFile file;
     std::ifstream in(dir + "/rank_" + std::to_string(r) + ".trace", std::ios::binary);

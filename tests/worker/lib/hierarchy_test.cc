@@ -20,76 +20,10 @@
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/zero.h"
+#include "ranks_as_threads.h"
 
 namespace ddprun::worker {
 namespace {
-
-struct Placement {
-  std::vector<int> node_sizes;  // ranks per node, in rank order
-  bool shared_memory = true;
-  std::chrono::milliseconds unresponsive_wait{5'000};
-  std::chrono::milliseconds timeout{30'000};
-  // A hand-made environment that gets LOCAL_RANK and GROUP_RANK wrong (all 0): machines
-  // come from their names, not from these.
-  bool wrong_local_ranks = false;
-  // No DDPRUN_HOST: machines are told apart by host name and boot id, and these threads
-  // share both.
-  bool no_host_names = false;
-  // The last rank's LOCAL_WORLD_SIZE, when not 0: a hand-made environment that disagrees.
-  int last_rank_local_world_size = 0;
-};
-
-// Runs `body(comm)` on every rank of `placement`, one thread each, meeting in a FileStore
-// of their own. Returns each rank's error ("" when none escaped).
-std::vector<std::string> run_on_nodes(const Placement& placement,
-                                      const std::function<void(Communicator&)>& body) {
-  static int runs = 0;
-  const std::string store =
-      (std::filesystem::temp_directory_path() /
-       ("ddprun-hierarchy-test-" + std::to_string(::getpid()) + "-" + std::to_string(++runs)))
-          .string();
-  int world = 0;
-  for (const int n : placement.node_sizes) world += n;
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  int rank = 0;
-  for (std::size_t node = 0; node < placement.node_sizes.size(); ++node) {
-    for (int local = 0; local < placement.node_sizes[node]; ++local, ++rank) {
-      threads.emplace_back([&, rank, local, node] {
-        try {
-          WorkerEnv env;
-          env.rank = rank;
-          env.local_rank = placement.wrong_local_ranks ? 0 : local;
-          env.world_size = world;
-          env.local_world_size = placement.node_sizes[node];
-          if (placement.last_rank_local_world_size != 0 && rank + 1 == world) {
-            env.local_world_size = placement.last_rank_local_world_size;
-          }
-          env.group_rank = placement.wrong_local_ranks ? 0 : static_cast<int>(node);
-          env.host = placement.no_host_names ? "" : "node" + std::to_string(node);
-          env.master_port = 1;
-          env.run_id = "hierarchy-test";
-          CommOptions options;
-          options.timeout = placement.timeout;
-          options.unresponsive_wait = placement.unresponsive_wait;
-          options.init_method = "file://" + store;
-          options.shared_memory = placement.shared_memory;
-          auto comm = Communicator::connect(env, options);
-          body(*comm);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(rank)] = e.what();
-        }
-      });
-    }
-  }
-  for (auto& t : threads) t.join();
-  std::filesystem::remove(store);
-  return errors;
-}
-
-void expect_no_errors(const std::vector<std::string>& errors) {
-  for (std::size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
 
 at::Tensor random_floats(int rank, int round, std::int64_t n) {
   auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(1000 * round + rank));
