@@ -18,10 +18,13 @@ import uuid
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from simcluster.jobs import check_leftovers, run_on_cluster, sbatch  # noqa: E402
 
+# The host name is read once: a $(hostname) inside a trap is a child that Slurm's SIGTERM
+# to the step (after the INT) can kill first, printing "worker on  got INT".
 WORKER_SH = r"""#!/bin/sh
-trap 'echo "worker on $(hostname) got INT"; exit 130' INT
-trap 'echo "worker on $(hostname) got TERM"; exit 143' TERM
-echo "worker on $(hostname) ready"
+me=$(hostname)
+trap 'echo "worker on $me got INT"; exit 130' INT
+trap 'echo "worker on $me got TERM"; exit 143' TERM
+echo "worker on $me ready"
 while true; do sleep 0.1; done
 """
 
