@@ -364,6 +364,67 @@ TEST(LineOutbox, SendWaitingGivesUpOnAReaderThatTakesNothingForTheStallLimit) {
   EXPECT_FALSE(outbox.beat(writer.get()));
 }
 
+// The heartbeat's rules (HeartbeatWatch), written once for the four loops that keep one:
+// beats every period, a peer silent at its bound and not a moment before, bytes and lines
+// push both, and a turn that comes far too late (this process was stopped) restarts every
+// peer's silence from that turn.
+TEST(HeartbeatWatch, BeatsEveryPeriodAndCallsAPeerSilentOnlyAtItsBound) {
+  using std::chrono::milliseconds;
+  const Heartbeat beat{milliseconds(2000), milliseconds(10'000)};
+  const auto t0 = HeartbeatWatch::Clock::time_point{} + std::chrono::hours(1);
+  HeartbeatWatch watch(beat, t0);
+  PeerBeat peer = watch.start(t0);
+  EXPECT_FALSE(watch.beat_due(peer, t0 + milliseconds(1999)));
+  EXPECT_TRUE(watch.beat_due(peer, t0 + milliseconds(2000)));
+  EXPECT_EQ(watch.due(peer), t0 + milliseconds(2000));
+  for (int k = 1; k <= 4; ++k) {  // the owner turns every beat; the peer sends nothing
+    const auto now = t0 + k * milliseconds(2000);
+    watch.turn(now);
+    ASSERT_TRUE(watch.beat_due(peer, now));
+    watch.sent(peer, now);
+    EXPECT_FALSE(watch.silent(peer, now));
+  }
+  EXPECT_EQ(watch.due(peer), t0 + milliseconds(10'000));  // silence before the next beat
+  EXPECT_EQ(watch.due(peer, false), t0 + milliseconds(10'000));
+  watch.turn(t0 + milliseconds(9'999));
+  EXPECT_FALSE(watch.silent(peer, t0 + milliseconds(9'999)));
+  watch.turn(t0 + milliseconds(10'000));
+  EXPECT_TRUE(watch.silent(peer, t0 + milliseconds(10'000)));
+  peer.heard_at = t0 + milliseconds(10'000);  // bytes came after all
+  EXPECT_FALSE(watch.silent(peer, t0 + milliseconds(19'999)));
+  EXPECT_TRUE(watch.silent(peer, t0 + milliseconds(20'000)));
+}
+
+TEST(HeartbeatWatch, ATurnFarLaterThanABeatRestartsEveryPeersSilence) {
+  using std::chrono::milliseconds;
+  const Heartbeat beat{milliseconds(2000), milliseconds(10'000)};
+  const auto t0 = HeartbeatWatch::Clock::time_point{} + std::chrono::hours(1);
+  HeartbeatWatch watch(beat, t0);
+  const PeerBeat peer = watch.start(t0);
+  watch.turn(t0 + milliseconds(4000));  // two beats apart: not late
+  EXPECT_TRUE(watch.silent(peer, t0 + milliseconds(10'000)));
+  const auto resumed = t0 + milliseconds(60'000);  // stopped for most of a minute
+  watch.turn(resumed);
+  EXPECT_FALSE(watch.silent(peer, resumed));
+  EXPECT_FALSE(watch.silent(peer, resumed + milliseconds(9'999)));
+  EXPECT_TRUE(watch.silent(peer, resumed + milliseconds(10'000)));
+  EXPECT_EQ(watch.due(peer), peer.beat_at);  // its beat is overdue: due at once
+  // A peer whose next beat is far off wakes the loop when it falls silent, counted from
+  // the resumption.
+  EXPECT_EQ(watch.due(PeerBeat{t0, resumed + milliseconds(20'000)}),
+            resumed + milliseconds(10'000));
+}
+
+TEST(HeartbeatWatch, WithoutAHeartbeatNothingIsEverSilentOrDue) {
+  const auto t0 = HeartbeatWatch::Clock::time_point{} + std::chrono::hours(1);
+  HeartbeatWatch watch(Heartbeat{}, t0);
+  const PeerBeat peer = watch.start(t0);
+  watch.turn(t0 + std::chrono::hours(1));
+  EXPECT_FALSE(watch.on());
+  EXPECT_FALSE(watch.silent(peer, t0 + std::chrono::hours(2)));
+  EXPECT_FALSE(watch.beat_due(peer, t0 + std::chrono::hours(2)));
+}
+
 // A launchers' connection is probed while idle and given up after kPeerDeadAfterSeconds:
 // probes start after 2 s and come every 2 s, and the probes plus the last wait fit the bound.
 TEST(KeepAlive, ProbesAnIdleConnectionAndGivesUpWithinTheBound) {

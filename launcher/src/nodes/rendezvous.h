@@ -113,7 +113,7 @@ struct JoinedPeer {
   bool in_round = false;
   bool any_rank = false;  // it asked for any rank (c10d by hand): placed by host name
   std::chrono::steady_clock::time_point joined_at;  // its latest join
-  std::chrono::steady_clock::time_point heard_at;   // its last bytes between rounds
+  PeerBeat beat;  // the heartbeat between rounds (heard_at: its last bytes)
 };
 
 // Host names in natural order: runs of digits compare as numbers, so node7 comes before
@@ -152,7 +152,7 @@ class RendezvousHost {
   // The heartbeat with the joined nodes while they gather (kLaunchersHeartbeat unless set:
   // tests shorten it): each is sent one when due, and one silent for its `silent_after`
   // (its ddprun stopped or hung) is dropped as one that left.
-  void set_heartbeat(Heartbeat heartbeat) { heartbeat_ = heartbeat; }
+  void set_heartbeat(Heartbeat heartbeat) { watch_ = HeartbeatWatch(heartbeat); }
   // Who joined and who is awaited, for a status answer: "joined: 1 (n2); awaited: 2",
   // with "; refused connections: N" once there are any.
   std::string describe() const;
@@ -178,11 +178,9 @@ class RendezvousHost {
   std::string secret_;
   int nodes_;
   int nproc_;
-  int refused_ = 0;  // refused connections so far
-  Heartbeat heartbeat_ = kLaunchersHeartbeat;
-  std::optional<int> gathered_round_;      // the round the latest gather was for
-  RendezvousClock::time_point beat_at_;    // the joined nodes' next heartbeat
-  RendezvousClock::time_point tended_at_;  // the heartbeats' last turn
+  int refused_ = 0;                    // refused connections so far
+  HeartbeatWatch watch_;               // the heartbeat with the joined nodes
+  std::optional<int> gathered_round_;  // the round the latest gather was for
   RendezvousClock::time_point listening_since_ = RendezvousClock::now();
   struct Pending {
     UniqueFd fd;

@@ -135,7 +135,7 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (got <= 0) return false;
-    peer.heard_at = RendezvousClock::now();
+    peer.beat.heard_at = RendezvousClock::now();
     peer.buffer.append(chunk, static_cast<std::size_t>(got));
   }
 }
@@ -166,10 +166,9 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     // was the round's to read. (A gather interrupted and called again goes on counting.)
     gathered_round_ = round;
     const auto now = RendezvousClock::now();
-    beat_at_ = now + heartbeat_.every;
-    tended_at_ = now;
+    watch_ = HeartbeatWatch(watch_.beat(), now);
     for (auto& peer : joined_) {
-      if (peer) peer->heard_at = now;
+      if (peer) peer->beat = watch_.start(now);
     }
   }
   for (;;) {
@@ -195,7 +194,7 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       return Gathered::kAllJoined;
     }
     const auto now = RendezvousClock::now();
-    if (heartbeat_.on()) keep_heartbeats(round, now, log);
+    if (watch_.on()) keep_heartbeats(round, now, log);
     if (now >= deadline) {
       std::string absent;
       for (int node = 1; node < nodes_; ++node) {
@@ -218,9 +217,8 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
         {listener_.get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
     auto wake = deadline;
     for (const auto& peer : joined_) {
-      if (heartbeat_.on() && peer) wake = std::min(wake, peer->heard_at + heartbeat_.silent_after);
+      if (watch_.on() && peer) wake = std::min(wake, watch_.due(peer->beat));
     }
-    if (heartbeat_.on()) wake = std::min(wake, beat_at_);
     for (const Pending& p : pending_) {
       fds.push_back({p.fd.get(), POLLIN, 0});
       wake = std::min(wake, p.until);
@@ -310,26 +308,23 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
 
 void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,
                                      std::ostream& log) {
-  const bool beat = now >= beat_at_;
-  if (beat) beat_at_ = now + heartbeat_.every;
-  // Far later than a heartbeat is due: node 0 was stopped or held up itself; the nodes'
-  // silence counts from now (what they sent meanwhile is read first, on the next turn).
-  const bool late = now - tended_at_ > 2 * heartbeat_.every;
-  tended_at_ = now;
+  watch_.turn(now);
   for (std::size_t node = 1; node < joined_.size(); ++node) {
     auto& peer = joined_[node];
     if (!peer) continue;
-    if (late) peer->heard_at = std::max(peer->heard_at, now);
-    if (now >= peer->heard_at + heartbeat_.silent_after) {
+    if (watch_.silent(peer->beat, now)) {
       log << "ddprun: node " << node << " (" << printable_host(peer->join.host)
-          << ") sent nothing in " << heartbeat_.silence() << " before round " << round
+          << ") sent nothing in " << watch_.beat().silence() << " before round " << round
           << " started, though its host answers (its ddprun is stopped or hung); dropped, "
              "waiting for it to join again\n";
       peer.reset();
       continue;
     }
-    // Never waiting: a node that reads nothing has a full socket, and is silent itself.
-    if (beat) (void)::send(peer->socket.get(), "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (watch_.beat_due(peer->beat, now)) {
+      // Never waiting: a node that reads nothing has a full socket, and is silent itself.
+      (void)::send(peer->socket.get(), "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      watch_.sent(peer->beat, now);
+    }
   }
 }
 

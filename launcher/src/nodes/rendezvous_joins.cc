@@ -166,7 +166,7 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
   slot->buffer = p.buffer.substr(newline + 1);
   slot->any_rank = join->node_rank == -1;
   slot->joined_at = RendezvousClock::now();
-  slot->heard_at = slot->joined_at;
+  slot->beat = watch_.start(slot->joined_at);
 }
 
 }  // namespace ddprun

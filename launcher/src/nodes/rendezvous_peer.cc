@@ -30,13 +30,12 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
                         std::optional<NodeEvent>* held, std::string& line,
                         const Heartbeat& beat = {}) {
   line.clear();
-  auto heard_at = RendezvousClock::now();
-  auto beat_at = heard_at + beat.every;
-  auto tended_at = heard_at;  // the heartbeat's last turn
+  HeartbeatWatch watch(beat);
+  PeerBeat host = watch.start(RendezvousClock::now());
   for (;;) {
     auto wake = deadline;
-    if (beat.on()) {
-      const auto due = std::min(beat_at, heard_at + beat.silent_after);
+    if (watch.on()) {
+      const auto due = watch.due(host);
       if (!wake || due < *wake) wake = due;
     }
     pollfd fds[2] = {{socket, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
@@ -44,15 +43,12 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
     if (ready < 0 && errno == EINTR) continue;
     const auto now = RendezvousClock::now();
     if (ready == 0 && deadline && now >= *deadline) return HostLine::kTimedOut;
-    // Far later than a heartbeat is due: this ddprun was stopped itself (a suspended job);
-    // node 0's silence counts from now. What waits on the socket is read before any verdict.
-    if (now - tended_at > 2 * beat.every) heard_at = std::max(heard_at, now);
-    tended_at = now;
+    watch.turn(now);  // what waits on the socket is read before any verdict
     const bool readable = ready > 0 && fds[0].revents != 0;
-    if (beat.on() && !readable && now >= heard_at + beat.silent_after) return HostLine::kSilent;
-    if (beat.on() && now >= beat_at) {
+    if (!readable && watch.silent(host, now)) return HostLine::kSilent;
+    if (watch.beat_due(host, now)) {
       (void)::send(socket, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-      beat_at = now + beat.every;
+      watch.sent(host, now);
     }
     if (ready <= 0) continue;
     if (fds[1].revents != 0) {
@@ -66,7 +62,7 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
     const ssize_t got = recv_to_line_end(socket, chunk, sizeof chunk);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) return HostLine::kClosed;
-    heard_at = now;
+    host.heard_at = now;
     line.append(chunk, static_cast<std::size_t>(got));
     if (line.back() == '\n') {
       line.pop_back();

@@ -70,8 +70,7 @@ std::size_t ChildSet::connect(int socket, const std::string& hello, LineEnd line
   child.reading = true;
   child.line_end = std::move(line_end);
   child.max_line = max_line;
-  child.heard_at = child.started_at;
-  child.beat_at = child.started_at + heartbeat_.every;
+  child.beat = watch_.start(child.started_at);
   // A first message fits in an idle socket's buffer; a peer that is gone shows as the
   // connection's end when it is read.
   (void)send(children_.size() - 1, hello);
@@ -84,7 +83,7 @@ bool ChildSet::send(std::size_t index, std::string_view message) {
   do {
     if (child.connection >= 0) {
       if (child.exited) return false;
-      child.beat_at = SteadyClock::now() + heartbeat_.every;  // a line is a beat
+      watch_.sent(child.beat, SteadyClock::now());  // a line is a beat
       return child.outbox.send(child.connection, message);
     } else if (child.stdin_pipe.valid()) {
       const int input = child.stdin_pipe.get();
@@ -140,7 +139,7 @@ void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
     end_connection(index, 255 << 8, events);
     return;
   }
-  child.heard_at = SteadyClock::now();
+  child.beat.heard_at = SteadyClock::now();
   child.line.append(buffer_.data(), static_cast<std::size_t>(got));
   if (child.line.back() != '\n') {
     if (child.line.size() > child.max_line) end_connection(index, 255 << 8, events);
@@ -260,12 +259,11 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
 }
 
 std::optional<SteadyClock::time_point> ChildSet::heartbeat_due() const {
-  if (!heartbeat_.on()) return std::nullopt;
+  if (!watch_.on()) return std::nullopt;
   std::optional<SteadyClock::time_point> due;
   for (const Child& child : children_) {
     if (child.connection < 0) continue;
-    auto at = child.beat_at;
-    if (child.reading) at = std::min(at, child.heard_at + heartbeat_.silent_after);
+    const auto at = watch_.due(child.beat, child.reading);
     if (!due || at < *due) due = at;
   }
   return due;
@@ -276,37 +274,31 @@ void ChildSet::send_heartbeats() {
   for (Child& child : children_) {
     if (child.connection < 0) continue;
     (void)child.outbox.beat(child.connection);
-    child.beat_at = now + heartbeat_.every;
+    watch_.sent(child.beat, now);
   }
 }
 
 void ChildSet::keep_heartbeats(const ChildEvents& events) {
-  if (!heartbeat_.on()) return;
+  if (!watch_.on()) return;
   const auto now = SteadyClock::now();
-  if (now - tended_at_ > 2 * heartbeat_.every) {
-    // This loop ran far later than its heartbeats are due: ddprun itself was stopped (a
-    // suspended job, Ctrl-Z) or held up. The nodes' silence counts from now: what they
-    // sent meanwhile is read first, and their next heartbeat is on its way.
-    for (Child& child : children_) child.heard_at = std::max(child.heard_at, now);
-  }
-  tended_at_ = now;
+  watch_.turn(now);
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
     if (child.connection < 0) continue;
-    if (child.reading && now >= child.heard_at + heartbeat_.silent_after) {
+    if (child.reading && watch_.silent(child.beat, now)) {
       if (events.output) {
         events.output(i, true,
                       "ddprun: lost this node's ddprun: not a line from it in " +
-                          heartbeat_.silence() +
+                          watch_.beat().silence() +
                           ", though its host answers (it is stopped, by SIGSTOP or a "
                           "debugger, or hung)\n");
       }
       end_connection(i, 255 << 8, events);
     }
-    if (now >= child.beat_at) {
+    if (watch_.beat_due(child.beat, now)) {
       // Never waiting: a node that reads nothing has a full socket, and is silent itself.
       (void)child.outbox.beat(child.connection);
-      child.beat_at = now + heartbeat_.every;
+      watch_.sent(child.beat, now);
     }
   }
 }

@@ -80,7 +80,7 @@ class ChildSet {
   std::size_t connect(int socket, const std::string& hello, LineEnd line_end, std::size_t max_line);
 
   // The connections' heartbeat (kLaunchersHeartbeat unless set; tests shorten it).
-  void set_heartbeat(Heartbeat heartbeat) { heartbeat_ = heartbeat; }
+  void set_heartbeat(Heartbeat heartbeat) { watch_ = HeartbeatWatch(heartbeat); }
   // Sends every connection its heartbeat now: before and after something that holds up
   // the loop for seconds (taking stacks), so that the other side never waits out its bound.
   void send_heartbeats();
@@ -131,9 +131,8 @@ class ChildSet {
     std::string line;  // what came of the line not yet whole
     LineEnd line_end;
     std::size_t max_line = 0;
-    SteadyClock::time_point heard_at;  // its last bytes (a connection)
-    SteadyClock::time_point beat_at;   // when it is sent the next heartbeat
-    LineOutbox outbox;                 // what its socket had no room for yet
+    PeerBeat beat;      // its heartbeat (a connection)
+    LineOutbox outbox;  // what its socket had no room for yet
   };
   void reap(const ChildEvents& events);
   void pump(std::size_t child, bool is_stderr, const ChildEvents& events);
@@ -147,8 +146,7 @@ class ChildSet {
 
   SignalChannel& signals_;
   Guardian* guardian_;
-  Heartbeat heartbeat_ = kLaunchersHeartbeat;
-  SteadyClock::time_point tended_at_ = SteadyClock::now();  // the heartbeats' last turn
+  HeartbeatWatch watch_;
   std::vector<Child> children_;
   std::vector<char> buffer_ = std::vector<char>(64 * 1024);
 };

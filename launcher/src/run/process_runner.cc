@@ -368,8 +368,7 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
     deadline = arm_at;
   }
   if (head_heartbeat_on()) {
-    auto due = head_beat_at_;
-    if (config_.head_fd >= 0) due = std::min(due, head_heard_at_ + config_.heartbeat.silent_after);
+    const auto due = head_watch_.due(head_beat_, config_.head_fd >= 0);
     if (!deadline || due < *deadline) deadline = due;
   }
   children_->wait_once(deadline, config_.head_fd, events_);
@@ -381,19 +380,14 @@ void ProcessRunner::send_heartbeats() {
   children_->send_heartbeats();
   if (!head_heartbeat_on()) return;
   (void)head_outbox_.beat(config_.head_events_fd);
-  head_beat_at_ = RunnerClock::now() + config_.heartbeat.every;
+  head_watch_.sent(head_beat_, RunnerClock::now());
 }
 
 void ProcessRunner::keep_head_heartbeat() {
   if (!head_heartbeat_on()) return;
   const auto now = RunnerClock::now();
-  // Far later than a heartbeat is due: this ddprun was stopped or held up itself; node 0's
-  // silence counts from now (ChildSet::keep_heartbeats).
-  if (now - head_tended_at_ > 2 * config_.heartbeat.every) {
-    head_heard_at_ = std::max(head_heard_at_, now);
-  }
-  head_tended_at_ = now;
-  if (config_.head_fd >= 0 && now >= head_heard_at_ + config_.heartbeat.silent_after) {
+  head_watch_.turn(now);
+  if (config_.head_fd >= 0 && head_watch_.silent(head_beat_, now)) {
     console_->message("ddprun: node 0's ddprun sent nothing in " + config_.heartbeat.silence() +
                       ", though its host answers (it is stopped, by SIGSTOP or a debugger, "
                       "or hung)\n");
@@ -404,10 +398,10 @@ void ProcessRunner::keep_head_heartbeat() {
     pending_.push_back(event);
     return;
   }
-  if (now >= head_beat_at_) {
+  if (head_watch_.beat_due(head_beat_, now)) {
     // Never waiting: a node 0 that reads nothing has a full socket, and is silent itself.
     (void)head_outbox_.beat(config_.head_events_fd);
-    head_beat_at_ = now + config_.heartbeat.every;
+    head_watch_.sent(head_beat_, now);
   }
 }
 

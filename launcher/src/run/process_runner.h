@@ -214,9 +214,8 @@ class ProcessRunner : public Runner {
   ChildEvents events_;
   LineSplitter head_lines_;
   LineOutbox head_outbox_;  // lines to node 0 (head_events_fd): never torn by a heartbeat
-  RunnerClock::time_point head_heard_at_ = RunnerClock::now();
-  RunnerClock::time_point head_beat_at_ = head_heard_at_ + config_.heartbeat.every;
-  RunnerClock::time_point head_tended_at_ = head_heard_at_;  // the heartbeat's last turn
+  HeartbeatWatch head_watch_{config_.heartbeat};  // the heartbeat with node 0
+  PeerBeat head_beat_ = head_watch_.start(RunnerClock::now());
 };
 
 }  // namespace ddprun

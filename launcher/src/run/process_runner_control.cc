@@ -244,7 +244,7 @@ void ProcessRunner::read_head() {
   char buffer[4096];
   const ssize_t got = ::read(config_.head_fd, buffer, sizeof buffer);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (got > 0) head_heard_at_ = RunnerClock::now();
+  if (got > 0) head_beat_.heard_at = RunnerClock::now();
   if (got <= 0) {
     config_.head_fd = -1;
     RunnerEvent event;

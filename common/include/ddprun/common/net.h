@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -50,6 +51,58 @@ struct Heartbeat {
 };
 inline constexpr Heartbeat kLaunchersHeartbeat{std::chrono::seconds(2),
                                                std::chrono::seconds(kPeerDeadAfterSeconds)};
+
+// One peer's side of a heartbeat: when its last bytes came, when it is sent its next beat.
+struct PeerBeat {
+  std::chrono::steady_clock::time_point heard_at;
+  std::chrono::steady_clock::time_point beat_at;
+};
+
+// The heartbeat's rules, written once for every loop that keeps one (node 0's connections
+// in a round and while the nodes gather, a node's towards node 0 in a round and between
+// rounds). A loop turns the watch each time it wakes; a turn that comes far later than a
+// beat was due means this process itself was stopped or held up (a suspended job, Ctrl-Z),
+// and its peers' silence then counts from that turn: what they sent meanwhile is read
+// before any verdict. Pure: the caller gives the time.
+class HeartbeatWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit HeartbeatWatch(Heartbeat beat = kLaunchersHeartbeat,
+                          Clock::time_point now = Clock::now())
+      : beat_(beat), tended_at_(now) {}
+  const Heartbeat& beat() const { return beat_; }
+  bool on() const { return beat_.on(); }
+  // A peer first heard at `now`, its first beat one period later.
+  PeerBeat start(Clock::time_point now) const { return {now, now + beat_.every}; }
+  // A beat (or a line, which is one too) sent to the peer at `now`.
+  void sent(PeerBeat& peer, Clock::time_point now) const { peer.beat_at = now + beat_.every; }
+  // One turn of the owner's loop.
+  void turn(Clock::time_point now) {
+    if (now - tended_at_ > 2 * beat_.every) resumed_at_ = now;
+    tended_at_ = now;
+  }
+  bool beat_due(const PeerBeat& peer, Clock::time_point now) const {
+    return on() && now >= peer.beat_at;
+  }
+  // Whether the peer sent nothing for the heartbeat's bound (counted from this process's
+  // last resumption, when later).
+  bool silent(const PeerBeat& peer, Clock::time_point now) const {
+    return on() && now >= silent_at(peer);
+  }
+  // When the loop must next wake for this peer: its beat, or, when its silence is watched,
+  // the moment it becomes silent.
+  Clock::time_point due(const PeerBeat& peer, bool watch_silence = true) const {
+    return watch_silence ? std::min(peer.beat_at, silent_at(peer)) : peer.beat_at;
+  }
+
+ private:
+  Clock::time_point silent_at(const PeerBeat& peer) const {
+    return std::max(peer.heard_at, resumed_at_) + beat_.silent_after;
+  }
+  Heartbeat beat_;
+  Clock::time_point tended_at_;
+  Clock::time_point resumed_at_{};
+};
 
 // The lines one side sends on a launchers' connection, which the other side reads as whole
 // lines or not at all: a line the socket took only in part (its buffer full, the reader
