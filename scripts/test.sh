@@ -5,10 +5,10 @@
 # builds the launcher, and the worker with ddp-train, under ASan/UBSan and runs their tests
 # again, and fuzzes the hostlist and hostfile parsers.
 #
-# After the first build the work runs in two lanes side by side: the tests (ctest, then the
-# ASan tests, one suite at a time: their waits are what the lane leaves idle) and, at the
-# lowest CPU priority, the builds and checks that only need a core (clang-tidy, the ASan
-# builds, the trixie checks, fuzzing). ctest keeps about 40% of 2 cores idle while its ranks
+# After the first build the work runs in lanes side by side: the tests (ctest, then the ASan
+# tests, one suite at a time: their waits are what the lane leaves idle) and, at the lowest
+# CPU priority, the builds (clang-tidy, the ASan builds) and the other checks (the trixie
+# checks, fuzzing). ctest keeps about 40% of 2 cores idle while its ranks
 # wait on each other; the builds take that, and give it back whenever a test wants it.
 # Each step's output is printed whole when it ends, with its time; the first that fails
 # stops the rest.
@@ -83,13 +83,14 @@ fuzzing() {
 }
 
 # The steps: name, niceness (19: only what the tests leave idle), the steps it waits for,
-# and the function that does it. A lane is a chain of steps; the tests' lane waits for the
-# builds it runs.
+# and the function that does it. A lane is a chain of steps: the builds, the checks that
+# wait on Debian's mirror as much as on a core (the trixie roots, then fuzzing), and the
+# tests, which wait for the builds they run.
 steps=(
   "clang-format and clang-tidy|19||lint"
   "ASan launcher build|19|clang-format and clang-tidy|asan_launcher_build"
   "ASan worker build|19|ASan launcher build|asan_worker_build"
-  "trixie checks|19|ASan worker build|trixie_checks"
+  "trixie checks|19||trixie_checks"
   "fuzzing|19|trixie checks|fuzzing"
   "ctest|0||ctest --preset ci -j 2"
   "ASan launcher tests|0|ctest;ASan launcher build|asan_launcher_tests"
