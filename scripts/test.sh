@@ -5,11 +5,11 @@
 # builds the launcher, and the worker with ddp-train, under ASan/UBSan and runs their tests
 # again, and fuzzes the hostlist and hostfile parsers.
 #
-# After the first build the work runs in lanes side by side: the tests (ctest, then the ASan
-# tests, one suite at a time: their waits are what the lane leaves idle) and, at lower CPU
-# priorities, the builds (clang-tidy, the ASan builds) and the other checks (the trixie
-# checks, fuzzing). ctest keeps about 40% of 2 cores idle while its ranks wait on each
-# other; the builds take that, and give it back whenever a test wants it.
+# After the first build the work runs in two lanes side by side: the tests (ctest, then the
+# ASan tests, one suite at a time: their waits are what the lane leaves idle) and, at the
+# lowest CPU priority, the builds and checks that only need a core (clang-tidy, the ASan
+# builds, the trixie checks, fuzzing). ctest keeps about 40% of 2 cores idle while its ranks
+# wait on each other; the builds take that, and give it back whenever a test wants it.
 # Each step's output is printed whole when it ends, with its time; the first that fails
 # stops the rest.
 set -euo pipefail
@@ -82,16 +82,14 @@ fuzzing() {
     grep -E "^Done|ERROR|SUMMARY"
 }
 
-# The steps: name, niceness, the steps it waits for, and the function that does it. A lane
-# is a chain of steps: the tests, which wait for the builds they run; the builds (nice 10:
-# what the tests leave idle); and the checks that wait on Debian's mirror as much as on a
-# core (nice 19: what the builds leave too). The builds lead to the last tests: given the
-# same share as the checks, they ended 2 minutes later.
+# The steps: name, niceness (19: only what the tests leave idle), the steps it waits for,
+# and the function that does it. A lane is a chain of steps; the tests' lane waits for the
+# builds it runs.
 steps=(
-  "clang-format and clang-tidy|10||lint"
-  "ASan launcher build|10|clang-format and clang-tidy|asan_launcher_build"
-  "ASan worker build|10|ASan launcher build|asan_worker_build"
-  "trixie checks|19||trixie_checks"
+  "clang-format and clang-tidy|19||lint"
+  "ASan launcher build|19|clang-format and clang-tidy|asan_launcher_build"
+  "ASan worker build|19|ASan launcher build|asan_worker_build"
+  "trixie checks|19|ASan worker build|trixie_checks"
   "fuzzing|19|trixie checks|fuzzing"
   "ctest|0||ctest --preset ci -j 2"
   "ASan launcher tests|0|ctest;ASan launcher build|asan_launcher_tests"
