@@ -118,7 +118,9 @@ class ProcessRunner : public Runner {
   // console drains; the heartbeat to node 0 goes on.
   void stop_reading_head() noexcept { config_.head_fd = -1; }
   // On such a node: sends `lines` to node 0 after whatever still waits for room in the
-  // connection (LineOutbox), waiting until it is all taken (the round's exit report).
+  // connection (LineOutbox), waiting until it is all taken (the round's exit report), or
+  // until node 0 takes nothing for the heartbeat's silence: false then, and the wait for
+  // the next round finds node 0 lost.
   bool tell_head(std::string_view lines) {
     return head_outbox_.send_waiting(config_.head_events_fd, lines,
                                      kLaunchersHeartbeat.silent_after);
