@@ -301,9 +301,9 @@ int run_rounds(const Session& s, const RunContext& run, bool meet) {
     report->add_round(result, decision, std::move(hosts));
   };
   const auto start_round = [&](int round, const RoundResult* previous) {
-    runner.set_round(round);
     RoundSetup setup = prepare_round(s.options, s.inputs, round_state, s.env, round, previous,
                                      run.program_path, run.self);
+    runner.set_restarts_spent(round_state.restarts_spent());
     if (rendezvous) {
       gather_into_round(setup, *rendezvous, round, round_state.master_port, s.options, run.signals,
                         runner, run.runner_config.detach_on_hangup);

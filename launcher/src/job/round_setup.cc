@@ -59,8 +59,8 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
 }
 
 RoundState first_round_state(const PlanInputs& inputs) {
-  return {inputs.restart_count, inputs.master_port, inputs.fixed_port, inputs.cluster.nodes,
-          inputs.spare_nodes};
+  return {inputs.restart_count, inputs.master_port, inputs.fixed_port,
+          inputs.cluster.nodes, inputs.spare_nodes, 0};
 }
 
 PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state) {
@@ -99,6 +99,7 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
                            ? replace_failed_node(state, job_inputs.cluster.this_node, *previous)
                            : std::string();
   state.restart_count = options.agent ? options.restart_count.value_or(0) : round;
+  if (previous) state.replacements += previous->recoveries;
   if (round > 0 && !state.fixed_port) state.master_port = pick_free_port();
   const PlanInputs inputs = round_inputs(job_inputs, state);
   // A fixed port taken while the last round ran (another job, a stray process): say who
@@ -139,7 +140,7 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
         child.filtered_stderr_log = filtered_log(plan, true);
     }
   }
-  setup.summary = format_launch_summary(plan, options.log_dir.has_value());
+  setup.summary = format_launch_summary(plan, options.log_dir.has_value(), state.restarts_spent());
   if (inputs.launcher != LauncherKind::kLocal) {
     const std::size_t reached = plan.nodes.size() - (agents.local_workers ? 1 : 0);
     setup.summary += "ddprun: starting " + std::to_string(reached) + " node agent(s) with " +

@@ -31,6 +31,12 @@ struct RoundState {
   bool fixed_port = true;              // false: picked free here, so a restart may pick anew
   std::vector<NodeSlots> nodes;        // the cluster's, with spares in failed nodes' places
   std::vector<NodeSlots> spare_nodes;  // the spares still unused
+  // --restart-scope rank: workers replaced in the rounds so far, which count against
+  // --max-restarts with the restarts.
+  int replacements = 0;
+  // What the round's run line and --status count against --max-restarts, as the verdict
+  // that asked for the round did.
+  int restarts_spent() const { return restart_count + replacements; }
 };
 
 // Round 0's state: the inputs' own.

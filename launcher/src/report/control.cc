@@ -134,7 +134,7 @@ std::string rank_state(bool exited, int wait_status, char proc_state) {
 std::string format_status(const JobStatus& status) {
   std::string text = "ddprun: run " + status.run_id + " (ddprun pid " + std::to_string(status.pid) +
                      ", up " + duration_text(status.up_seconds) + "), restarts " +
-                     std::to_string(status.round) + " of " + std::to_string(status.max_restarts);
+                     std::to_string(status.restarts) + " of " + std::to_string(status.max_restarts);
   if (!status.console_file.empty()) text += ", detached: console in " + status.console_file;
   text += "\n";
   std::size_t host_width = 4;

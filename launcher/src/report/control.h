@@ -56,8 +56,8 @@ std::string rank_state(bool exited, int wait_status, char proc_state);
 
 struct JobStatus {
   std::string run_id;
-  pid_t pid = -1;  // the answering ddprun
-  int round = 0;   // restarts done
+  pid_t pid = -1;    // the answering ddprun
+  int restarts = 0;  // spent: restarts, and under --restart-scope rank replacements
   int max_restarts = 0;
   double up_seconds = 0;           // since ddprun started
   std::string console_file;        // where the console goes after SIGHUP; empty: the terminal

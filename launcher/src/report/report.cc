@@ -19,7 +19,7 @@ constexpr std::size_t kMaxErrorLineBytes = 1000;
 
 }  // namespace
 
-std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
+std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files, int restarts_spent) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
   std::string text =
       "ddprun: run " + plan.run_id + ": " + std::to_string(plan.world_size) +
@@ -27,9 +27,9 @@ std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files) {
       (plan.nodes.size() == 1 ? " node" : " nodes") + " (" + node.host + ": ranks " +
       std::to_string(node.first_rank) + "-" + std::to_string(node.first_rank + node.nproc - 1) +
       "), master " + plan.master_addr + ":" + std::to_string(plan.master_port);
-  if (plan.restart_count > 0) {
-    text += ", restart " + std::to_string(plan.restart_count) + " of " +
-            std::to_string(plan.max_restarts);
+  if (restarts_spent > 0) {
+    text +=
+        ", restart " + std::to_string(restarts_spent) + " of " + std::to_string(plan.max_restarts);
   }
   text += "\n";
   // Which GPUs each of this node's ranks got, as CUDA_VISIBLE_DEVICES would name them.

@@ -14,8 +14,10 @@
 namespace ddprun {
 
 // "ddprun: run abc: 4 workers on 1 node (vm: ranks 0-3), master 127.0.0.1:29500" and,
-// with a log folder, where the logs go.
-std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files);
+// with a log folder, where the logs go. `restarts_spent`: of --max-restarts, counted as the
+// verdict that asked for this round counts them (under --restart-scope rank the replacements
+// too, which TORCHELASTIC_RESTART_COUNT leaves out).
+std::string format_launch_summary(const LaunchPlan& plan, bool logs_to_files, int restarts_spent);
 
 // One row per child of this node: exit status, run time, peak resident memory.
 std::string format_rank_table(const RoundResult& result);

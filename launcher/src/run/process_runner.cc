@@ -248,6 +248,7 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
 }
 
 void ProcessRunner::publish_membership(const Membership& membership) {
+  round_replacements_ = membership.recoveries;
   if (!membership.change.empty()) messages_ << "ddprun: " << membership.change << "\n";
   if (membership_file_.empty() || membership_failed_) return;
   try {

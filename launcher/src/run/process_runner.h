@@ -103,8 +103,12 @@ class ProcessRunner : public Runner {
   // The first signal other than a notice that ddprun itself received (not one its head
   // sent as a message), or 0.
   int own_stop_signal() const noexcept { return own_signal_; }
-  // The round now starting (restarts done), for status answers.
-  void set_round(int round) noexcept { round_ = round; }
+  // The restarts spent when the round starts (as its run line counts them), for status
+  // answers; the round's own replacements (--restart-scope rank) are added as they come.
+  void set_restarts_spent(int spent) noexcept {
+    restarts_spent_ = spent;
+    round_replacements_ = 0;
+  }
   // The control socket (-1: none): readable when a request waits.
   int control_fd() const noexcept {
     return config_.control != nullptr ? config_.control->fd() : -1;
@@ -150,7 +154,7 @@ class ProcessRunner : public Runner {
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();
   // A status answer's header: the run, this ddprun, `round`, the time up, the console.
-  JobStatus job_status(int round) const;
+  JobStatus job_status() const;
   void answer_head(ControlVerb verb, int id);
   // This node's workers as a status answer shows them; with `stacks`, the running ones'
   // stacks (taken at once, nothing stopped) and every one's collective trace.
@@ -197,7 +201,8 @@ class ProcessRunner : public Runner {
   // writing it failed this round (said once).
   std::string membership_file_;
   bool membership_failed_ = false;
-  int round_ = 0;
+  int restarts_spent_ = 0;
+  int round_replacements_ = 0;
   RunnerClock::time_point started_at_ = RunnerClock::now();
   bool serving_ = false;  // a request is being answered: the socket waits meanwhile
   int request_id_ = 0;

@@ -132,7 +132,7 @@ void ProcessRunner::serve_control() {
     case ControlVerb::kStatus:
     case ControlVerb::kStacks: {
       const bool stacks = request->verb == ControlVerb::kStacks;
-      JobStatus status = job_status(round_);
+      JobStatus status = job_status();
       status.ranks = local_status(stacks);
       for (RankStatus& rank : ask_agents(request->verb, status.notes)) {
         status.ranks.push_back(std::move(rank));
@@ -159,11 +159,11 @@ void ProcessRunner::serve_control() {
   serving_ = false;
 }
 
-JobStatus ProcessRunner::job_status(int round) const {
+JobStatus ProcessRunner::job_status() const {
   JobStatus status;
   status.run_id = config_.run_id;
   status.pid = ::getpid();
-  status.round = round;
+  status.restarts = restarts_spent_ + round_replacements_;
   status.max_restarts = config_.max_restarts;
   status.up_seconds = std::chrono::duration<double>(now() - started_at_).count();
   if (detached_) status.console_file = console_path_;
@@ -177,7 +177,7 @@ bool ProcessRunner::serve_between_rounds(int round, const std::string& gathering
   switch (request->verb) {
     case ControlVerb::kStatus:
     case ControlVerb::kStacks: {
-      JobStatus status = job_status(round);
+      JobStatus status = job_status();
       status.notes.push_back("no rank runs now: the nodes gather before round " +
                              std::to_string(round) + "; " + gathering);
       send_text(peer, format_status(status));

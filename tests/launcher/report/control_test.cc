@@ -64,7 +64,7 @@ JobStatus two_ranks() {
   JobStatus status;
   status.run_id = "r1";
   status.pid = 42;
-  status.round = 1;
+  status.restarts = 1;
   status.max_restarts = 3;
   status.up_seconds = 3725;
   status.ranks = {{0, 0, "node-a", 100, "running", 17, "epoch 1 step 17", {}, {}},

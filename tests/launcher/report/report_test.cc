@@ -95,9 +95,27 @@ TEST(Summary, StartBlockNamesRunWorkersNodeAndMaster) {
   plan.master_port = 29500;
   plan.attempt_dir = "/logs/attempt_0";
   plan.nodes = {{"vm", 0, 4, 0}};
-  EXPECT_EQ(format_launch_summary(plan, true),
+  EXPECT_EQ(format_launch_summary(plan, true, 0),
             "ddprun: run r1: 4 workers on 1 node (vm: ranks 0-3), master 10.0.0.1:29500\n"
             "ddprun: logs in /logs/attempt_0\n");
+}
+
+// The restart named is the one the verdict named: under --restart-scope rank the round's
+// restart count (1) plus a worker replaced before it, not TORCHELASTIC_RESTART_COUNT alone.
+TEST(Summary, StartLineCountsTheRestartsSpentAsTheVerdictDid) {
+  LaunchPlan plan;
+  plan.run_id = "r1";
+  plan.world_size = 2;
+  plan.master_addr = "vm";
+  plan.master_port = 29500;
+  plan.nodes = {{"vm", 0, 2, 0}};
+  plan.restart_count = 1;
+  plan.max_restarts = 3;
+  EXPECT_EQ(
+      format_launch_summary(plan, false, 2),
+      "ddprun: run r1: 2 workers on 1 node (vm: ranks 0-1), master vm:29500, restart 2 of 3\n");
+  EXPECT_EQ(format_launch_summary(plan, false, 0),
+            "ddprun: run r1: 2 workers on 1 node (vm: ranks 0-1), master vm:29500\n");
 }
 
 // With GPUs assigned, the start block names each of this node's ranks' GPUs.
@@ -118,7 +136,7 @@ TEST(Summary, StartBlockNamesEachRanksGpus) {
   }
   plan.devices.visible.devices = {"GPU-a", "GPU-b", "GPU-c", "GPU-d"};
   plan.devices.per_rank = 2;
-  EXPECT_EQ(format_launch_summary(plan, false),
+  EXPECT_EQ(format_launch_summary(plan, false, 0),
             "ddprun: run r1: 4 workers on 2 nodes (n2: ranks 2-3), master n1:29500\n"
             "ddprun: GPUs on n2: rank 2: GPU-a,GPU-b; rank 3: GPU-c,GPU-d\n");
 }
