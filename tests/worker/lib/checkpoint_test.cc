@@ -250,8 +250,8 @@ TEST_F(CheckpointTest, StepsPastEightDigitsArePrunedByNumberNotByName) {
   EXPECT_EQ(find_latest_checkpoint(dir_)->step, 100'000'000);
 }
 
-struct NetWithBuffer : torch::nn::Module {
-  explicit NetWithBuffer(std::int64_t n)
+struct NetWithSizedBuffer : torch::nn::Module {
+  explicit NetWithSizedBuffer(std::int64_t n)
       : fc(register_module("fc", torch::nn::Linear(2, 2))),
         running(register_buffer("running", torch::zeros({n}))) {}
   torch::nn::Linear fc;
@@ -259,10 +259,10 @@ struct NetWithBuffer : torch::nn::Module {
 };
 
 TEST_F(CheckpointTest, BufferAndOptimizerStateShapeMismatchesAreRefused) {
-  auto saved = std::make_shared<NetWithBuffer>(3);
+  auto saved = std::make_shared<NetWithSizedBuffer>(3);
   torch::optim::SGD opt(saved->parameters(), torch::optim::SGDOptions(0.1));
   save_checkpoint(dir_, *saved, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 1);
-  auto wider = std::make_shared<NetWithBuffer>(4);
+  auto wider = std::make_shared<NetWithSizedBuffer>(4);
   torch::optim::SGD opt2(wider->parameters(), torch::optim::SGDOptions(0.1));
   try {
     load_checkpoint(*find_latest_checkpoint(dir_), *wider, opt2);

@@ -7,12 +7,8 @@
 #include "ddprun/worker/zero.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <stdlib.h>
 
@@ -27,24 +23,12 @@
 #include "ddprun/contract/collective_trace.h"
 #include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
+#include "free_port.h"
 #include "ranks_as_threads.h"
 #include "temp_dir.h"
 
 namespace ddprun::worker {
 namespace {
-
-// A free loopback port (bound, read, closed: the store binds it again at once).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Two square layers and an optional third, all 8x8: each layer (288 bytes) is one bucket
 // with the test's caps. Reverse registration order: spare (if any), b, a.
@@ -124,7 +108,8 @@ TEST(InitMethod, FileAndTcpStoresRendezvousAndAllReduce) {
     EXPECT_TRUE(torch::equal(t, torch::full({4}, 3.0f)));
   };
   run_ranks(2, sum_of_ranks, false, "file://" + dir + "/store");
-  run_ranks(2, sum_of_ranks, false, "tcp://127.0.0.1:" + std::to_string(free_port()));
+  run_ranks(2, sum_of_ranks, false,
+            "tcp://127.0.0.1:" + std::to_string(support::free_loopback_port()));
   std::filesystem::remove_all(dir);
 }
 

@@ -98,8 +98,8 @@ TEST_P(Hierarchy, AllReducesEndBitIdenticalOnEveryRankAndExactOnIntegers) {
   }
 }
 
-struct Net : torch::nn::Module {
-  Net() {
+struct TwoLayerNet : torch::nn::Module {
+  TwoLayerNet() {
     a = register_module("a", torch::nn::Linear(16, 32));
     b = register_module("b", torch::nn::Linear(32, 4));
     auto gen = at::detail::createCPUGenerator(1);
@@ -117,7 +117,7 @@ std::vector<at::Tensor> train(const Placement& placement, bool zero = false) {
   for (const int n : placement.node_sizes) world += n;
   std::vector<at::Tensor> finals(static_cast<std::size_t>(world));
   expect_no_errors(run_on_nodes(placement, [&](Communicator& comm) {
-    auto net = std::make_shared<Net>();
+    auto net = std::make_shared<TwoLayerNet>();
     DdpOptions options;
     options.bucket_cap_bytes = options.first_bucket_cap_bytes = 1024;  // several buckets
     options.shard_gradients = zero;

@@ -5,11 +5,9 @@
 // rules).
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <exception>
-#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
@@ -18,6 +16,7 @@
 
 #include "ddprun/worker/communicator.h"
 #include "ddprun/worker/env.h"
+#include "temp_dir.h"
 
 namespace ddprun::worker {
 
@@ -49,11 +48,10 @@ struct Placement {
 // fails after the placement's timeout.
 inline std::vector<std::string> run_on_nodes(const Placement& placement,
                                              const std::function<void(Communicator&)>& body) {
-  static int runs = 0;
-  const std::string store =
-      (std::filesystem::temp_directory_path() /
-       ("ddprun-ranks-as-threads-" + std::to_string(::getpid()) + "-" + std::to_string(++runs)))
-          .string();
+  // In a fresh private folder: a path named after the pid could be made first by another
+  // user of the machine.
+  const support::TempDir folder;
+  const std::string store = folder.path() + "/store";
   int world = 0;
   for (const int n : placement.node_sizes) world += n;
   std::vector<std::string> errors(static_cast<std::size_t>(world));
@@ -92,7 +90,6 @@ inline std::vector<std::string> run_on_nodes(const Placement& placement,
     }
   }
   for (auto& t : threads) t.join();
-  std::filesystem::remove(store);
   return errors;
 }
 

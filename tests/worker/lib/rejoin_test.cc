@@ -5,13 +5,9 @@
 // Over TCP, as rejoin needs: the port is one the kernel just gave out and took back
 // (another test could take it in between, which no run here has seen).
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <string>
 #include <thread>
@@ -19,29 +15,18 @@
 
 #include "ddprun/worker/communicator.h"
 #include "ddprun/worker/errors.h"
+#include "free_port.h"
 #include "temp_dir.h"
 
 namespace ddprun::worker {
 namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 class Rejoin : public ::testing::TestWithParam<int> {};
 
 TEST_P(Rejoin, SurvivorsAndAReplacementFormTheNextGroup) {
   const int lost = GetParam();
   constexpr int kWorld = 3;
-  const std::string store = "tcp://127.0.0.1:" + std::to_string(free_port());
+  const std::string store = "tcp://127.0.0.1:" + std::to_string(support::free_loopback_port());
   std::vector<std::string> errors(kWorld);
   std::vector<double> sums(kWorld, 0);
   std::vector<std::string> failures(kWorld);
