@@ -14,14 +14,16 @@
 # package gives its consumers (INTERFACE_COMPILE_DEFINITIONS in Caffe2Targets.cmake and
 # TORCH_CXX_FLAGS in TorchConfig.cmake), read from the package itself. Then g++
 # -fsyntax-only -std=c++20 with the project's warnings as errors runs on every worker source
-# that includes LibTorch, and on torch_compat.cc once more without USE_C10D_NCCL (the
+# that includes LibTorch (a library's sources as one unit, as the CI build compiles them),
+# and on torch_compat.cc once more without USE_C10D_NCCL (the
 # branches a CPU LibTorch takes; scripts/check-libtorch2.sh's CPU headers add nothing else,
 # and .ci/run builds and runs everything against the CPU LibTorch 2.6). Needs network access to a Debian mirror; nothing is installed.
 # Nothing is linked: that would take libtorch-cuda-2.6 (0.5 GB) and the CUDA libraries it
 # needs (about 1.2 GB more), and cuDNN, which it also needs, is not in the archive at all
 # (nvidia-cudnn only downloads it from NVIDIA when installed).
 #
-# Usage: scripts/check-cuda-build.sh [-j N]
+# Usage: scripts/check-cuda-build.sh [-j N | --fetch]   (--fetch: download and unpack only,
+#   so that test.sh can fetch while it builds; the check then reuses what was fetched)
 # Environment: DEBIAN_MIRROR (default: the mirror of the system's sources, else
 #   http://deb.debian.org/debian), DEBIAN_SUITE (default trixie), CUDA_CHECK_DIR (default
 #   build/cuda-check; reused between runs), CXX (default g++).
@@ -30,7 +32,11 @@
 set -eu
 
 jobs=$(nproc)
-if [ "${1:-}" = "-j" ]; then jobs=$2; fi
+fetch_only=0
+case "${1:-}" in
+  -j) jobs=$2 ;;
+  --fetch) fetch_only=1 ;;
+esac
 
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -97,6 +103,10 @@ if [ ! -f "$root/.complete" ] || [ "$(cat "$root/.complete")" != "$versions" ]; 
   rm -f "$dir/debs"/*.deb
   echo "$versions" >"$root/.complete"
 fi
+if [ "$fetch_only" = 1 ]; then
+  echo "check-cuda-build: fetched$versions ($(($(date +%s) - start)) s)"
+  exit 0
+fi
 inc=$root/usr/include
 echo "check-cuda-build:$versions"
 
@@ -134,13 +144,29 @@ flags="$flags -Woverloaded-virtual -Wdouble-promotion -Wformat=2 -Wimplicit-fall
 flags="$flags -Werror -isystem $inc -isystem $inc/torch/csrc/api/include"
 flags="$flags -Iworker/lib/include -Iworker/lib/src -Iworker/train -Icontract/include"
 flags="$flags -Icommon/include -Ibuild/contract/include"
+# The library sources compile as the CI build compiles them, one unit per folder (each
+# LibTorch unit costs ~10 s of headers even when nearly empty); a program (a main) alone.
+units=""
+for folder in worker/lib/src worker/train; do
+  unity=$dir/unity-$(echo "$folder" | tr / -).cc
+  : >"$unity"
+  for f in $files; do
+    case "$f" in "$folder"/*.cc) ;; *) continue ;; esac
+    grep -q "int main(" "$f" && continue
+    echo "#include \"$top/$f\"" >>"$unity"
+  done
+  if [ -s "$unity" ]; then units="$units $unity"; fi
+done
+for f in $files; do
+  grep -qxF "#include \"$top/$f\"" "$dir"/unity-*.cc || units="$units $f"
+done
 # shellcheck disable=SC2086
-printf '%s\n' $files | xargs -P "$jobs" -I{} sh -c \
+printf '%s\n' $units | xargs -P "$jobs" -I{} sh -c \
   "echo '  {}'; $cxx $flags {} || { echo 'check-cuda-build: FAILED {}' >&2; exit 255; }"
 # The branches a LibTorch without NCCL takes (trixie's CPU libtorch-dev ships the same
 # headers): torch_compat.cc, the one file that tests USE_C10D_NCCL, once more without it.
 # shellcheck disable=SC2086
 $cxx $flags -UUSE_C10D_NCCL worker/lib/src/torch_compat.cc ||
   { echo 'check-cuda-build: FAILED worker/lib/src/torch_compat.cc without USE_C10D_NCCL' >&2; exit 1; }
-echo "check-cuda-build: $(echo "$files" | wc -w) files compile against CUDA LibTorch" \
+echo "check-cuda-build: $(echo "$files" | wc -w) files ($(echo "$units" | wc -w) units) compile against CUDA LibTorch" \
   "$torch_version with NCCL, and torch_compat.cc without it ($(($(date +%s) - start)) s)"

@@ -11,11 +11,14 @@
 # Needs network access to a Debian mirror (exit 100 when it cannot be reached) and a
 # build of scheduler_unit_tests (BUILD_DIR, default build).
 #
-# Usage: scripts/check-slurm-hostlist.sh
+# Usage: scripts/check-slurm-hostlist.sh [--fetch]   (--fetch: download and unpack only, so
+#   that test.sh can fetch while it builds; the check then reuses what was fetched)
 # Environment: DEBIAN_MIRROR, DEBIAN_SUITE (default trixie), SLURM24_DIR (default
 #   build/slurm24; reused between runs), BUILD_DIR (default build).
 set -eu
 
+fetch_only=0
+if [ "${1:-}" = "--fetch" ]; then fetch_only=1; fi
 cd "$(dirname "$0")/.."
 top=$(pwd)
 dir=${SLURM24_DIR:-$top/build/slurm24}
@@ -45,6 +48,10 @@ if [ ! -f "$root/.complete" ]; then
   mkdir -p "$root"
   for deb in "$dir/debs"/*.deb; do dpkg-deb -x "$deb" "$root"; done
   touch "$root/.complete"
+fi
+if [ "$fetch_only" = 1 ]; then
+  echo "check-slurm-hostlist: fetched slurm-client $version ($(($(date +%s) - start)) s)"
+  exit 0
 fi
 
 lib=$root/usr/lib/x86_64-linux-gnu

@@ -9,22 +9,14 @@
 # ASan tests, one suite at a time: their waits are what the lane leaves idle) and, at the
 # lowest CPU priority, the builds and checks that only need a core (clang-tidy, the ASan
 # builds, the trixie checks, fuzzing). ctest keeps about 40% of 2 cores idle while its ranks
-# wait on each other; the builds take that, and give it back whenever a test wants it.
+# wait on each other; the builds take that, and give it back whenever a test wants it. The
+# trixie checks' downloads (about 1 GB) run from the start, beside the first build: they
+# wait on the network, not on a core.
 # Each step's output is printed whole when it ends, with its time; the first that fails
 # stops the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
-phase_start=$started
-# Says how long the phase that just ended took, and the total so far.
-phase() {
-  local now
-  now=$(date +%s)
-  echo "test.sh: $1 took $((now - phase_start)) s ($((now - started)) s so far)"
-  phase_start=$now
-}
-scripts/setup.sh ci
-phase "setup and build"
 
 lint() {
   git ls-files '*.h' '*.cc' | xargs -r clang-format --dry-run --Werror
@@ -43,6 +35,10 @@ trixie_check() {
   elif ((rc != 0)); then
     exit "$rc"
   fi
+}
+trixie_downloads() {
+  trixie_check "Slurm 24.11 hostlist" scripts/check-slurm-hostlist.sh --fetch
+  trixie_check "CUDA build" scripts/check-cuda-build.sh --fetch
 }
 trixie_checks() {
   # The hostlist table against Slurm 24.11's own parser (scontrol unpacked, no daemon): text
@@ -86,12 +82,14 @@ fuzzing() {
 # and the function that does it. A lane is a chain of steps; the tests' lane waits for the
 # builds it runs.
 steps=(
-  "clang-format and clang-tidy|19||lint"
+  "setup and build|0||scripts/setup.sh ci"
+  "trixie downloads|19||trixie_downloads"
+  "clang-format and clang-tidy|19|setup and build|lint"
   "ASan launcher build|19|clang-format and clang-tidy|asan_launcher_build"
   "ASan worker build|19|ASan launcher build|asan_worker_build"
-  "trixie checks|19|ASan worker build|trixie_checks"
+  "trixie checks|19|ASan worker build;trixie downloads|trixie_checks"
   "fuzzing|19|trixie checks|fuzzing"
-  "ctest|0||ctest --preset ci -j 2"
+  "ctest|0|setup and build|ctest --preset ci -j 2"
   "ASan launcher tests|0|ctest;ASan launcher build|asan_launcher_tests"
   "ASan worker tests|0|ASan launcher tests;ASan worker build|asan_worker_tests"
 )
