@@ -4,7 +4,9 @@ nodes), the third node started 2 s after the others, every worker an unmodified
 torchrun-style Python script (gloo all-reduce):
   --form static  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
   --form c10d    ddprun --nnodes 3 --rdzv-backend c10d --rdzv-endpoint node1:P --rdzv-id J
-                 (no node rank: node1 is node 0, the others ranked by host name once all came)
+                 --max-restarts 1 (no node rank: node1 is node 0, the others ranked by host
+                 name once all came); a worker on the third node fails round 0, and every
+                 node must keep its place in round 1
   --form absent  the static form with --nnodes 4 and --rdzv-conf join_timeout=5 on the 3
                  nodes: node 0 must fail within the timeout naming the node that never
                  came, and every ddprun must exit non-zero, nothing left behind.
@@ -55,6 +57,9 @@ WORKER_PY = r"""
 import os, socket, sys
 import torch
 import torch.distributed as dist
+if (os.environ.get("FAIL_ROUND_0_ON_GROUP") == os.environ["GROUP_RANK"]
+        and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["LOCAL_RANK"] == "0"):
+    sys.exit(1)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 value = torch.tensor([float(rank + 1)])
@@ -79,6 +84,8 @@ def main():
         marker = f"ddpc{uuid.uuid4().hex[:12]}"
         env = job_env(marker)
         nodes = len(cluster.nodes)
+        if a.form == "c10d":
+            env["FAIL_ROUND_0_ON_GROUP"] = str(nodes - 1)
         procs = []
         runtime_dirs = []
         for i, node in enumerate(cluster.nodes):
@@ -92,7 +99,8 @@ def main():
                     "--shutdown-timeout", "5"]
             if a.form == "c10d":
                 argv += ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                         f"{cluster.nodes[0]}:29511", "--rdzv-id", "byhand-c10d"]
+                         f"{cluster.nodes[0]}:29511", "--rdzv-id", "byhand-c10d",
+                         "--max-restarts", "1"]
             else:
                 argv += ["--nnodes", str(nodes + (a.form == "absent")), "--node-rank", str(i),
                          "--master-addr", cluster.nodes[0], "--master-port", "29511"]
@@ -141,6 +149,8 @@ def main():
             print(f"--- node {i}: exit {p.returncode}\n{out}")
             if p.returncode != 0:
                 failures.append(f"node {i}'s ddprun exited {p.returncode}, not 0")
+            if a.form == "c10d" and not re.search(r"^ddprun: run .*, restart 1 of 1$", out, re.M):
+                failures.append(f"node {i} did not run round 1 after the failure")
             run_ids.update(re.findall(r"ddprun: run (\S+):", out))
             for m in LINE.finditer(out):
                 rank, size, host, group, total = m.groups()

@@ -241,19 +241,21 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     const RoundStart& start = *word->start;
     if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
     hung_up = false;
+    RoundState state = first_round_state(job.inputs);
     if (start.node_rank != *job.inputs.cluster.this_node) {
-      // Placed by node 0 (by host name; the same place for every later round).
+      // Placed by node 0 (by host name; the same place in every round).
       if (!job.inputs.rank_by_arrival ||
           start.node_rank >= static_cast<int>(job.inputs.cluster.nodes.size())) {
         throw ConfigError("node 0's ddprun placed this node at rank " +
                           std::to_string(start.node_rank) + ", not " +
                           std::to_string(*job.inputs.cluster.this_node));
       }
-      place_by_hand_node(job.inputs.cluster, job.inputs.master_addr, job.inputs.host.hostname,
-                         start.node_rank);
+      Cluster placed = job.inputs.cluster;
+      place_by_hand_node(placed, job.inputs.master_addr, job.inputs.host.hostname, start.node_rank);
+      state.nodes = std::move(placed.nodes);
+      state.this_node = placed.this_node;
     }
     node = start.node_rank;
-    RoundState state = first_round_state(job.inputs);
     state.master_port = start.master_port;
     state.fixed_port = true;  // node 0's choice for this round
     ProcessRunnerConfig config = job.runner_config;

@@ -78,7 +78,7 @@ SecretSource secret_read_once(const Environment& env);
 // What a peer's rounds need from main.
 struct PeerJob {
   const Options& options;
-  PlanInputs& inputs;
+  const PlanInputs& inputs;
   const Environment& env;
   const std::string& program_path;
   const std::string& self;

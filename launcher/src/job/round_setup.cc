@@ -59,8 +59,14 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
 }
 
 RoundState first_round_state(const PlanInputs& inputs) {
-  return {inputs.restart_count, inputs.master_port, inputs.fixed_port,
-          inputs.cluster.nodes, inputs.spare_nodes, 0};
+  RoundState state;
+  state.restart_count = inputs.restart_count;
+  state.master_port = inputs.master_port;
+  state.fixed_port = inputs.fixed_port;
+  state.nodes = inputs.cluster.nodes;
+  state.spare_nodes = inputs.spare_nodes;
+  state.this_node = inputs.cluster.this_node;
+  return state;
 }
 
 PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state) {
@@ -70,6 +76,7 @@ PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state) {
   round.fixed_port = state.fixed_port;
   round.cluster.nodes = state.nodes;
   round.spare_nodes = state.spare_nodes;
+  round.cluster.this_node = state.this_node;
   return round;
 }
 
@@ -95,9 +102,8 @@ std::string replace_failed_node(RoundState& state, std::optional<int> this_node,
 RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, RoundState& state,
                          const Environment& env, int round, const RoundResult* previous,
                          const std::string& program_path, const std::string& self) {
-  std::string notice = previous
-                           ? replace_failed_node(state, job_inputs.cluster.this_node, *previous)
-                           : std::string();
+  std::string notice =
+      previous ? replace_failed_node(state, state.this_node, *previous) : std::string();
   state.restart_count = options.agent ? options.restart_count.value_or(0) : round;
   if (previous) state.replacements += previous->recoveries;
   if (round > 0 && !state.fixed_port) state.master_port = pick_free_port();

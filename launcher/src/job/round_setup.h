@@ -31,6 +31,8 @@ struct RoundState {
   bool fixed_port = true;              // false: picked free here, so a restart may pick anew
   std::vector<NodeSlots> nodes;        // the cluster's, with spares in failed nodes' places
   std::vector<NodeSlots> spare_nodes;  // the spares still unused
+  // This node's place: the inputs', or where node 0 placed it (by hand, ranks by arrival).
+  std::optional<int> this_node;
   // --restart-scope rank: workers replaced in the rounds so far, which count against
   // --max-restarts with the restarts.
   int replacements = 0;
