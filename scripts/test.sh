@@ -7,11 +7,12 @@
 #
 # After the first build the work runs in two lanes side by side: the tests (ctest, then the
 # ASan tests, one suite at a time: their waits are what the lane leaves idle) and, at the
-# lowest CPU priority, the builds and checks that only need a core (clang-tidy, the ASan
-# builds, the trixie checks, fuzzing). ctest keeps about 40% of 2 cores idle while its ranks
-# wait on each other; the builds take that, and give it back whenever a test wants it. The
-# trixie checks' downloads (about 1 GB) run from the start, beside the first build: they
-# wait on the network, not on a core.
+# lowest CPU priority, the builds and checks that only need a core: first the ASan builds,
+# which the ASan tests wait for, then side by side what nothing waits for (clang-format
+# and clang-tidy, the trixie checks, fuzzing). ctest keeps about 40% of 2 cores idle while
+# its ranks wait on each other; the builds take that, and give it back whenever a test wants
+# it. The trixie checks' downloads (about 1 GB) run from the start, beside the first build:
+# they wait on the network, not on a core.
 # Each step's output is printed whole when it ends, with its time; the first that fails
 # stops the rest.
 set -euo pipefail
@@ -84,11 +85,11 @@ fuzzing() {
 steps=(
   "setup and build|0||scripts/setup.sh ci"
   "trixie downloads|19||trixie_downloads"
-  "clang-format and clang-tidy|19|setup and build|lint"
-  "ASan launcher build|19|clang-format and clang-tidy|asan_launcher_build"
+  "ASan launcher build|19|setup and build|asan_launcher_build"
   "ASan worker build|19|ASan launcher build|asan_worker_build"
+  "clang-format and clang-tidy|19|ASan worker build|lint"
   "trixie checks|19|ASan worker build;trixie downloads|trixie_checks"
-  "fuzzing|19|trixie checks|fuzzing"
+  "fuzzing|19|ASan worker build|fuzzing"
   "ctest|0|setup and build|ctest --preset ci -j 2"
   "ASan launcher tests|0|ctest;ASan launcher build|asan_launcher_tests"
   "ASan worker tests|0|ASan launcher tests;ASan worker build|asan_worker_tests"
