@@ -6,7 +6,8 @@ exits 0, every rank of the last round is unique, saw restart count 1 and the rig
 nothing is left on any node. While the nodes meet, hostile clients reach node 0's port
 (random bytes, another run's join, a client that never sends) while node 0 waits for the
 last node, which starts 2 s late: node 0 names and drops each, counts them in its round's
-summary, and the job goes on. By hand the nodes share a home folder: node 0 makes the
+summary, and the job goes on. By hand, each other node's `ddprun --status` in round 1 counts
+the restart (1 of 1). By hand the nodes share a home folder: node 0 makes the
 token file there, the others read it, and no worker sees the secret in its environment.
 
   --case byhand  ddprun --nnodes 3 --node-rank I --master-addr node1 --master-port P
@@ -42,6 +43,13 @@ if os.path.exists(token_file):
 if restart == 0 and host == "node2" and os.environ["LOCAL_RANK"] == "0":
     print(f"injected failure on {host}", flush=True)
     sys.exit(3)
+if restart == 1 and "STATUS_DDPRUN" in os.environ and os.environ["GROUP_RANK"] != "0" \
+        and os.environ["LOCAL_RANK"] == "0":
+    import subprocess
+    status = subprocess.run([os.environ["STATUS_DDPRUN"], "--status",
+                             os.environ["TORCHELASTIC_RUN_ID"]],
+                            capture_output=True, text=True, timeout=30)
+    print(f"status on {host}: {(status.stdout or status.stderr).splitlines()[:1]}", flush=True)
 import torch
 import torch.distributed as dist
 dist.init_process_group("gloo")
@@ -100,7 +108,8 @@ def check_output(outputs, world, failures, result):
 def run_byhand(cluster, a, worker, marker, failures, result):
     home = os.path.join(cluster.dir, "home")  # every node's (simulated nodes share /tmp)
     os.makedirs(home, mode=0o700, exist_ok=True)
-    env = job_env(marker, HOME=home)
+    # Each other node's rank 0 asks its own ddprun for --status in round 1.
+    env = job_env(marker, HOME=home, STATUS_DDPRUN=os.path.abspath(a.ddprun))
     procs = {}
     hostile = None
     for i, node in enumerate(cluster.nodes):
@@ -114,8 +123,12 @@ def run_byhand(cluster, a, worker, marker, failures, result):
                 str(i), "--master-addr", cluster.nodes[0], "--master-port", str(PORT),
                 "--nproc-per-node", str(NPROC), "--max-restarts", "1", "--shutdown-timeout", "5",
                 "--", "/usr/bin/python3", worker]
-        procs[node] = cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
+        # A runtime folder per node, as real nodes have (simulated ones share /tmp): each
+        # worker's --status reaches its own node's ddprun.
+        runtime = os.path.join(cluster.dir, f"runtime{i}")
+        os.makedirs(runtime, mode=0o700, exist_ok=True)
+        procs[node] = cluster.popen(node, argv, env=dict(env, XDG_RUNTIME_DIR=runtime),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     outputs = {}
     for node, p in procs.items():
         try:
@@ -128,6 +141,9 @@ def run_byhand(cluster, a, worker, marker, failures, result):
         outputs[node] = out
         if p.returncode != 0:
             failures.append(f"{node}'s ddprun exited {p.returncode}, not 0")
+        if node != cluster.nodes[0] and not re.search(
+                r"status on \S+: \['ddprun: run .*\), restarts 1 of 1", out):
+            failures.append(f"{node}'s --status in round 1 did not count 1 restart of 1")
     hostile.communicate(timeout=30)
     for what in ("refused a connection: not a ddprun join",
                  "refused a connection: a join for run 'another-job', not this one",

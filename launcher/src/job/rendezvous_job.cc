@@ -262,6 +262,7 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     config.head_fd = socket.get();
     config.head_events_fd = socket.get();
     ProcessRunner runner(signals, guardian, config);
+    runner.set_restarts_spent(start.round);  // as this round's run line counts them
     JobSettings settings = job.settings;
     settings.agent = true;  // one round: node 0 decides on the next
     settings.max_restarts = 0;

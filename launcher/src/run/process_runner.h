@@ -153,7 +153,8 @@ class ProcessRunner : public Runner {
   void send_heartbeats();
   // Control requests (control.h): from the socket, or (on an agent) from the head.
   void serve_control();
-  // A status answer's header: the run, this ddprun, `round`, the time up, the console.
+  // A status answer's header: the run, this ddprun, the restarts spent, the time up, the
+  // console.
   JobStatus job_status() const;
   void answer_head(ControlVerb verb, int id);
   // This node's workers as a status answer shows them; with `stacks`, the running ones'
