@@ -15,8 +15,7 @@
 # TORCH_CXX_FLAGS in TorchConfig.cmake), read from the package itself. Then g++
 # -fsyntax-only -std=c++20 with the project's warnings as errors runs on every worker source
 # that includes LibTorch (a library's sources as one unit, as the CI build compiles them),
-# and on torch_compat.cc once more without USE_C10D_NCCL (the
-# branches a CPU LibTorch takes; scripts/check-libtorch2.sh's CPU headers add nothing else,
+# and on torch_compat.cc once more without USE_C10D_NCCL (the branches a CPU LibTorch takes; scripts/check-libtorch2.sh's CPU headers add nothing else,
 # and .ci/run builds and runs everything against the CPU LibTorch 2.6). Needs network access to a Debian mirror; nothing is installed.
 # Nothing is linked: that would take libtorch-cuda-2.6 (0.5 GB) and the CUDA libraries it
 # needs (about 1.2 GB more), and cuDNN, which it also needs, is not in the archive at all
@@ -146,19 +145,20 @@ flags="$flags -Iworker/lib/include -Iworker/lib/src -Iworker/train -Icontract/in
 flags="$flags -Icommon/include -Ibuild/contract/include"
 # The library sources compile as the CI build compiles them, one unit per folder (each
 # LibTorch unit costs ~10 s of headers even when nearly empty); a program (a main) alone.
+rm -f "$dir"/unity-*.cc
 units=""
-for folder in worker/lib/src worker/train; do
-  unity=$dir/unity-$(echo "$folder" | tr / -).cc
-  : >"$unity"
-  for f in $files; do
-    case "$f" in "$folder"/*.cc) ;; *) continue ;; esac
-    grep -q "int main(" "$f" && continue
-    echo "#include \"$top/$f\"" >>"$unity"
-  done
-  if [ -s "$unity" ]; then units="$units $unity"; fi
-done
 for f in $files; do
-  grep -qxF "#include \"$top/$f\"" "$dir"/unity-*.cc || units="$units $f"
+  unity=$dir/unity-$(dirname "$f" | tr / -).cc
+  case "$f" in
+    worker/lib/src/* | worker/train/*) library=$(grep -q "int main(" "$f" && echo no || echo yes) ;;
+    *) library=no ;;
+  esac
+  if [ "$library" = yes ]; then
+    [ -f "$unity" ] || units="$units $unity"
+    echo "#include \"$top/$f\"" >>"$unity"
+  else
+    units="$units $f"
+  fi
 done
 # shellcheck disable=SC2086
 printf '%s\n' $units | xargs -P "$jobs" -I{} sh -c \
