@@ -9,7 +9,8 @@
 #   DDPRUN_PREFIX_PATH (more CMake prefixes, ';'-separated: nlohmann_json, CLI11, GTest, hwloc
 #   where they are not installed), LOGS (a folder for the logs, default BUILD_DIR/logs),
 #   TEST_TIMEOUT (seconds per test program, default 300), BENCH_REPS (default 3; 0 skips it),
-#   TARGETS (what to build) and BUILD_ONLY=1 (stop after the build).
+#   TARGETS (what to build), BUILD_TYPE (default Release; RelWithDebInfo for backtraces with
+#   lines) and BUILD_ONLY=1 (stop after the build).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 dir=${1:-build-gpu}
@@ -41,7 +42,7 @@ if [ ! -f "$torch_prefix/../../include/gloo/algorithm.h" ]; then
 fi
 
 start=$(date +%s)
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DBUILD_TESTING=ON \
   -DCMAKE_PREFIX_PATH="$torch_prefix;${DDPRUN_PREFIX_PATH:-}" \
   -DCMAKE_CXX_FLAGS="$extra_includes" >"$logs/configure.log" 2>&1 ||
   { tail -n 40 "$logs/configure.log"; say "configure failed"; exit 1; }
@@ -70,19 +71,24 @@ say "placement (exit $?): $(grep -E 'rank 0:|GPU|error' "$logs/placement.log" | 
 
 failed=0
 run_tests() {
-  local t t0 rc
+  local t t0 rc log
   for t in "$@"; do
     t0=$(date +%s)
-    timeout "${TEST_TIMEOUT:-300}" "$dir/tests/$t" >"$logs/$t.log" 2>&1
+    log=$logs/$(echo "$t" | tr -c 'A-Za-z0-9_\n' '_').log
+    # shellcheck disable=SC2086 # a suite's name, then its arguments
+    timeout "${TEST_TIMEOUT:-300}" "$dir/tests/"$t >"$log" 2>&1
     rc=$?
     say "$t: exit $rc in $(($(date +%s) - t0)) s: $(grep -E '^\[  (PASSED|FAILED)  \]' \
-      "$logs/$t.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED  \] .*\(' "$logs/$t.log" | head -n 20
+      "$log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] .*\(' "$log" | head -n 20
     [ "$rc" -eq 0 ] || failed=1
   done
 }
 # The library's and ddp-train's units first, then the GPU, then the multi-process suites.
 run_tests worker_tests train_tests worker_torch_tests train_torch_tests
+# Ranks as threads of one process, shuffled and repeated: a crash that moves between tests
+# (LibTorch 2.11's flight recorder, docs/gpu.md) shows up here.
+run_tests "worker_torch_tests --gtest_shuffle --gtest_repeat=3 --gtest_random_seed=7"
 
 # ddp-train over NCCL on the GPU: the toy model, then the MLP on Fashion-MNIST.
 tmp=$(mktemp -d)
@@ -94,6 +100,23 @@ for c in toy fashion_mlp; do
       "$logs/nccl-$c.log" | head -n 3 | tr '\n' ' ')"
   else
     failed=1; say "ddp-train $c over NCCL failed:"; tail -n 20 "$logs/nccl-$c.log"
+  fi
+done
+
+# Every precision over NCCL on the toy model: bf16 and fp16 autocast (fp16 with loss scaling),
+# with sync batch norm, compressed gradients and ZeRO-1; each must end with finite parameters.
+for v in "bf16|r['autocast']='bf16'; r['comm_hook']='fp16'; c['model']['batch_norm']='sync'" \
+  "fp16|r['autocast']='fp16'; r['comm_hook']='bf16'; c['model']['batch_norm']='sync'" \
+  "fp16-zero1|r['autocast']='fp16'; c['optimizer']={'name': 'adamw', 'lr': 0.01, 'zero_stage': 1}"; do
+  name=${v%%|*}
+  "$python" -c "import json; c=json.load(open('configs/toy.json')); r=c['runtime']; r['backend']='nccl'; ${v#*|}; json.dump(c, open('$tmp/$name.json','w'))"
+  if "$dir/bin/ddprun" -q --nproc-per-node 1 -- "$dir/bin/ddp-train" --config "$tmp/$name.json" \
+    --final-params "$tmp/$name.params" >"$logs/nccl-$name.log" 2>&1 &&
+    "$python" -c "import json, math, sys; p=json.load(open('$tmp/$name.params'))
+sys.exit(not all(v is not None and math.isfinite(v) for q in p['params'].values() for v in q['values']))"; then
+    say "ddp-train toy over NCCL, $name: finite; $(grep -E 'test loss|epoch 3' "$logs/nccl-$name.log" | tail -n 1)"
+  else
+    failed=1; say "ddp-train toy over NCCL, $name failed:"; tail -n 20 "$logs/nccl-$name.log"
   fi
 done
 

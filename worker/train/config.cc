@@ -201,9 +201,9 @@ void validate_config(const Config& c, const std::string& src) {
   check(c.runtime.threads >= 0, src, "/runtime/threads", "must be >= 0 (0: from OMP_NUM_THREADS)");
   check_one_of(c.runtime.backend, {"gloo", "nccl", "gloo-as-nccl"}, src, "/runtime/backend");
   check_one_of(c.runtime.comm_hook, {"none", "bf16", "fp16"}, src, "/runtime/comm_hook");
-  check_one_of(c.runtime.autocast, {"none", "bf16"}, src, "/runtime/autocast");
-  check(c.runtime.autocast == "none" || c.runtime.backend != "nccl", src, "/runtime/autocast",
-        "applies to the CPU only (backends gloo and gloo-as-nccl)");
+  check_one_of(c.runtime.autocast, {"none", "bf16", "fp16"}, src, "/runtime/autocast");
+  check(c.runtime.autocast != "fp16" || c.runtime.backend == "nccl", src, "/runtime/autocast",
+        "fp16 runs on GPUs only (backend nccl); the CPU's autocast is bf16");
   check(c.runtime.timeout_s > 0, src, "/runtime/timeout_s", "must be > 0");
   try {
     parse_init_method(c.runtime.init_method);

@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "ddprun/common/signal_name.h"
-#include "ddprun/worker/autocast.h"
 #include "diagnostics.h"
 #include "objective.h"
 #include "schedule.h"
@@ -95,6 +94,11 @@ void Trainer::set_up() {
       stage_devices[s] = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpus[s]));
   }
   device_ = stage_devices.front();
+  const auto& autocast = config_.runtime.autocast;
+  precision_ = autocast == "bf16"   ? Precision::kBFloat16
+               : autocast == "fp16" ? Precision::kFloat16
+                                    : Precision::kFloat;
+  if (precision_ == Precision::kFloat16) scaler_.emplace();
   // The data loads (~0.3 s for Fashion-MNIST's gzip files) while the ranks meet and agree on
   // where to start: nothing before the first step needs it. A replacement's recovery waits
   // for its start, and this is most of what it can save there. (Its own generator: no race
@@ -222,6 +226,18 @@ void Trainer::run_epoch(std::int64_t epoch) {
   progress_file_->reached(position_.step);
 }
 
+bool Trainer::unscale_gradients() {
+  std::vector<at::Tensor> gradients;
+  if (sharded_) {  // each rank holds the average of its share only: the ranks agree
+    for (std::size_t b = 0; b < ddp_->bucket_count(); ++b) {
+      gradients.push_back(ddp_->bucket_share(b));
+    }
+    return scaler_->unscale(gradients, &comm_->control());
+  }
+  for (const auto& p : model_->parameters()) gradients.push_back(p.grad());
+  return scaler_->unscale(gradients);
+}
+
 std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b) {
   EpochStats& stats = epoch_stats_;
   const auto& d = config_.diagnostics;
@@ -260,12 +276,13 @@ std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, 
     }
     at::Tensor logits, loss;
     {
-      CpuAutocast autocast(config_.runtime.autocast == "bf16");
+      Autocast autocast(precision_, device_.is_cuda());
       logits = model_->forward(x);
       loss = compute_loss(config_.train.loss, logits.to(torch::kFloat), y.to(logits.device()));
     }
     // Each micro-batch's mean loss weighs 1/micro, as PyTorch's recipe divides it.
-    (micro > 1 ? loss / static_cast<double>(micro) : loss).backward();
+    const auto scaled = scaler_ ? scaler_->scale(loss) : loss;
+    (micro > 1 ? scaled / static_cast<double>(micro) : scaled).backward();
     step_loss += loss.item<double>() * static_cast<double>(y.size(0));
     step_rows += static_cast<double>(y.size(0));
   }
@@ -273,19 +290,23 @@ std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, 
   if (kill_here && d.kill_in == "optimizer") std::raise(SIGKILL);
   // Averaged, the gradients are the same bits on every rank, and so is their norm.
   const double lr = learning_rate(config_.optimizer, position_.step, sizes_.total_steps);
-  if (sharded_) {
+  // float16: a step whose gradients overflowed is skipped (every rank alike) and the scale
+  // backs off, as PyTorch's GradScaler does.
+  const bool finite = !scaler_ || unscale_gradients();
+  if (finite && sharded_) {
     if (config_.optimizer.clip_grad_norm > 0) {
       sharded_->clip_grad_norm(config_.optimizer.clip_grad_norm);
     }
     sharded_->set_lr(lr);
     sharded_->step();
-  } else {
+  } else if (finite) {
     if (config_.optimizer.clip_grad_norm > 0) {
       torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.optimizer.clip_grad_norm);
     }
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     optimizer_->step();
   }
+  if (scaler_) scaler_->update(finite);
   b += micro;
 
   stats.loss_sum += step_loss;

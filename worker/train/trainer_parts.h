@@ -15,9 +15,11 @@
 #include "checkpointing.h"
 #include "config.h"
 #include "data.h"
+#include "ddprun/worker/autocast.h"
 #include "ddprun/worker/communicator.h"
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/grad_scaler.h"
 #include "ddprun/worker/sampler.h"
 #include "ddprun/worker/stop_signals.h"
 #include "ddprun/worker/zero.h"
@@ -94,6 +96,8 @@ class Trainer {
   void run_epoch(std::int64_t epoch);
   // One optimizer step from micro-batch `b` of the epoch; returns the next micro-batch.
   std::int64_t train_step(std::int64_t epoch, const at::Tensor& indices, std::int64_t b);
+  // float16: divides the step's gradients by the loss scale; false when one overflowed.
+  bool unscale_gradients();
   void save_checkpoint();
   TrainingResult finish();
   void report_epoch(std::int64_t epoch, const EpochStats& local, double seconds,
@@ -105,6 +109,8 @@ class Trainer {
   GroupPlace place_;  // which of the round's groups this rank is in
   bool peer_recovery_ = false;
   torch::Device device_{torch::kCPU};
+  Precision precision_ = Precision::kFloat;  // runtime.autocast
+  std::optional<GradScaler> scaler_;         // float16 only
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0;
   int world_ = 1;

@@ -157,8 +157,11 @@ TEST(ConfigTest, BadConfigsNameFileAndPointer) {
        "x.json: /optimizer/decay_every: decay \"step\" needs it >= 1"},
       {"\"lr\": 0.1", "\"lr\": 0.1, \"clip_grad_norm\": -1",
        "x.json: /optimizer/clip_grad_norm: must be >= 0 (0: no clipping)"},
-      {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"backend\": \"nccl\", \"autocast\": \"bf16\"}",
-       "x.json: /runtime/autocast: applies to the CPU only (backends gloo and gloo-as-nccl)"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"autocast\": \"fp16\"}",
+       "x.json: /runtime/autocast: fp16 runs on GPUs only (backend nccl); the CPU's autocast is "
+       "bf16"},
+      {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"autocast\": \"fp32\"}",
+       "x.json: /runtime/autocast: must be one of none, bf16, fp16 (got 'fp32')"},
       {"\"seed\": 1}", "\"seed\": 1}, \"runtime\": {\"comm_hook\": \"int8\"}",
        "x.json: /runtime/comm_hook: must be one of none, bf16, fp16 (got 'int8')"},
       {"\"seed\": 1}", "\"seed\": 1}, \"preemption\": {\"signals\": [\"SIGTERM\", \"SIGKILL\"]}",

@@ -1,19 +1,89 @@
+// Mixed precision: autocast (autocast.h) and loss scaling for float16 (grad_scaler.h).
 #include "ddprun/worker/autocast.h"
 
+#include <ATen/ATen.h>
+
+#include <map>
+#include <utility>
+
+#include "ddprun/worker/communicator.h"
+#include "ddprun/worker/errors.h"
+#include "ddprun/worker/grad_scaler.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
 
-CpuAutocast::CpuAutocast(bool enabled) : enabled_(enabled) {
-  if (!enabled_) return;
-  was_enabled_ = compat::set_cpu_autocast(true, at::kBFloat16);
+Autocast::Autocast(Precision precision, bool on_gpu) : precision_(precision), on_gpu_(on_gpu) {
+  if (precision_ == Precision::kFloat) return;
+  if (precision_ == Precision::kFloat16 && !on_gpu_) {
+    throw ddprun::UsageError("float16 autocast runs on GPUs only", "use bfloat16 on the CPU");
+  }
+  const auto type = precision_ == Precision::kFloat16 ? at::kHalf : at::kBFloat16;
+  const auto was = compat::set_autocast(on_gpu_ ? at::kCUDA : at::kCPU, {true, type});
+  was_enabled_ = was.enabled;
+  was_type_ = static_cast<int>(was.type);
   compat::enter_autocast_region();
 }
 
-CpuAutocast::~CpuAutocast() {
-  if (!enabled_) return;
+Autocast::~Autocast() {
+  if (precision_ == Precision::kFloat) return;
   compat::leave_autocast_region();
-  compat::set_cpu_autocast(was_enabled_, at::kBFloat16);
+  compat::set_autocast(on_gpu_ ? at::kCUDA : at::kCPU,
+                       {was_enabled_, static_cast<at::ScalarType>(was_type_)});
+}
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  if (!(options_.init_scale > 0) || !(options_.growth_factor > 1) ||
+      !(options_.backoff_factor > 0 && options_.backoff_factor < 1) ||
+      options_.growth_interval < 1) {
+    throw ddprun::UsageError(
+        "GradScaler: init_scale must be > 0, growth_factor > 1, backoff_factor in (0, 1) "
+        "and growth_interval >= 1");
+  }
+}
+
+at::Tensor GradScaler::scale(const at::Tensor& loss) const {
+  return loss * scale_;
+}
+
+bool GradScaler::unscale(const std::vector<at::Tensor>& gradients, Plane* agree) {
+  at::NoGradGuard no_grad;
+  // On CUDA one fused kernel per device unscales and checks (every LibTorch version has it);
+  // elsewhere one multiplication and one check per tensor.
+  std::map<std::pair<int, int>, std::vector<at::Tensor>> on_gpu;
+  bool finite = true;
+  for (const auto& g : gradients) {
+    if (!g.defined()) continue;
+    if (g.is_cuda()) {
+      on_gpu[{static_cast<int>(g.device().type()), g.device().index()}].push_back(g);
+      continue;
+    }
+    g.mul_(1.0 / scale_);
+    if (finite && !at::isfinite(g).all().item<bool>()) finite = false;
+  }
+  for (auto& [device, tensors] : on_gpu) {
+    const auto options = tensors.front().options().dtype(at::kFloat);
+    auto found = at::zeros({1}, options);
+    const auto inverse = at::full({1}, 1.0 / scale_, options);
+    at::_amp_foreach_non_finite_check_and_unscale_(tensors, found, inverse);
+    if (found.item<float>() != 0) finite = false;
+  }
+  if (agree != nullptr) {
+    auto bad = at::tensor({finite ? 0.0F : 1.0F});
+    agree->allreduce(bad, ReduceOp::kSum);
+    finite = bad.item<float>() == 0;
+  }
+  return finite;
+}
+
+void GradScaler::update(bool finite) {
+  if (!finite) {
+    scale_ *= options_.backoff_factor;
+    good_steps_ = 0;
+  } else if (++good_steps_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    good_steps_ = 0;
+  }
 }
 
 }  // namespace ddprun::worker

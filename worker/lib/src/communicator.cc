@@ -231,8 +231,10 @@ PendingWork Plane::allreduce_untraced(at::Tensor& tensor, ReduceOp op) {
   pending.impl_->yield_first =
       owner.yield_in_wait && impl_->device.is_cpu() &&
       static_cast<std::size_t>(tensor.numel() * tensor.element_size()) >= kSpinFromBytes;
-  owner.guard("all-reduce",
-              [&] { pending.impl_->work = impl_->backend->allreduce(tensors, opts); });
+  owner.guard("all-reduce", [&] {
+    pending.impl_->work =
+        compat::start_collective([&] { return impl_->backend->allreduce(tensors, opts); });
+  });
   return pending;
 }
 
@@ -255,7 +257,8 @@ void Plane::broadcast(std::vector<at::Tensor>& tensors, int root) {
     opts.rootRank = root;
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
-      works.push_back(impl_->backend->broadcast(one, opts));
+      works.push_back(
+          compat::start_collective([&] { return impl_->backend->broadcast(one, opts); }));
     }
     for (auto& w : works) w->wait();
   });
@@ -268,7 +271,11 @@ void Plane::barrier() {
                              "use Communicator::control().barrier()");
   }
   TraceScope scope(*impl_, trace::Op::kBarrier, 0);
-  impl_->owner->guard("barrier", [&] { impl_->backend->barrier(c10d::BarrierOptions())->wait(); });
+  impl_->owner->guard("barrier", [&] {
+    compat::start_collective([&] {
+      return impl_->backend->barrier(c10d::BarrierOptions());
+    })->wait();
+  });
 }
 
 }  // namespace ddprun::worker

@@ -41,7 +41,9 @@ void start_compressed_exchange(compat::CollectiveBackend& backend, const at::Ten
   auto received = at::empty_like(send);
   auto received_bits = received.view(at::kHalf);
   std::vector<std::int64_t> even;  // empty: equal shares
-  work = backend.alltoall_base(received_bits, send_bits, even, even, c10d::AllToAllOptions());
+  work = compat::start_collective([&] {
+    return backend.alltoall_base(received_bits, send_bits, even, even, c10d::AllToAllOptions());
+  });
   then = [&backend, tensor, wire, n, numel, share, received, send] {
     auto mine = received.view({n, share}).to(at::kFloat).sum(0).to(wire);
     auto gathered = at::empty({n * share}, tensor.options().dtype(wire));
@@ -50,7 +52,7 @@ void start_compressed_exchange(compat::CollectiveBackend& backend, const at::Ten
       outputs[0].push_back(gathered.narrow(0, r * share, share).view(at::kHalf));
     }
     std::vector<at::Tensor> inputs{mine.view(at::kHalf)};
-    backend.allgather(outputs, inputs)->wait();
+    compat::start_collective([&] { return backend.allgather(outputs, inputs); })->wait();
     auto flat = tensor.view(-1);
     flat.copy_(gathered.narrow(0, 0, numel));
   };
@@ -113,8 +115,9 @@ PendingWork Plane::reduce_scatter_untraced(at::Tensor& flat, at::ScalarType wire
   pending.impl_->owner = &owner;
   std::vector<std::int64_t> even;  // empty: equal shares
   owner.guard("reduce-scatter", [&] {
-    pending.impl_->work =
-        impl_->backend->alltoall_base(received, input, even, even, c10d::AllToAllOptions());
+    pending.impl_->work = compat::start_collective([&] {
+      return impl_->backend->alltoall_base(received, input, even, even, c10d::AllToAllOptions());
+    });
   });
   const std::int64_t rank = owner.rank;
   pending.impl_->then = [flat, received, n, share, rank, wire, compressed, divisor] {
@@ -146,7 +149,7 @@ void Plane::allgather_shares(at::Tensor& flat) {
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (std::int64_t r = 0; r < n; ++r) outputs[0].push_back(all.narrow(0, r * share, share));
     std::vector<at::Tensor> inputs{all.narrow(0, owner.rank * share, share).clone()};
-    impl_->backend->allgather(outputs, inputs)->wait();
+    compat::start_collective([&] { return impl_->backend->allgather(outputs, inputs); })->wait();
   });
 }
 

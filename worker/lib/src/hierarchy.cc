@@ -54,7 +54,7 @@ Machines find_machines(compat::CollectiveBackend& gloo, int rank, int size,
   auto table = at::zeros({size}, at::kLong);
   table.data_ptr<std::int64_t>()[rank] = name_hash(name);
   std::vector<at::Tensor> tensors{table};
-  gloo.allreduce(tensors)->wait();
+  compat::start_collective([&] { return gloo.allreduce(tensors); })->wait();
   const auto* ids = table.data_ptr<std::int64_t>();
   std::unordered_map<std::int64_t, int> number, ranks_on;
   Machines m;
@@ -161,7 +161,7 @@ void join_across_machines(Plane::Impl& plane, const c10::intrusive_ptr<c10d::Sto
   }
   auto failed = at::tensor({std::int64_t{here > 1 && !shm}}, at::kLong);
   std::vector<at::Tensor> tensors{failed};
-  plane.backend->allreduce(tensors)->wait();
+  compat::start_collective([&] { return plane.backend->allreduce(tensors); })->wait();
   if (failed.item<std::int64_t>() != 0) return;
   plane.shm = std::move(shm);
   if (m.count == 1) return;
@@ -210,7 +210,9 @@ PendingWork Plane::Impl::allreduce_across_nodes(at::Tensor& tensor, ShmType type
     opts.reduceOp = to_c10d(op);
     step->yield_first = owner->yield_in_wait &&
                         count * static_cast<std::size_t>(tensor.element_size()) >= kSpinFromBytes;
-    owner->guard("all-reduce", [&] { step->work = leaders->allreduce(tensors, opts); });
+    owner->guard("all-reduce", [&] {
+      step->work = compat::start_collective([&] { return leaders->allreduce(tensors, opts); });
+    });
   }
   owed.push_back(step);
   PendingWork pending;

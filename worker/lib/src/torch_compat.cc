@@ -87,15 +87,22 @@ const torch::optim::OptimizerParamState* optimizer_param_state(
   return find_state(optimizer.state(), param.unsafeGetTensorImpl());
 }
 
-bool set_cpu_autocast(bool enabled, at::ScalarType type) {
+AutocastState set_autocast(at::DeviceType device, AutocastState state) {
+  AutocastState was;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  const bool was = at::autocast::is_autocast_enabled(at::kCPU);
-  at::autocast::set_autocast_dtype(at::kCPU, type);
-  at::autocast::set_autocast_enabled(at::kCPU, enabled);
+  was = {at::autocast::is_autocast_enabled(device), at::autocast::get_autocast_dtype(device)};
+  at::autocast::set_autocast_dtype(device, state.type);
+  at::autocast::set_autocast_enabled(device, state.enabled);
 #else
-  const bool was = at::autocast::is_cpu_enabled();
-  at::autocast::set_autocast_cpu_dtype(type);
-  at::autocast::set_cpu_enabled(enabled);
+  if (device == at::kCUDA) {
+    was = {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+    at::autocast::set_autocast_gpu_dtype(state.type);
+    at::autocast::set_enabled(state.enabled);
+  } else {
+    was = {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype()};
+    at::autocast::set_autocast_cpu_dtype(state.type);
+    at::autocast::set_cpu_enabled(state.enabled);
+  }
 #endif
   return was;
 }
@@ -136,6 +143,11 @@ c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::S
   // One rank per core is the norm here: more gloo threads only compete with compute.
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+std::mutex& collective_start_mutex() {
+  static std::mutex mutex;
+  return mutex;
 }
 
 bool has_nccl() {

@@ -24,7 +24,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -71,6 +73,20 @@ c10::intrusive_ptr<CollectiveBackend> make_gloo(const c10::intrusive_ptr<c10d::S
                                                 const std::string& interface,
                                                 const std::string& master_addr);
 
+// Starts one collective: `start` calls the backend (allreduce, broadcast, ...) and returns
+// its work, which the caller waits for afterwards. LibTorch 2.x records every collective in
+// a flight recorder shared by the whole process, and writes its map of groups outside the
+// recorder's own lock (FlightRecorder::recordWithResetEnabled): two threads starting
+// collectives at once, one of them a group's first, can corrupt the map (SIGSEGV with pip's
+// 2.11 when ranks run as threads of one process). So a process starts its collectives one
+// at a time; the waits are not serialised.
+std::mutex& collective_start_mutex();
+template <typename Start>
+c10::intrusive_ptr<c10d::Work> start_collective(Start&& start) {
+  const std::lock_guard<std::mutex> one_at_a_time(collective_start_mutex());
+  return std::forward<Start>(start)();
+}
+
 // Whether this LibTorch was built with NCCL (USE_C10D_NCCL).
 bool has_nccl();
 
@@ -87,9 +103,14 @@ c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::S
 std::shared_ptr<void> add_gradient_ready_hook(const at::Tensor& param,
                                               std::function<void()> on_ready);
 
-// Turns autocast on the CPU on (to `type`) or off, returning whether it was on. 1.13 has
-// set_cpu_enabled; 2.4 deprecated it for set_autocast_enabled(device type, ...).
-bool set_cpu_autocast(bool enabled, at::ScalarType type);
+// Turns autocast on `device` (the CPU or CUDA) on (to `type`) or off, returning whether it
+// was on and its type before. 1.13 has set_cpu_enabled and set_enabled (CUDA) with a dtype
+// setter each; 2.4 deprecated them for set_autocast_enabled(device type, ...).
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType type = at::kBFloat16;
+};
+AutocastState set_autocast(at::DeviceType device, AutocastState state);
 // Autocast's cast cache, kept while autocast regions nest; cleared by the outermost exit.
 int enter_autocast_region();
 void leave_autocast_region();
