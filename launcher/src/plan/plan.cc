@@ -196,8 +196,9 @@ LaunchPlan build_plan(const PlanOptions& options, const PlanInputs& inputs,
   plan.role = options.role;
   plan.job_end_unix = inputs.job_end_unix;
   plan.nccl_async_error_handling =
-      lookup(env, env::kTorchNcclAsyncErrorHandling).value_or(plan.nccl_async_error_handling);
-  plan.set_legacy_nccl_async = !lookup(env, env::kNcclAsyncErrorHandling);
+      lookup(env, env::kTorchNcclAsyncErrorHandling)
+          .value_or(lookup(env, env::kNcclAsyncErrorHandling) ? ""
+                                                              : plan.nccl_async_error_handling);
   const std::string base = options.log_dir ? *options.log_dir : inputs.scratch_dir;
   plan.attempt_dir = base + "/attempt_" + std::to_string(inputs.restart_count);
 

@@ -88,11 +88,13 @@ struct LaunchPlan {
   std::vector<NodePlan> nodes;
   // Slurm's --segment: nodes [k*S, (k+1)*S) are segment k (Cluster::segment_size); 0: none.
   int segment_size = 0;
-  std::vector<RankPlan> ranks;                  // the whole job, in rank order
-  std::vector<std::string> program;             // argv of every worker
-  std::string role = "default";                 // ROLE_NAME
-  std::string nccl_async_error_handling = "1";  // TORCH_NCCL_ASYNC_ERROR_HANDLING
-  bool set_legacy_nccl_async = true;  // NCCL_ASYNC_ERROR_HANDLING too (unless the user set it)
+  std::vector<RankPlan> ranks;       // the whole job, in rank order
+  std::vector<std::string> program;  // argv of every worker
+  std::string role = "default";      // ROLE_NAME
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING: the user's, else 1 unless the user set its name before
+  // PyTorch 2.2 (NCCL_ASYNC_ERROR_HANDLING, which ddprun never sets: 2.2 and later warn on
+  // every rank that finds it); empty: not set.
+  std::string nccl_async_error_handling = "1";
   ThreadDefaults threads;
   bool stdout_is_tty = false;                // ddprun's stdout, for DDPRUN_STDOUT_TTY
   bool logs_to_dir = false;                  // --log-dir given: DDPRUN_LOG_DIR is set

@@ -46,13 +46,12 @@ void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
   append_rank_file(next(env::kErrorFile), plan, rank.rank, RankFile::kErrorFile);
   append_rank_file(next(env::kDdprunProgressFile), plan, rank.rank, RankFile::kProgressFile);
   append_rank_file(next(env::kDdprunTraceFile), plan, rank.rank, RankFile::kTraceFile);
-  put(env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling);
+  if (!plan.nccl_async_error_handling.empty()) {
+    put(env::kTorchNcclAsyncErrorHandling, plan.nccl_async_error_handling);
+  }
   put(env::kDdprunHost, rank.host);
   put(env::kDdprunVersion, kVersion);
   put(env::kDdprunStdoutTty, plan.stdout_is_tty ? "1" : "0");
-  if (plan.set_legacy_nccl_async) {
-    put(env::kNcclAsyncErrorHandling, plan.nccl_async_error_handling);
-  }
   if (plan.devices.per_rank > 0) {
     // Positions in the node's list; a narrowed worker numbers its own GPUs from 0.
     std::string visible;

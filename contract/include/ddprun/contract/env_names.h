@@ -41,7 +41,9 @@ inline constexpr const char* kOpenblasNumThreads = "OPENBLAS_NUM_THREADS";
 // torchrun sets it to 1 unless the user did (PyTorch 2.x's name; 1.13 read
 // NCCL_ASYNC_ERROR_HANDLING): NCCL errors then end the process instead of hanging it.
 inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
-// Its name before PyTorch 2.2 (LibTorch 1.13 reads only this one): set to the same value.
+// Its name before PyTorch 2.2 (1.13 to 2.1 read only this one): never set by ddprun, since
+// 2.2 and later warn on every rank that finds it; a user's value keeps ddprun from setting
+// the newer one.
 inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 
 // Gloo's network interface: the user's or the site's, else set by ddprun with NCCL's below.
