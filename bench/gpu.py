@@ -4,8 +4,10 @@
 started by ddprun with one rank (one GPU: NCCL refuses two ranks on one device), in the same
 run. Each run trains 2 epochs and only the second counts; both read every step's loss, so
 both wait for the GPU once per step. Reports each side's median samples/s and the ratio.
-Usage: bench/gpu.py [--reps 3] [--out bench/results/gpu.json]   (DDPRUN, DDP_TRAIN, PYTHON
-name other binaries; PYTHON must be an interpreter whose torch has CUDA)
+The mixed-precision rows run both sides under their autocast (fp16 with loss scaling).
+Usage: bench/gpu.py [--reps 3] [--cases NAME,...] [--out bench/results/gpu.json]
+(DDPRUN, DDP_TRAIN, PYTHON name other binaries; PYTHON must be an interpreter whose torch has
+CUDA)
 """
 import argparse
 import json
@@ -19,13 +21,20 @@ from train import DDPRUN, DDP_TRAIN, EPOCHS, rate, stats, variant_config
 
 PYTHON = os.environ.get("PYTHON", "python3")
 
-CASES = [  # name, ddp-train config and overrides, python_ddp.py arguments
+CASES = [  # name, ddp-train config and overrides, python_ddp.py arguments, autocast
     ("toy batch 20", "configs/toy.json", ["--batch-size", "20"],
-     ["--model", "toy", "--batch", "20", "--optimizer", "sgd", "--lr", "0.05"]),
-    ("mlp batch 64", "configs/fashion_mlp.json", [], ["--model", "mlp", "--batch", "64"]),
-    ("cnn batch 64", "configs/fashion_cnn.json", [], ["--model", "cnn", "--batch", "64"]),
+     ["--model", "toy", "--batch", "20", "--optimizer", "sgd", "--lr", "0.05"], "none"),
+    ("mlp batch 64", "configs/fashion_mlp.json", [], ["--model", "mlp", "--batch", "64"], "none"),
+    ("cnn batch 64", "configs/fashion_cnn.json", [], ["--model", "cnn", "--batch", "64"], "none"),
     ("cnn batch 1024", "configs/fashion_cnn.json", ["--batch-size", "1024"],
-     ["--model", "cnn", "--batch", "1024"]),
+     ["--model", "cnn", "--batch", "1024"], "none"),
+    # Mixed precision, each side with its own autocast (fp16: with loss scaling).
+    ("mlp batch 64 bf16", "configs/fashion_mlp.json", [], ["--model", "mlp", "--batch", "64"],
+     "bf16"),
+    ("cnn batch 1024 bf16", "configs/fashion_cnn.json", ["--batch-size", "1024"],
+     ["--model", "cnn", "--batch", "1024"], "bf16"),
+    ("cnn batch 1024 fp16", "configs/fashion_cnn.json", ["--batch-size", "1024"],
+     ["--model", "cnn", "--batch", "1024"], "fp16"),
 ]
 
 
@@ -33,6 +42,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", default="bench/results/gpu.json")
+    parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     args = parser.parse_args()
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
@@ -42,18 +52,22 @@ def main():
     rows = []
     tmp = tempfile.mkdtemp()
     launch = [DDPRUN, "-q", "--nproc-per-node", "1", "--"]
-    for name, config, overrides, py_args in CASES:
-        nccl = variant_config(config, tmp, name.replace(" ", "-"), {"backend": "nccl"})
+    only = set(args.cases.split(",")) if args.cases else None
+    for name, config, overrides, py_args, autocast in CASES:
+        if only and name not in only:
+            continue
+        nccl = variant_config(config, tmp, name.replace(" ", "-"),
+                              {"backend": "nccl", "autocast": autocast})
         commands = {
             "ddp_train": launch + [DDP_TRAIN, "--config", nccl, "--epochs", str(EPOCHS),
                                    "--quiet", "--threads", "1"] + overrides,
             "python_ddp": launch + [PYTHON, "bench/python_ddp.py", "--device", "cuda",
-                                    "--epochs", str(EPOCHS)] + py_args}
+                                    "--epochs", str(EPOCHS), "--autocast", autocast] + py_args}
         rates = {k: [] for k in commands}
         for _ in range(args.reps):  # interleaved, so drift hits both alike
             for k, command in commands.items():
                 rates[k].append(rate(command))
-        row = {"case": name, "world": 1, "transport": "nccl (one GPU)"}
+        row = {"case": name, "world": 1, "transport": "nccl (one GPU)", "autocast": autocast}
         row.update({k: stats(v) for k, v in rates.items()})
         row["ratio"] = row["ddp_train"]["median"] / row["python_ddp"]["median"]
         rows.append(row)

@@ -52,6 +52,9 @@ def main():
                         help="every step under model.no_sync(): no gradient communication "
                              "(benchmarks the compute alone; ranks diverge)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"],
+                        help="as ddp-train's runtime.autocast: the forward and loss under "
+                             "torch.autocast; fp16 with torch.amp.GradScaler")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cuda = args.device == "cuda"
@@ -82,6 +85,8 @@ def main():
     opt = (torch.optim.Adam(model.parameters(), lr=args.lr) if args.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9))
     sampler = DistributedSampler(range(len(x)), num_replicas=world, rank=rank, seed=1)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.autocast)
+    scaler = torch.amp.GradScaler(args.device) if args.autocast == "fp16" else None
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         order = torch.tensor(list(sampler))
@@ -93,9 +98,15 @@ def main():
                 inputs, labels = x[batch], y[batch]
                 if cuda:
                     inputs, labels = inputs.to(device), labels.to(device)
-                loss = loss_fn(model(inputs), labels)
-                loss.backward()
-            opt.step()
+                with (torch.autocast(args.device, dtype=half) if half
+                      else contextlib.nullcontext()):
+                    loss = loss_fn(model(inputs).float(), labels)
+                (scaler.scale(loss) if scaler else loss).backward()
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             if cuda:
                 loss.item()  # as ddp-train, which reads every step's loss (a GPU sync)
             samples += len(batch)
