@@ -8,6 +8,7 @@
 
 #include "ddprun/worker/communicator.h"
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/grad_scaler.h"
 #include "diagnostics.h"
 
 namespace ddprun::worker {
@@ -86,6 +87,10 @@ std::optional<TrainingPosition> Checkpointer::resume() {
                               "the data order depends on it: use the same seed, or a new "
                               "checkpoint dir");
       }
+      // A checkpoint of a float run resumed in float16 starts the scale afresh.
+      if (scaler_ != nullptr && meta.loss_scale.defined()) {
+        scaler_->load_state(meta.loss_scale);
+      }
     }
   } catch (const ddprun::Error& e) {
     error = e.what();
@@ -140,9 +145,13 @@ std::optional<TrainingPosition> Checkpointer::resume() {
 std::string Checkpointer::save(const TrainingPosition& position) {
   // Gathering the generator states is also the barrier: every rank has finished the step
   // before rank 0 reads the (identical) state.
-  CheckpointMeta meta{
-      position, config_.train.seed, control_.world_size(), config_.train.batch_size_per_rank, {},
-      {}};
+  CheckpointMeta meta{position,
+                      config_.train.seed,
+                      control_.world_size(),
+                      config_.train.batch_size_per_rank,
+                      {},
+                      {},
+                      scaler_ != nullptr ? scaler_->state() : at::Tensor()};
   meta.rng_cpu = gather_rows(control_, rng_state(torch::kCPU));
   if (!device_.is_cpu()) meta.rng_device = gather_rows(control_, rng_state(device_));
   std::string name, error;

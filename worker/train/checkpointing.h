@@ -17,6 +17,7 @@
 
 namespace ddprun::worker {
 
+class GradScaler;
 class Plane;
 
 // The state of `device`'s default random generator (uint8, 1-D), and setting it.
@@ -47,6 +48,8 @@ class Checkpointer {
 
   // The step of the last checkpoint saved or resumed from; -1: none.
   std::int64_t last_step() const { return last_step_; }
+  // float16: the loss scaler saved with the checkpoints and resumed from them (null: none).
+  void set_loss_scaler(GradScaler* scaler) { scaler_ = scaler; }
 
  private:
   const Config& config_;
@@ -56,6 +59,7 @@ class Checkpointer {
   c10::Device device_;
   std::ostream& out_;
   std::int64_t last_step_ = -1;
+  GradScaler* scaler_ = nullptr;
 };
 
 }  // namespace ddprun::worker

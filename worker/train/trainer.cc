@@ -120,6 +120,7 @@ void Trainer::set_up() {
   if (place_.group == 0) {
     checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
                                                   device_, out_);
+    if (scaler_) checkpoints_->set_loss_scaler(&*scaler_);
     if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
     join_group_parts();
   } else {

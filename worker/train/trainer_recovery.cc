@@ -17,6 +17,7 @@ void Trainer::join_group_parts() {
   if (!checkpoints_) {
     checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
                                                   device_, out_);
+    if (scaler_) checkpoints_->set_loss_scaler(&*scaler_);
   }
   if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(&comm_->data());
   ddp_ = std::make_unique<DistributedDataParallel>(model_, *comm_, ddp_options_);
@@ -88,7 +89,8 @@ void Trainer::share_state(bool holds_state, Clock::time_point since) {
                         world_,
                         config_.train.batch_size_per_rank,
                         rng_state(torch::kCPU).unsqueeze(0),
-                        {}};
+                        {},
+                        scaler_ ? scaler_->state() : at::Tensor()};
     bytes = checkpoint_bytes(*model_, *optimizer_, meta);
   }
   broadcast_bytes(control, source.rank, bytes);
@@ -97,6 +99,7 @@ void Trainer::share_state(bool holds_state, Clock::time_point since) {
         bytes, "rank " + std::to_string(source.rank) + "'s state", *model_, *optimizer_);
     position_ = meta.position;
     if (meta.rng_cpu.defined()) set_rng_state(torch::kCPU, meta.rng_cpu[0]);
+    if (scaler_ && meta.loss_scale.defined()) scaler_->load_state(meta.loss_scale);
   }
   if (rank_ == source.rank) {
     // Every survivor redoes the step it was in: nothing done is lost, since the source is

@@ -53,8 +53,13 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   train_step(*model, opt);
-  CheckpointMeta meta{{7, 2, 3}, 0xfedcba9876543210ull, 2, 8, {}, {}};
-  meta.rng_cpu = torch::arange(12, torch::kByte).reshape({2, 6});
+  CheckpointMeta meta{{7, 2, 3},
+                      0xfedcba9876543210ull,
+                      2,
+                      8,
+                      torch::arange(12, torch::kByte).reshape({2, 6}),
+                      {},
+                      torch::tensor({1024.0, 17.0}, torch::kDouble)};
   EXPECT_EQ(save_checkpoint(dir_, *model, opt, meta, 2), "ckpt-00000007.pt");
   EXPECT_EQ(mode_of(dir_), 0700u);
   EXPECT_EQ(mode_of(dir_ + "/ckpt-00000007.pt"), 0600u);
@@ -75,6 +80,8 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
   ASSERT_TRUE(got.rng_cpu.defined());
   EXPECT_TRUE(torch::equal(got.rng_cpu, meta.rng_cpu));
   EXPECT_FALSE(got.rng_device.defined());
+  ASSERT_TRUE(got.loss_scale.defined());
+  EXPECT_TRUE(torch::equal(got.loss_scale, meta.loss_scale));
   const auto a = model->parameters(), b = restored->parameters();
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
 
@@ -88,7 +95,7 @@ TEST_F(CheckpointTest, LatestFollowsNewestAndOldOnesArePruned) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   for (std::int64_t step : {1, 2, 3})
-    save_checkpoint(dir_, *model, opt, {{step, 0, step}, 1, 1, 8, {}, {}}, 2);
+    save_checkpoint(dir_, *model, opt, {{step, 0, step}, 1, 1, 8, {}, {}, {}}, 2);
   EXPECT_EQ(find_latest_checkpoint(dir_)->path(), dir_ + "/ckpt-00000003.pt");
   EXPECT_EQ(find_latest_checkpoint(dir_)->step, 3);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000001.pt"));
@@ -122,7 +129,7 @@ TEST_F(CheckpointTest, BadLatestOrBadFileIsACheckpointError) {
 TEST_F(CheckpointTest, TruncatedOrAlteredCheckpointIsNeverLoaded) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}}, 2);
+  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}, {}}, 2);
   const auto record = find_latest_checkpoint(dir_);
   ASSERT_TRUE(record.has_value());
   EXPECT_NO_THROW(load_checkpoint(*record, *model, opt));
@@ -142,7 +149,7 @@ TEST_F(CheckpointTest, TruncatedOrAlteredCheckpointIsNeverLoaded) {
 TEST_F(CheckpointTest, CheckpointWithoutItsRecordIsIgnored) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}}, 2);
+  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}, {}}, 2);
   std::filesystem::remove(dir_ + "/latest");
   EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());
 }
@@ -150,7 +157,7 @@ TEST_F(CheckpointTest, CheckpointWithoutItsRecordIsIgnored) {
 TEST_F(CheckpointTest, SymbolicLinksAreRefused) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}}, 2);
+  save_checkpoint(dir_, *model, opt, {{4, 0, 4}, 1, 1, 8, {}, {}, {}}, 2);
   const std::string link_dir = (base_ / "link").string();
   std::filesystem::create_directory_symlink(dir_, link_dir);
   const auto expect_refused = [](auto&& f, const char* what) {
@@ -165,7 +172,7 @@ TEST_F(CheckpointTest, SymbolicLinksAreRefused) {
   };
   expect_refused(
       [&] {
-        save_checkpoint(link_dir, *model, opt, {{5, 0, 5}, 1, 1, 8, {}, {}}, 2);
+        save_checkpoint(link_dir, *model, opt, {{5, 0, 5}, 1, 1, 8, {}, {}, {}}, 2);
       },
       "save into a linked folder");
   expect_refused([&] { find_latest_checkpoint(link_dir); }, "find in a linked folder");
@@ -189,7 +196,7 @@ TEST_F(CheckpointTest, FoldersAre0700AndFiles0600WhateverTheUmask) {
   const mode_t old = ::umask(0);
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_ + "/nested", *model, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 2);
+  save_checkpoint(dir_ + "/nested", *model, opt, {{1, 0, 1}, 1, 1, 8, {}, {}, {}}, 2);
   ::umask(old);
   EXPECT_EQ(mode_of(dir_), 0700u);
   EXPECT_EQ(mode_of(dir_ + "/nested"), 0700u);
@@ -201,7 +208,7 @@ TEST_F(CheckpointTest, LeftoversOfACrashedWriterAreRemovedByTheNextSave) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   std::string held;
-  EXPECT_THROW(save_checkpoint(dir_, *model, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 2,
+  EXPECT_THROW(save_checkpoint(dir_, *model, opt, {{1, 0, 1}, 1, 1, 8, {}, {}, {}}, 2,
                                [&](const std::string& tmp) {
                                  held = tmp;
                                  throw std::runtime_error("crash");
@@ -212,7 +219,7 @@ TEST_F(CheckpointTest, LeftoversOfACrashedWriterAreRemovedByTheNextSave) {
   EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());
   // A writer killed at that point leaves the file: the next save removes it.
   write_file_atomically(dir_, held, "partial");
-  save_checkpoint(dir_, *model, opt, {{2, 0, 2}, 1, 1, 8, {}, {}}, 2);
+  save_checkpoint(dir_, *model, opt, {{2, 0, 2}, 1, 1, 8, {}, {}, {}}, 2);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + held));
   EXPECT_EQ(find_latest_checkpoint(dir_)->step, 2);
 }
@@ -220,7 +227,7 @@ TEST_F(CheckpointTest, LeftoversOfACrashedWriterAreRemovedByTheNextSave) {
 TEST_F(CheckpointTest, CheckpointOfAnotherModelIsRefused) {
   auto other = std::make_shared<torch::nn::LinearImpl>(10, 3);
   torch::optim::SGD opt(other->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *other, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 1);
+  save_checkpoint(dir_, *other, opt, {{1, 0, 1}, 1, 1, 8, {}, {}, {}}, 1);
   auto toy = std::make_shared<SmallNet>();
   torch::optim::SGD opt2(toy->parameters(), torch::optim::SGDOptions(0.1));
   EXPECT_THROW(load_checkpoint(*find_latest_checkpoint(dir_), *toy, opt2), CheckpointError);
@@ -231,9 +238,9 @@ TEST_F(CheckpointTest, ACheckpointThatLatestNeverNamedDoesNotOutliveTheOneItName
   // resumes from 100 and saves 150 with keep_last 1; 150 must stay, 200 must go.
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *model, opt, {{100, 0, 100}, 1, 1, 8, {}, {}}, 1);
+  save_checkpoint(dir_, *model, opt, {{100, 0, 100}, 1, 1, 8, {}, {}, {}}, 1);
   std::filesystem::copy_file(dir_ + "/ckpt-00000100.pt", dir_ + "/ckpt-00000200.pt");
-  save_checkpoint(dir_, *model, opt, {{150, 0, 150}, 1, 1, 8, {}, {}}, 1);
+  save_checkpoint(dir_, *model, opt, {{150, 0, 150}, 1, 1, 8, {}, {}, {}}, 1);
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-00000150.pt"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000200.pt"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-00000100.pt"));
@@ -244,7 +251,7 @@ TEST_F(CheckpointTest, StepsPastEightDigitsArePrunedByNumberNotByName) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   for (std::int64_t step : {99'999'999, 100'000'000})
-    save_checkpoint(dir_, *model, opt, {{step, 0, 0}, 1, 1, 8, {}, {}}, 1);
+    save_checkpoint(dir_, *model, opt, {{step, 0, 0}, 1, 1, 8, {}, {}, {}}, 1);
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-100000000.pt"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ckpt-99999999.pt"));
   EXPECT_EQ(find_latest_checkpoint(dir_)->step, 100'000'000);
@@ -261,7 +268,7 @@ struct NetWithSizedBuffer : torch::nn::Module {
 TEST_F(CheckpointTest, BufferAndOptimizerStateShapeMismatchesAreRefused) {
   auto saved = std::make_shared<NetWithSizedBuffer>(3);
   torch::optim::SGD opt(saved->parameters(), torch::optim::SGDOptions(0.1));
-  save_checkpoint(dir_, *saved, opt, {{1, 0, 1}, 1, 1, 8, {}, {}}, 1);
+  save_checkpoint(dir_, *saved, opt, {{1, 0, 1}, 1, 1, 8, {}, {}, {}}, 1);
   auto wider = std::make_shared<NetWithSizedBuffer>(4);
   torch::optim::SGD opt2(wider->parameters(), torch::optim::SGDOptions(0.1));
   try {
@@ -276,7 +283,7 @@ TEST_F(CheckpointTest, BufferAndOptimizerStateShapeMismatchesAreRefused) {
   auto model = std::make_shared<SmallNet>();
   torch::optim::SGD momentum(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   train_step(*model, momentum);
-  save_checkpoint(dir_, *model, momentum, {{2, 0, 2}, 1, 1, 8, {}, {}}, 1);
+  save_checkpoint(dir_, *model, momentum, {{2, 0, 2}, 1, 1, 8, {}, {}, {}}, 1);
   auto same = std::make_shared<SmallNet>();
   auto reversed = same->parameters();
   std::reverse(reversed.begin(), reversed.end());

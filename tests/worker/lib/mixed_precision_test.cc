@@ -88,6 +88,24 @@ TEST(GradScaler, RanksHoldingDifferentSharesAgreeThatOneOverflowed) {
   EXPECT_EQ(finite, std::vector<int>({0, 0, 0}));
 }
 
+TEST(GradScaler, ItsStateTakenBackGoesOnAsTheScalerItCameFrom) {
+  GradScaler before(small_scale()), after(small_scale());
+  before.update(false);  // 4
+  before.update(true);   // one good step of two
+  after.load_state(before.state());
+  EXPECT_EQ(after.current_scale(), 4);
+  after.update(true);
+  EXPECT_EQ(after.current_scale(), 8);
+  // What is not a scaler's state is refused, and the scaler stays as it was.
+  for (const auto& bad : {torch::tensor({0.0, 0.0}, torch::kDouble),
+                          torch::tensor({8.0, 2.0}, torch::kDouble),  // a count past the interval
+                          torch::tensor({8.0, 0.5}, torch::kDouble), torch::tensor({8.0F, 0.0F}),
+                          torch::tensor({8.0}, torch::kDouble)}) {
+    EXPECT_THROW(after.load_state(bad), CheckpointError) << bad;
+  }
+  EXPECT_EQ(after.current_scale(), 8);
+}
+
 TEST(GradScaler, RefusesOptionsThatCannotConverge) {
   GradScalerOptions options;
   options.backoff_factor = 1;

@@ -3,7 +3,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "ddprun/worker/communicator.h"
@@ -74,6 +76,25 @@ bool GradScaler::unscale(const std::vector<at::Tensor>& gradients, Plane* agree)
     finite = bad.item<float>() == 0;
   }
   return finite;
+}
+
+at::Tensor GradScaler::state() const {
+  return at::tensor({scale_, static_cast<double>(good_steps_)}, at::kDouble);
+}
+
+void GradScaler::load_state(const at::Tensor& state) {
+  const bool shaped = state.defined() && state.dim() == 1 && state.numel() == 2 &&
+                      state.scalar_type() == at::kDouble;
+  const double scale = shaped ? state[0].item<double>() : 0;
+  const double good = shaped ? state[1].item<double>() : -1;
+  if (!(scale > 0) || !std::isfinite(scale) || !(good >= 0) ||
+      good >= static_cast<double>(options_.growth_interval) || good != std::floor(good)) {
+    throw ddprun::worker::CheckpointError(
+        "the loss scale's state is not a scale and a count of good steps below " +
+        std::to_string(options_.growth_interval));
+  }
+  scale_ = scale;
+  good_steps_ = static_cast<std::int64_t>(good);
 }
 
 void GradScaler::update(bool finite) {

@@ -141,6 +141,7 @@ std::string checkpoint_bytes(const torch::nn::Module& model,
   write_int(archive, "batch_size_per_rank", meta.batch_size_per_rank);
   if (meta.rng_cpu.defined()) archive.write("rng_cpu", meta.rng_cpu);
   if (meta.rng_device.defined()) archive.write("rng_device", meta.rng_device);
+  if (meta.loss_scale.defined()) archive.write("loss_scale", meta.loss_scale);
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);
@@ -244,6 +245,7 @@ CheckpointMeta load_checkpoint_bytes(const std::string& bytes, const std::string
     meta.batch_size_per_rank = read_int(archive, "batch_size_per_rank", path);
     archive.try_read("rng_cpu", meta.rng_cpu);
     archive.try_read("rng_device", meta.rng_device);
+    archive.try_read("loss_scale", meta.loss_scale);
     torch::serialize::InputArchive model_archive;
     if (!archive.try_read("model", model_archive)) {
       throw CheckpointError(path + ": has no model state");

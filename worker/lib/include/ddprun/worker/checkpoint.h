@@ -28,6 +28,8 @@ struct CheckpointMeta {
   // CPU generator, and the accelerator's when a rank trains on one. Undefined: none saved.
   at::Tensor rng_cpu;
   at::Tensor rng_device;
+  // float16's loss scaler (GradScaler::state()); undefined: none.
+  at::Tensor loss_scale;
 };
 
 inline constexpr const char* kLatestName = "latest";

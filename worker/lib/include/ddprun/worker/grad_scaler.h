@@ -35,6 +35,11 @@ class GradScaler {
   // after an overflow, grows it after growth_interval good steps in a row.
   void update(bool finite);
   double current_scale() const { return scale_; }
+  // The scale and the count of good steps, for checkpoints (double, 2 elements), and taking
+  // them back: a resumed run skips and grows as the uninterrupted one would. load_state
+  // throws ddprun::CheckpointError for a state that is not one.
+  at::Tensor state() const;
+  void load_state(const at::Tensor& state);
 
  private:
   GradScalerOptions options_;
