@@ -22,6 +22,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +35,16 @@ inline constexpr int kFoldFromRanks = 8;
 
 // "0-7,9": ascending ranks, runs of three or more as a range ("0,1" stays a list).
 std::string format_rank_ranges(std::vector<int> ranks);
+
+// What must match for two ranks' lines to fold. PyTorch's "[rank3]:" in front is left out
+// (the rank differs on every rank). A line of LibTorch's or glog's logging, "[W1128
+// 05:39:13.342912942 Utils.hpp:137] Warning: ..." (c10) or "W1128 05:39:13.575000 3247964
+// /x/api.py:897] ..." (glog, with the thread id), matches by its level, place and message:
+// the time and the thread id differ on every rank too. Any other line matches as it is.
+std::string fold_match_text(std::string_view line);
+// The line a group of several ranks shows: its first line without a leading "[rankN]:" (the
+// group lists the ranks).
+std::string_view without_rank_tag(std::string_view line);
 
 class OutputFold {
  public:
@@ -86,7 +97,8 @@ class OutputFold {
     bool is_stderr = false;
     bool foldable = true;
     bool logged = true;
-    std::string text;
+    std::string text;   // the first source's line
+    std::string match;  // fold_match_text(text)
     std::string alone;  // the first source's own form, for a group of one
     std::vector<int> ranks;
     Clock::time_point deadline;
@@ -100,7 +112,7 @@ class OutputFold {
   bool closed(const Group& group) const;
   void release_front();
   void release_ready(std::optional<Clock::time_point> now);
-  static std::string key(bool is_stderr, const std::string& text);
+  static std::string key(bool is_stderr, std::string_view match);
 
   std::chrono::milliseconds window_;
   std::size_t max_held_bytes_;

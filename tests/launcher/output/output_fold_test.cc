@@ -64,6 +64,58 @@ TEST(OutputFold, TheSameLineFromEveryRankIsOneLineTaggedWithTheRanksAsSoonAsAllH
   EXPECT_FALSE(fold.next_deadline());
 }
 
+// LibTorch's and glog's log lines carry the time (and glog the thread id), which differ on
+// every rank, and PyTorch puts "[rankN]:" in front: those fold by level, place and message.
+TEST(FoldMatchText, LogLinesMatchByLevelPlaceAndMessageAndRankTagsAreLeftOut) {
+  const std::string c10 = "[W1128 05:39:13.342912942 Utils.hpp:137] Warning: deprecated";
+  const struct {
+    std::string a, b;
+    bool same;
+  } cases[] = {
+      {c10, "[W1128 05:39:13.350000001 Utils.hpp:137] Warning: deprecated", true},
+      {c10, "[W1129 00:00:00.1 Utils.hpp:137] Warning: deprecated", true},
+      {"[rank0]:" + c10, "[rank12]:[W1128 05:39:14.1 Utils.hpp:137] Warning: deprecated", true},
+      {"[W417 23:50:25.019233077 ProcessGroupNCCL.cpp:1553] Warning: x",  // month unpadded
+       "[W417 23:50:26.5 ProcessGroupNCCL.cpp:1553] Warning: x", true},
+      {"W0731 10:50:07.575000 3247964 /x/api.py:897] Sending SIGTERM",  // glog: thread ids
+       "W0731 10:50:07.580000 3247990 /x/api.py:897] Sending SIGTERM", true},
+      {"[rank0]: Traceback (most recent call last):", "[rank3]: Traceback (most recent call last):",
+       true},
+      // What differs apart from the time, the thread id and the rank keeps them apart.
+      {c10, "[W1128 05:39:13.342912942 Utils.hpp:138] Warning: deprecated", false},
+      {c10, "[E1128 05:39:13.342912942 Utils.hpp:137] Warning: deprecated", false},
+      {c10, "[W1128 05:39:13.342912942 Utils.hpp:137] Warning: deprecated!", false},
+      {c10, "[rank0]:" + c10.substr(0, c10.size() - 1), false},
+      {"[rank0]: a", "a", false},  // a tagged line and a plain one are different lines
+      {"loss 0.25", "loss 0.26", false},
+      // Lines that only look like a header match as they are.
+      {"[W1128 nothing here] x", "[W1128 nothing else] x", false},
+      {"W1128 05:39:13.1 Utils.hpp:137] no thread id",
+       "W1128 05:39:14.1 Utils.hpp:137] no thread id", false},
+      {"[W1128 05:39:13.1 Utils.hpp] x", "[W1128 05:39:14.1 Utils.hpp] x", false},
+      {"[rankA]: x", "[rankB]: x", false},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(fold_match_text(c.a) == fold_match_text(c.b), c.same) << c.a << " | " << c.b;
+    EXPECT_EQ(fold_match_text(c.a), fold_match_text(c.a));
+  }
+  EXPECT_EQ(fold_match_text("plain"), "plain");
+  EXPECT_EQ(without_rank_tag("[rank7]:[W1 x"), "[W1 x");
+  EXPECT_EQ(without_rank_tag("[rank]: x"), "[rank]: x");
+}
+
+TEST(OutputFold, EveryRanksLibTorchWarningIsOneLineWithTheFirstRanksTime) {
+  OutputFold fold = fold_of(3);
+  line(fold, t0, 0, "[rank0]:[W1128 05:39:13.342912942 Utils.hpp:137] Warning: old name");
+  line(fold, t0 + 1ms, 2, "[rank2]:[W1128 05:39:13.351000000 Utils.hpp:137] Warning: old name");
+  line(fold, t0 + 2ms, 1, "[rank1]:[W1128 05:39:13.360000000 Utils.hpp:137] Warning: old name");
+  EXPECT_EQ(shown(fold), "[0-2] [W1128 05:39:13.342912942 Utils.hpp:137] Warning: old name\n");
+  // Alone, a rank's line is shown as it came, its tag included.
+  line(fold, t0 + 3ms, 1, "[rank1]:[W1128 05:39:14.0 Utils.hpp:99] Warning: mine");
+  fold.release_due(t0 + 200ms);
+  EXPECT_EQ(shown(fold), "<1> [rank1]:[W1128 05:39:14.0 Utils.hpp:99] Warning: mine\n");
+}
+
 TEST(OutputFold, ThreeSameLinesAndOneThatDiffersPerRank) {
   // The check: every rank prints a, b, c and its own line.
   OutputFold fold = fold_of(4);
