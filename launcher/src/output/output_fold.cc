@@ -34,6 +34,7 @@ std::string_view without_rank_tag(std::string_view line) {
   s.remove_prefix(5);
   if (!take_digits(s) || s.substr(0, 2) != "]:") return line;
   s.remove_prefix(2);
+  take(s, ' ');  // "[rank0]: Traceback": the group's "[0-3] " brings its own space
   return s;
 }
 

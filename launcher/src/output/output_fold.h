@@ -42,8 +42,8 @@ std::string format_rank_ranges(std::vector<int> ranks);
 // /x/api.py:897] ..." (glog, with the thread id), matches by its level, place and message:
 // the time and the thread id differ on every rank too. Any other line matches as it is.
 std::string fold_match_text(std::string_view line);
-// The line a group of several ranks shows: its first line without a leading "[rankN]:" (the
-// group lists the ranks).
+// The line a group of several ranks shows: its first line without a leading "[rankN]:" and
+// one space after it (the group lists the ranks).
 std::string_view without_rank_tag(std::string_view line);
 
 class OutputFold {

@@ -101,6 +101,7 @@ TEST(FoldMatchText, LogLinesMatchByLevelPlaceAndMessageAndRankTagsAreLeftOut) {
   }
   EXPECT_EQ(fold_match_text("plain"), "plain");
   EXPECT_EQ(without_rank_tag("[rank7]:[W1 x"), "[W1 x");
+  EXPECT_EQ(without_rank_tag("[rank7]:   File \"x.py\""), "  File \"x.py\"");
   EXPECT_EQ(without_rank_tag("[rank]: x"), "[rank]: x");
 }
 
