@@ -118,9 +118,7 @@ void Trainer::set_up() {
   ddp_options_ = to_ddp_options(config_.runtime);
   ddp_options_.shard_gradients = config_.optimizer.zero_stage == 1;
   if (place_.group == 0) {
-    checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
-                                                  device_, out_);
-    if (scaler_) checkpoints_->set_loss_scaler(&*scaler_);
+    make_checkpointer();
     if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
     join_group_parts();
   } else {

@@ -75,6 +75,9 @@ class Trainer {
   void set_up();
   // What holds on to the group (its communicator's planes): made at the start and again
   // after every recovery, on every rank of the group at once (some make collectives).
+  // The checkpointer over this rank's model, optimizer and loss scaler (resumed from first
+  // in group 0, made on joining a group elsewhere).
+  void make_checkpointer();
   void join_group_parts();
   void leave_group_parts();
   // runtime.recovery "peer": after a collective failed because a rank was lost, joins the

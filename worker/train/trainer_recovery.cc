@@ -13,12 +13,14 @@
 
 namespace ddprun::worker::training {
 
+void Trainer::make_checkpointer() {
+  checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
+                                                device_, out_);
+  if (scaler_) checkpoints_->set_loss_scaler(&*scaler_);
+}
+
 void Trainer::join_group_parts() {
-  if (!checkpoints_) {
-    checkpoints_ = std::make_unique<Checkpointer>(config_, comm_->control(), *model_, *optimizer_,
-                                                  device_, out_);
-    if (scaler_) checkpoints_->set_loss_scaler(&*scaler_);
-  }
+  if (!checkpoints_) make_checkpointer();
   if (config_.model.batch_norm == "sync") model_->set_batch_norm_plane(&comm_->data());
   ddp_ = std::make_unique<DistributedDataParallel>(model_, *comm_, ddp_options_);
   if (ddp_options_.shard_gradients) {
