@@ -25,35 +25,6 @@ bool is_notice(int sig) {
   return sig == SIGUSR1 || sig == SIGUSR2;
 }
 
-// What this node tells the others when ddprun itself gets `sig` outside a round.
-NodeEvent own_event(int sig, bool stop, int node) {
-  NodeEvent event;
-  event.kind = stop ? NodeEvent::Kind::kStopped : NodeEvent::Kind::kNotice;
-  event.node = node;
-  event.signal = sig;
-  event.code = stop ? 128 + sig : kExitPreempted;
-  event.what = (stop ? "stopped by " : "a preemption notice, ") + signal_name(sig);
-  return event;
-}
-
-// How a stop or a notice (here or on a node) while the nodes gather ends the job: this node
-// prints the message, every connected node is told why and exits with the same code.
-GatherEnd end_job_for(RendezvousHost& host, const NodeEvent& event, bool here) {
-  const std::string where = here ? "node 0" : "node " + std::to_string(event.node);
-  const bool notice = event.kind == NodeEvent::Kind::kNotice;
-  const std::string why = where +
-                          (notice ? " got a preemption notice (" + signal_name(event.signal) + ")"
-                                  : " was " + event.what) +
-                          " while the nodes gathered";
-  const int code = notice ? kExitPreempted : event.code;
-  host.end_job({code, why});
-  return {code, "ddprun: " + why +
-                    (notice ? "; no round starts, exit " + std::to_string(kExitPreempted) +
-                                  ": run the same command again to resume from the last "
-                                  "checkpoint\n"
-                            : "; stopped every node\n")};
-}
-
 }  // namespace
 
 std::string rendezvous_address(const std::vector<std::string>& master_addresses,
@@ -126,10 +97,12 @@ void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int work
     node.host = peer->join.host;
     node.hello = format_round_start({round, workers_port, peer->join.node_rank});
     node.connection = peer->socket.get();
-    node.connection_line_end = [peer](std::string& line) { return peer_round_line(*peer, line); };
+    node.connection_line_end = [peer, &host](std::string& line) {
+      return peer_round_line(*peer, line, host.gathering());
+    };
     node.connection_max_line = kMaxPeerLine;
     node.control_nodes = 1;  // --status and --stacks reach the node on its connection
-    peer->in_round = true;
+    host.gathering().on(GatherEvent::of(GatherEvent::Kind::kRoundStarted, peer->join.node_rank));
     setup.children.push_back(std::move(node));
   }
   if (!peers.empty()) {
@@ -161,25 +134,28 @@ std::optional<GatherEnd> gather_nodes(RendezvousHost& host, int round,
                                       const std::vector<int>& extra, bool hangup_detaches,
                                       std::ostream& log, int control_fd,
                                       const ServeBetweenRounds& serve) {
-  bool hung_up = false;
+  Gathering& gathering = host.gathering();
   for (;;) {
     NodeEvent ended;
     const auto gathered = host.gather(round, deadline, signals.fd(), log, ended, control_fd);
+    if (gathered == RendezvousHost::Gathered::kInterrupted) {
+      // The job's handle first: a --stop decides before a signal read after it.
+      if (pollfd request{control_fd, POLLIN, 0}; serve && ::poll(&request, 1, 0) > 0) {
+        if (serve(host.describe())) gathering.on(GatherEvent::of(GatherEvent::Kind::kControlStop));
+      }
+      if (const auto event = signal_event(signals.read_signal(), hangup_detaches, extra)) {
+        gathering.on(*event);
+      }
+    }
+    const GatherVerdict verdict = gathering.verdict();
+    if (verdict.kind == GatherVerdict::Kind::kEnd) {
+      host.end_job({verdict.code, verdict.why});  // every connected node exits as this one
+      return GatherEnd{verdict.code, verdict.message};
+    }
     if (gathered == RendezvousHost::Gathered::kAllJoined) {
-      if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
+      if (verdict.hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
       return std::nullopt;
     }
-    if (gathered == RendezvousHost::Gathered::kNodeEnded) return end_job_for(host, ended, false);
-    if (pollfd request{control_fd, POLLIN, 0}; serve && ::poll(&request, 1, 0) > 0) {
-      if (serve(host.describe())) return end_job_for(host, own_event(SIGTERM, true, 0), true);
-    }
-    const int sig = signals.read_signal();
-    if (sig == SIGHUP && hangup_detaches) {
-      hung_up = true;  // a closed terminal: the job goes on
-      continue;
-    }
-    const bool stop = sig != 0 && is_stop_signal(sig, extra);
-    if (stop || is_notice(sig)) return end_job_for(host, own_event(sig, stop, 0), true);
   }
 }
 
@@ -201,9 +177,9 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     } else if (sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
       stop = sig;
       what.stop = true;
-      what.tell = own_event(sig, true, std::max(node, 0));
+      what.tell = signal_node_event(sig, true, std::max(node, 0));
     } else if (is_notice(sig)) {
-      what.tell = own_event(sig, false, std::max(node, 0));
+      what.tell = signal_node_event(sig, false, std::max(node, 0));
     }
     return what;
   };

@@ -49,6 +49,7 @@
 
 #include "ddprun/common/net.h"
 #include "ddprun/common/unique_fd.h"
+#include "policy/gathering.h"
 #include "report/round_result.h"
 
 namespace ddprun {
@@ -107,10 +108,7 @@ using RendezvousClock = std::chrono::steady_clock;
 struct JoinedPeer {
   JoinRequest join;
   UniqueFd socket;
-  std::string buffer;  // what it sent between rounds that is not a whole line yet
-  // A round started on it whose exit report has not come yet: the next round waits for
-  // it, so that no line of the old round is taken for the new one's.
-  bool in_round = false;
+  std::string buffer;     // what it sent between rounds that is not a whole line yet
   bool any_rank = false;  // it asked for any rank (c10d by hand): placed by host name
   std::chrono::steady_clock::time_point joined_at;  // its latest join
   PeerBeat beat;  // the heartbeat between rounds (heard_at: its last bytes)
@@ -135,15 +133,20 @@ class RendezvousHost {
   };
   // Before `round`: reads the connections kept from earlier rounds (a node whose
   // connection ended is dropped and may join again) and accepts joins until nodes
-  // 1..N-1 are all connected; a join for any rank (-1) gets the lowest one still free,
-  // and a node that joins again replaces its earlier connection. Once all have come for
-  // round 0, the nodes that asked for any rank are ranked by the natural order of their
-  // host names (natural_less; two on one host in order of arrival), for every round. Throws
-  // ConfigError naming who joined and who did not at `deadline`, after telling the joined nodes.
-  // Joins are never lost to an interruption. Bad joins are logged to `log` (one line each, at most
-  // a few, then every hundredth with the count), counted and closed.
+  // 1..N-1 are all connected and none owes the exit report of a round node 0 gave up on
+  // (gathering() decides: so that no line of the old round is taken for the new one's); a join for
+  // any rank (-1) gets the lowest one still free, and a node that joins again replaces its earlier
+  // connection. Once all have come for round 0, the nodes that asked for any rank are ranked by the
+  // natural order of their host names (natural_less; two on one host in order of arrival), for
+  // every round. Throws ConfigError naming who joined and who did not at `deadline`, after telling
+  // the joined nodes. Joins are never lost to an interruption. Bad joins are logged to `log` (one
+  // line each, at most a few, then every hundredth with the count), counted and closed. After
+  // kNodeEnded, gathering().verdict() is the job's end.
   Gathered gather(int round, RendezvousClock::time_point deadline, int interrupt_fd,
                   std::ostream& log, NodeEvent& ended, int control_fd = -1);
+  // Who is in, who is awaited, and what ends the wait (gathering.h), for every round: the
+  // round tells it whom it started on and who reported its end (add_peer_nodes).
+  Gathering& gathering() noexcept { return gathering_; }
   // The connected nodes, in node rank order (after kAllJoined: all of them).
   std::vector<const JoinedPeer*> peers() const;
   std::vector<JoinedPeer*> peers();
@@ -169,6 +172,7 @@ class RendezvousHost {
   // long dropped (logged).
   void keep_heartbeats(int round, RendezvousClock::time_point now, std::ostream& log);
   void take_join(std::size_t pending, int round, std::ostream& log);
+  void drop(std::size_t node);  // it left (it may join again)
   void refuse(std::ostream& log, const std::string& why);
   void order_by_host();
 
@@ -190,6 +194,7 @@ class RendezvousHost {
   };
   std::vector<Pending> pending_;
   std::vector<std::optional<JoinedPeer>> joined_;  // by node rank; 0 is this node
+  Gathering gathering_;                            // the decisions on joined_
 };
 
 // What a peer does when `interrupt_fd` becomes readable while it waits for the host: the
@@ -236,8 +241,8 @@ std::optional<HostWord> wait_for_host(int socket, const std::string& where,
 // are passed to the round (nullopt); any other line ends the node's round with the code it
 // reports ({"exit": N}), or 255 when it is nothing a node sends. Node 0 reads each
 // connection during a round a line at a time, never past the exit report: what follows is
-// the host's to read between rounds (ChildSet::connect).
-std::optional<int> peer_round_line(JoinedPeer& peer, std::string& line);
+// the host's to read between rounds (ChildSet::connect). The exit report goes to `gathering`.
+std::optional<int> peer_round_line(const JoinedPeer& peer, std::string& line, Gathering& gathering);
 
 // The longest line a node sends in a round: an answer with every rank's stacks.
 inline constexpr std::size_t kMaxPeerLine = std::size_t{64} << 20;

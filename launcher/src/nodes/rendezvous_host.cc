@@ -51,7 +51,8 @@ RendezvousHost::RendezvousHost(int port, std::string run_id, std::string secret,
       run_id_(std::move(run_id)),
       secret_(std::move(secret)),
       nodes_(nodes),
-      nproc_(nproc) {
+      nproc_(nproc),
+      gathering_(nodes) {
   if (!listener_.valid()) {
     const std::string holder = describe_port_user(port);
     throw UsageError("cannot listen on port " + std::to_string(port) +
@@ -118,6 +119,7 @@ void RendezvousHost::end_job(const JobEnd& end) {
 }
 
 bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& event) {
+  const auto report = GatherEvent::of(GatherEvent::Kind::kReported, peer.join.node_rank);
   char chunk[512];
   for (;;) {
     // Whole lines first: one may have come with the join itself.
@@ -128,7 +130,7 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
       // The exit report of a round that gave up on this node (SIGKILL) ends that round
       // here; events decide.
       if (auto reported = parse_node_event_line(line); reported && !event) event = reported;
-      if (parse_exit_report(line)) peer.in_round = false;
+      if (parse_exit_report(line)) gathering_.on(report);
     }
     if (peer.buffer.size() > kMaxJoinBytes) return false;  // not a ddprun
     const ssize_t got = ::recv(peer.socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
@@ -143,16 +145,6 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
 RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,
                                                 int interrupt_fd, std::ostream& log,
                                                 NodeEvent& ended, int control_fd) {
-  const auto missing = [&] {
-    return std::count_if(joined_.begin() + 1, joined_.end(),
-                         [](const auto& peer) { return !peer; });
-  };
-  // Nodes whose last round node 0 gave up on: their exit report comes first (at once:
-  // they were told to SIGKILL their workers).
-  const auto finishing = [&] {
-    return std::count_if(joined_.begin() + 1, joined_.end(),
-                         [](const auto& peer) { return peer && peer->in_round; });
-  };
   // Every node may connect at once (srun starts them together): all are let wait.
   const std::size_t max_pending = std::max(kMaxPending, 2 * static_cast<std::size_t>(nodes_));
   // The nodes kept from earlier rounds are read in full once, then those that poll says
@@ -165,6 +157,7 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     // Each node's silence counts from the gather's start: during the round its connection
     // was the round's to read. (A gather interrupted and called again goes on counting.)
     gathered_round_ = round;
+    gathering_.begin();
     const auto now = RendezvousClock::now();
     watch_ = HeartbeatWatch(watch_.beat(), now);
     for (auto& peer : joined_) {
@@ -177,37 +170,36 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       if (!peer) continue;
       std::optional<NodeEvent> event;
       const bool still = read_connected(*peer, event);
-      if (event &&
-          (event->kind == NodeEvent::Kind::kStopped || event->kind == NodeEvent::Kind::kNotice)) {
+      if (event && gathering_.on(GatherEvent::ended(static_cast<int>(node), *event)).kind ==
+                       GatherVerdict::Kind::kEnd) {
         ended = *event;
         return Gathered::kNodeEnded;
       }
       if (!still) {
         log << "ddprun: node " << node << " (" << printable_host(peer->join.host)
             << ") left before round " << round << " started; waiting for it to join again\n";
-        peer.reset();
+        drop(node);
       }
     }
     to_read.clear();
-    if (missing() == 0 && finishing() == 0) {
+    if (gathering_.verdict().kind == GatherVerdict::Kind::kStart) {
       if (round == 0) order_by_host();
       return Gathered::kAllJoined;
     }
     const auto now = RendezvousClock::now();
     if (watch_.on()) keep_heartbeats(round, now, log);
-    if (now >= deadline) {
+    if (now >= deadline && gathering_.on(GatherEvent::of(GatherEvent::Kind::kTimedOut)).kind ==
+                               GatherVerdict::Kind::kTimedOut) {
       std::string absent;
-      for (int node = 1; node < nodes_; ++node) {
-        const auto& peer = joined_[static_cast<std::size_t>(node)];
-        if (!peer || peer->in_round) absent += " " + std::to_string(node);
-      }
-      const std::string what = "only " + std::to_string(nodes_ - missing() - finishing()) + " of " +
-                               std::to_string(nodes_) + " nodes joined round " +
-                               std::to_string(round) + " of the rendezvous on port " +
-                               std::to_string(port_) + " in time; missing node(s):" + absent +
-                               (refused_ > 0 ? " (" + std::to_string(refused_) +
-                                                   " refused connection(s): node 0's log says why)"
-                                             : "");
+      for (const int node : gathering_.absent()) absent += " " + std::to_string(node);
+      const std::string what =
+          "only " + std::to_string(nodes_ - static_cast<int>(gathering_.absent().size())) + " of " +
+          std::to_string(nodes_) + " nodes joined round " + std::to_string(round) +
+          " of the rendezvous on port " + std::to_string(port_) +
+          " in time; missing node(s):" + absent +
+          (refused_ > 0
+               ? " (" + std::to_string(refused_) + " refused connection(s): node 0's log says why)"
+               : "");
       end_job({kExitLauncherError, what});  // the nodes that came learn why
       throw ConfigError(what,
                         "start ddprun on every node with the same options, or raise --rdzv-conf "
@@ -317,7 +309,7 @@ void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,
           << ") sent nothing in " << watch_.beat().silence() << " before round " << round
           << " started, though its host answers (its ddprun is stopped or hung); dropped, "
              "waiting for it to join again\n";
-      peer.reset();
+      drop(node);
       continue;
     }
     if (watch_.beat_due(peer->beat, now)) {
@@ -328,7 +320,13 @@ void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,
   }
 }
 
-std::optional<int> peer_round_line(JoinedPeer& peer, std::string& line) {
+void RendezvousHost::drop(std::size_t node) {
+  joined_[node].reset();
+  gathering_.on(GatherEvent::of(GatherEvent::Kind::kLeft, static_cast<int>(node)));
+}
+
+std::optional<int> peer_round_line(const JoinedPeer& peer, std::string& line,
+                                   Gathering& gathering) {
   if (const auto event = parse_node_event_line(line)) {
     line = node_event_line(*event);  // as this side writes it: nothing else comes through
     line.pop_back();
@@ -336,7 +334,7 @@ std::optional<int> peer_round_line(JoinedPeer& peer, std::string& line) {
   }
   if (parse_agent_answer(line)) return std::nullopt;  // its ranks, for --status or --stacks
   const auto code = parse_exit_report(line);
-  if (code) peer.in_round = false;
+  if (code) gathering.on(GatherEvent::of(GatherEvent::Kind::kReported, peer.join.node_rank));
   return code.value_or(255);
 }
 

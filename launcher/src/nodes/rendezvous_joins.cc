@@ -167,6 +167,7 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
   slot->any_rank = join->node_rank == -1;
   slot->joined_at = RendezvousClock::now();
   slot->beat = watch_.start(slot->joined_at);
+  gathering_.on(GatherEvent::of(GatherEvent::Kind::kJoined, place));
 }
 
 }  // namespace ddprun

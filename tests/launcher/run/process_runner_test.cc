@@ -95,16 +95,21 @@ struct Connection {
   }
 };
 
-ChildSpec node_behind(JoinedPeer& peer, int socket) {
+// Node 1 behind `socket`, in the round: `gathering` hears of its exit report.
+ChildSpec node_behind(JoinedPeer& peer, int socket, Gathering& gathering) {
+  peer.join.node_rank = 1;
+  gathering.on(GatherEvent::of(GatherEvent::Kind::kJoined, 1));
+  gathering.on(GatherEvent::of(GatherEvent::Kind::kRoundStarted, 1));
   ChildSpec node;
   node.agent = true;
   node.node_rank = 1;
   node.hello = format_round_start({0, 29500, 1});
   node.connection = socket;
-  node.connection_line_end = [&peer](std::string& line) { return peer_round_line(peer, line); };
+  node.connection_line_end = [&peer, &gathering](std::string& line) {
+    return peer_round_line(peer, line, gathering);
+  };
   node.connection_max_line = 1 << 16;
   node.control_nodes = 1;
-  peer.in_round = true;
   return node;
 }
 
@@ -114,7 +119,8 @@ TEST(ProcessRunner, ANodeBehindAConnectionReportsAtOnceAndEndsWithItsExitReport)
   ProcessRunner runner(signals, guardian, ProcessRunnerConfig{});
   const Connection link;
   JoinedPeer peer;
-  EXPECT_EQ(runner.start(node_behind(peer, link.ours.get())), 0);  // no process
+  Gathering gathering(2);
+  EXPECT_EQ(runner.start(node_behind(peer, link.ours.get(), gathering)), 0);  // no process
   EXPECT_EQ(link.heard(), format_round_start({0, 29500, 1}));
   runner.signal(0, SIGTERM);  // as a message: the node stops its own workers
   EXPECT_EQ(link.heard(), "{\"signal\":15}\n");
@@ -131,7 +137,7 @@ TEST(ProcessRunner, ANodeBehindAConnectionReportsAtOnceAndEndsWithItsExitReport)
   event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
   ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
   EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 3);
-  EXPECT_FALSE(peer.in_round);  // the next round need not wait for this one's report
+  EXPECT_FALSE(gathering.finishing(1));  // the next round need not wait for this one's report
   char rest[64] = {};
   EXPECT_EQ(::recv(link.ours.get(), rest, sizeof rest, MSG_DONTWAIT), 12);
   EXPECT_EQ(std::string(rest), "{\"later\":1}\n");
@@ -145,8 +151,10 @@ TEST(ProcessRunner, ANodeWhoseConnectionEndsIsLostAndOneGivenUpOnIsToldToKillIts
   const Connection hung;
   JoinedPeer lost_peer;
   JoinedPeer hung_peer;
-  runner.start(node_behind(lost_peer, lost.ours.get()));
-  runner.start(node_behind(hung_peer, hung.ours.get()));
+  Gathering lost_gathering(2);
+  Gathering hung_gathering(2);
+  runner.start(node_behind(lost_peer, lost.ours.get(), lost_gathering));
+  runner.start(node_behind(hung_peer, hung.ours.get(), hung_gathering));
   lost.theirs.reset();  // its ddprun is gone
   RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
   ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
@@ -159,7 +167,7 @@ TEST(ProcessRunner, ANodeWhoseConnectionEndsIsLostAndOneGivenUpOnIsToldToKillIts
   EXPECT_EQ(event.child, 1u);
   EXPECT_TRUE(WIFSIGNALED(event.wait_status) && WTERMSIG(event.wait_status) == SIGKILL);
   EXPECT_EQ(hung.heard(), "{\"signal\":9}\n");
-  EXPECT_TRUE(hung_peer.in_round);  // its report is still to come, before the next round
+  EXPECT_TRUE(hung_gathering.finishing(1));  // its report is still to come, before the next round
   EXPECT_FALSE(runner.output_open());
 }
 
@@ -196,8 +204,9 @@ TEST(ProcessRunner, ANodeThatSendsNothingIsLostAndOneThatSendsHeartbeatsIsNot) {
   const Connection alive;
   JoinedPeer stopped_peer;
   JoinedPeer alive_peer;
-  runner.start(node_behind(stopped_peer, stopped.ours.get()));
-  runner.start(node_behind(alive_peer, alive.ours.get()));
+  Gathering gathering(2);
+  runner.start(node_behind(stopped_peer, stopped.ours.get(), gathering));
+  runner.start(node_behind(alive_peer, alive.ours.get(), gathering));
   const auto started = RunnerClock::now();
   std::optional<RunnerEvent> lost;
   std::string heard_by_alive;
@@ -232,7 +241,8 @@ TEST(ProcessRunner, ARunnerThatWasStoppedItselfGivesItsNodesAFreshBound) {
   ProcessRunner& runner = quick.runner;
   const Connection node;
   JoinedPeer peer;
-  runner.start(node_behind(peer, node.ours.get()));
+  Gathering gathering(2);
+  runner.start(node_behind(peer, node.ours.get(), gathering));
   (void)runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // "stopped": no loop
   const auto resumed = RunnerClock::now();
