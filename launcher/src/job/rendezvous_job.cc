@@ -19,13 +19,6 @@
 #include "plan/rank_environment.h"
 
 namespace ddprun {
-namespace {
-
-bool is_notice(int sig) {
-  return sig == SIGUSR1 || sig == SIGUSR2;
-}
-
-}  // namespace
 
 std::string rendezvous_address(const std::vector<std::string>& master_addresses,
                                const std::vector<NetworkInterface>& interfaces) {
@@ -171,16 +164,18 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
   // round's runner.
   const OnInterrupt on_interrupt = [&] {
     PeerInterrupt what;
-    const int sig = signals.read_signal();
-    if (sig == SIGHUP && job.runner_config.detach_on_hangup) {
+    // Read as node 0 reads its own while the nodes gather (signal_event).
+    const auto event = signal_event(signals.read_signal(), job.runner_config.detach_on_hangup,
+                                    job.options.signals_to_handle);
+    if (!event) return what;
+    if (event->kind == GatherEvent::Kind::kHangup) {
       hung_up = true;
-    } else if (sig != 0 && is_stop_signal(sig, job.options.signals_to_handle)) {
-      stop = sig;
-      what.stop = true;
-      what.tell = signal_node_event(sig, true, std::max(node, 0));
-    } else if (is_notice(sig)) {
-      what.tell = signal_node_event(sig, false, std::max(node, 0));
+      return what;
     }
+    const bool stops = event->kind == GatherEvent::Kind::kStopSignal;
+    if (stops) stop = event->signal;
+    what.stop = stops;
+    what.tell = signal_node_event(event->signal, stops, std::max(node, 0));
     return what;
   };
   JoinRequest join;
