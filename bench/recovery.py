@@ -5,8 +5,10 @@ whether the run still ends where an uninterrupted one does.
 One rank (rank 1, and separately rank 0) of the Fashion-MNIST MLP (Adam, batch 64 per rank,
 one thread per rank, 2 epochs) dies by SIGKILL in the middle of epoch 2, at the same step in
 every row:
+  spare    as peer, with ddprun --warm-spare: the replacement is a ddp-train started ahead
+           (LibTorch and the data loaded), given the lost rank's environment;
   peer     ddp-train, runtime.recovery "peer", under ddprun --restart-scope rank: the
-           survivors keep running and send the replacement their state;
+           survivors keep running and send the replacement (a new process) their state;
   restart  ddp-train, a checkpoint every epoch, under ddprun --max-restarts 1: every rank
            restarts and resumes from the checkpoint of epoch 1;
   torchrun Python DDP (torch DDP, gloo), a checkpoint every epoch, under torchrun
@@ -135,7 +137,8 @@ def max_diff(a_file, b_file):
     return worst
 
 
-def ddp_train(world, folder, name, recovery, kill_rank, kill_at_step):
+def ddp_train(world, folder, name, kind, kill_rank, kill_at_step):
+    recovery = "peer" if kind == "spare" else kind
     config = {
         "model": {"name": "mlp"},
         "data": {"name": "fashion_mnist", "path": DATA},
@@ -155,6 +158,8 @@ def ddp_train(world, folder, name, recovery, kill_rank, kill_at_step):
     with open(path, "w") as out:
         json.dump(config, out)
     scope = ["--restart-scope", "rank"] if recovery == "peer" else []
+    if kind == "spare":
+        scope.append("--warm-spare")
     return ["build/bin/ddprun", "--nproc-per-node", str(world), "--max-restarts", "1", *scope,
             "--", "build/bin/ddp-train", "--config", path]
 
@@ -190,7 +195,7 @@ def main():
             if not args.no_torchrun:
                 run(torchrun(world, os.path.join(folder, f"pybase{world}"), -1, kill_at), kill_at)
             for kill_rank in (1, 0):
-                for kind in ("peer", "restart", "torchrun"):
+                for kind in ("spare", "peer", "restart", "torchrun"):
                     if kind == "torchrun" and args.no_torchrun:
                         continue
                     name = f"{kind}{world}-{kill_rank}"
@@ -220,14 +225,17 @@ def main():
     result = {"benchmark": "recovery", "date": time.strftime("%Y-%m-%d"),
               "machine": platform.node(), "cpus": os.cpu_count(),
               "model": "Fashion-MNIST MLP, Adam, batch 64 per rank, 2 epochs", "rows": rows}
+    # Each row against the live recoveries of the same run: with a warm spare, and without.
     for row in rows:
-        if row["kind"] == "peer":
-            continue
-        peer = next(r for r in rows if r["kind"] == "peer" and r["world"] == row["world"] and
-                    r["killed_rank"] == row["killed_rank"])
-        row["vs_peer"] = row["loss_to_next_step_s"] / peer["loss_to_next_step_s"]
-        print(f"world {row['world']} rank {row['killed_rank']}: {row['kind']} takes "
-              f"{row['vs_peer']:.1f}x peer recovery's time")
+        for peer_kind in ("spare", "peer"):
+            if row["kind"] == peer_kind or (row["kind"] == "spare" and peer_kind == "peer"):
+                continue
+            peer = next(r for r in rows if r["kind"] == peer_kind and r["world"] == row["world"]
+                        and r["killed_rank"] == row["killed_rank"])
+            ratio = row["loss_to_next_step_s"] / peer["loss_to_next_step_s"]
+            row["vs_" + peer_kind] = ratio
+            print(f"world {row['world']} rank {row['killed_rank']}: {row['kind']} takes "
+                  f"{ratio:.1f}x the time of a recovery by {peer_kind}")
     os.makedirs(os.path.dirname(os.path.join(ROOT, args.out)), exist_ok=True)
     with open(os.path.join(ROOT, args.out), "w") as out:
         json.dump(result, out, indent=2)

@@ -31,27 +31,7 @@ exit 0
 WORKER
 chmod +x "$work/worker.sh"
 
-# wait_for WHAT COMMAND...: until COMMAND succeeds, for at most 20 s.
-wait_for() {
-  local what=$1
-  shift
-  for _ in $(seq 1000); do
-    "$@" && return 0
-    sleep 0.02
-  done
-  fail "timed out waiting for $what; ddprun said: $(cat "$work"/*.out 2>/dev/null)"
-}
 starts() { [[ -f $1 ]] && [[ $(wc -l <"$1") -ge $2 ]]; }
-# A process that still exists (a zombie that ddprun has not reaped counts).
-alive() { kill -0 "$1" 2>/dev/null; }
-none_alive() {
-  local pid
-  for pid in "$@"; do
-    for _ in $(seq 500); do alive "$pid" || break; sleep 0.02; done
-    alive "$pid" && fail "pid $pid is left behind"
-  done
-  return 0
-}
 
 # launch JOB MAX_RESTARTS: ddprun with three workers, in the background (its report in
 # $work/JOB.json).

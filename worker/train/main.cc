@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   // The error file is known before anything can fail, even when the rest of the
   // environment is malformed.
   const auto error_file_it = env.find(ddprun::env::kErrorFile);
-  const std::string error_file = error_file_it == env.end() ? "" : error_file_it->second;
+  std::string error_file = error_file_it == env.end() ? "" : error_file_it->second;
   ddprun::worker::end_uncaught_exceptions_as_errors("ddp-train", error_file);
   try {
     std::string help;
@@ -48,6 +48,21 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto config = ddprun::worker::load_config(*command_line);
+    if (ddprun::worker::is_spare(env)) {
+      // A warm spare: its data loaded, it waits for a lost rank's environment, then is that
+      // rank (and its error file is that rank's).
+      const auto result = ddprun::worker::run_training_as_spare(config, std::cout, [&] {
+        std::optional<ddprun::worker::WorkerEnv> rank;
+        if (const auto assigned = ddprun::worker::become_rank(STDIN_FILENO)) {
+          const auto it = assigned->find(ddprun::env::kErrorFile);
+          if (it != assigned->end()) error_file = it->second;
+          ddprun::worker::end_uncaught_exceptions_as_errors("ddp-train", error_file);
+          rank = ddprun::worker::read_worker_env(*assigned);
+        }
+        return rank;
+      });
+      return result && result->preempted ? ddprun::kExitPreempted : ddprun::kExitOk;
+    }
     auto worker_env = ddprun::worker::read_worker_env(env);
     if (worker_env.standalone) worker_env.stdout_is_terminal = ::isatty(STDOUT_FILENO) == 1;
     const auto result = ddprun::worker::run_training(config, worker_env, std::cout);

@@ -103,8 +103,11 @@ void Trainer::set_up() {
   // where to start: nothing before the first step needs it. A replacement's recovery waits
   // for its start, and this is most of what it can save there. (Its own generator: no race
   // with the model's initialisation below.)
-  auto loading = std::async(std::launch::async,
-                            [this] { return load_data(config_.data, config_.train.seed); });
+  std::future<DataSplits> loading;
+  if (!preloaded_) {
+    loading = std::async(std::launch::async,
+                         [this] { return load_data(config_.data, config_.train.seed); });
+  }
   comm_ = Communicator::connect(env_, to_comm_options(config_.runtime, place_.group), device_);
   rank_ = comm_->rank();
   world_ = comm_->world_size();
@@ -124,7 +127,7 @@ void Trainer::set_up() {
   } else {
     enter_new_group(/*holds_state=*/false, Clock::now());  // a replacement: from its peers
   }
-  data_ = loading.get();
+  if (!preloaded_) data_ = loading.get();
   if (!stop_signals_) stop_signals_.emplace(stop_signal_numbers(config_.preemption));
   arm_kill_hooks();
 
@@ -410,6 +413,18 @@ void Trainer::report_epoch(std::int64_t epoch, const EpochStats& local, double s
 
 TrainingResult run_training(const Config& config, const WorkerEnv& env, std::ostream& out) {
   return training::Trainer(config, env, out).run();
+}
+
+std::optional<TrainingResult> run_training_as_spare(
+    const Config& config, std::ostream& out,
+    const std::function<std::optional<WorkerEnv>()>& become) {
+  // What a replacement would wait for after its start, done before it is needed.
+  DataSplits data = load_data(config.data, config.train.seed);
+  const auto env = become();
+  if (!env) return std::nullopt;
+  training::Trainer trainer(config, *env, out);
+  trainer.preload(std::move(data));
+  return trainer.run();
 }
 
 }  // namespace ddprun::worker

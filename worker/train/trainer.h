@@ -2,7 +2,9 @@
 // The training loop of ddp-train. No LibTorch in this header.
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <optional>
 
 #include "config.h"
 #include "ddprun/worker/env.h"
@@ -23,5 +25,12 @@ struct TrainingResult {
 // Throws on any error (ddprun::Error, c10::Error, std::system_error); a failure to save or
 // load a checkpoint on any rank is thrown on every rank.
 TrainingResult run_training(const Config& config, const WorkerEnv& env, std::ostream& out);
+
+// A warm spare (is_spare, ddprun --warm-spare): loads the data as run_training would, then
+// waits for `become` to give it a rank (become_rank on its stdin, read as a WorkerEnv) and
+// trains as that rank's replacement. nullopt when `become` gave none: not needed (exit 0).
+std::optional<TrainingResult> run_training_as_spare(
+    const Config& config, std::ostream& out,
+    const std::function<std::optional<WorkerEnv>()>& become);
 
 }  // namespace ddprun::worker

@@ -70,6 +70,11 @@ class Trainer {
   }
 
   TrainingResult run();
+  // The data, loaded ahead (a warm spare): set_up loads none.
+  void preload(DataSplits data) {
+    data_ = std::move(data);
+    preloaded_ = true;
+  }
 
  private:
   void set_up();
@@ -118,6 +123,7 @@ class Trainer {
   int rank_ = 0;
   int world_ = 1;
   DataSplits data_;
+  bool preloaded_ = false;
   std::shared_ptr<Model> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   TrainingPosition position_;

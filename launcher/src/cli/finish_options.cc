@@ -63,6 +63,12 @@ void finish_options(Parser& parser) {
           "leave out --restart-scope (job: every rank restarts) on more nodes");
     }
   }
+  if (options.warm_spare && options.restart_scope != RestartScope::kRank) {
+    throw UsageError(
+        "--warm-spare needs --restart-scope rank: only a lost rank's replacement "
+        "takes the spare",
+        "add --restart-scope rank, or leave out --warm-spare");
+  }
   check_rendezvous_backend(options.rdzv_backend);
   options.rdzv_conf = parse_rendezvous_conf(torchrun.rdzv_conf);
   if (torchrun.rdzv_endpoint && !torchrun.standalone) {

@@ -178,6 +178,10 @@ void Parser::add_restarts(CLI::App& group) {
             "against --max-restarts")
       ->check(one_of({"job", "rank"}, "job|rank"))
       ->capture_default_str();
+  group.add_flag("--warm-spare", options.warm_spare,
+                 "With --restart-scope rank: keep one spare worker started, which a lost "
+                 "rank's replacement becomes at once (programs that read DDPRUN_SPARE, as "
+                 "ddp-train does; docs/environment.md)");
   group.add_flag("--restart-repeated", options.restart_on.allow_repeats,
                  "Restart even when a round fails as the one before it did and reached no "
                  "newer step (by default that ends the restarts)");

@@ -48,6 +48,7 @@ struct Options {
   // --restart-scope: a failed worker restarts every rank (job) or only itself (rank, one
   // node only: refused with --nnodes above 1 and for agents).
   RestartScope restart_scope = RestartScope::kJob;
+  bool warm_spare = false;           // --warm-spare (rank scope only): a spare worker kept started
   double shutdown_timeout_s = 15.0;  // grace between SIGTERM and SIGKILL
   std::optional<std::string> log_dir;
   // torchrun's -r and -t: a stream redirected and not teed stays off the console. With

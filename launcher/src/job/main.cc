@@ -229,6 +229,7 @@ ProcessRunnerConfig make_runner_config(const Session& s) {
                                                         options.signals_to_handle.end(),
                                                         SIGHUP) == options.signals_to_handle.end();
   config.tmp_dir = tmpdir(s.env);
+  config.warm_spare = options.warm_spare && options.max_restarts > 0;
   return config;
 }
 

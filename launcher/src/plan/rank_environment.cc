@@ -111,4 +111,36 @@ std::vector<std::string> merge_environment(
   return result;
 }
 
+std::vector<std::string> spare_environment(const std::vector<std::string>& rank_env) {
+  static const char* const kRanksOwn[] = {env::kRank,
+                                          env::kLocalRank,
+                                          env::kGroupRank,
+                                          env::kRoleRank,
+                                          env::kErrorFile,
+                                          env::kDdprunProgressFile,
+                                          env::kDdprunTraceFile,
+                                          env::kDdprunPythonStackFile,
+                                          env::kDdprunDevices,
+                                          env::kCudaVisibleDevices};
+  std::vector<std::string> out;
+  for (const std::string& entry : rank_env) {
+    const std::string_view key = std::string_view(entry).substr(0, entry.find('='));
+    if (std::none_of(std::begin(kRanksOwn), std::end(kRanksOwn),
+                     [&](const char* own) { return key == own; })) {
+      out.push_back(entry);
+    }
+  }
+  out.push_back(std::string(env::kDdprunSpare) + "=1");
+  return out;
+}
+
+std::string spare_assignment(const std::vector<std::string>& rank_env) {
+  std::string out;
+  for (const std::string& entry : rank_env) {
+    out += entry;
+    out += '\0';
+  }
+  return out;
+}
+
 }  // namespace ddprun

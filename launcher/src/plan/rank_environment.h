@@ -31,4 +31,11 @@ void rank_environment(const LaunchPlan& plan, const RankPlan& rank,
 std::vector<std::string> merge_environment(
     const Environment& env, const std::vector<std::pair<std::string, std::string>>& overrides);
 
+// A warm spare's environment (--warm-spare): a rank's `rank_env` ("KEY=VALUE") less what
+// names that rank (its rank variables, files and devices), with DDPRUN_SPARE=1.
+std::vector<std::string> spare_environment(const std::vector<std::string>& rank_env);
+// What a spare reads on its stdin when it becomes a rank: that rank's whole environment,
+// each "KEY=VALUE" ended by a NUL byte (as /proc/PID/environ has it).
+std::string spare_assignment(const std::vector<std::string>& rank_env);
+
 }  // namespace ddprun

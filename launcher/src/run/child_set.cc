@@ -25,12 +25,65 @@ ChildSet::~ChildSet() {
       ::shutdown(child.connection, SHUT_RDWR);
     }
     if (child.exited || child.connection >= 0) continue;
-    signal_group(child.pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (guardian_ != nullptr) guardian_->forget(child.pid);
+    kill_and_wait(child);
   }
+  if (standby_) kill_and_wait(*standby_);
+}
+
+void ChildSet::kill_and_wait(const Child& child) {
+  signal_group(child.pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (guardian_ != nullptr) guardian_->forget(child.pid);
+}
+
+void ChildSet::start_standby(SpawnSpec spec) {
+  if (standby_) kill_and_wait(*standby_);
+  standby_.reset();
+  Pipe out = make_pipe();
+  Pipe err = make_pipe();
+  Pipe in = make_pipe(/*nonblocking_read=*/false);
+  spec.stdout_fd = out.write_end.get();
+  spec.stderr_fd = err.write_end.get();
+  spec.stdin_fd = in.read_end.get();
+  Child child;
+  child.pid = spawn_process(spec, signals_.original_mask());
+  if (guardian_ != nullptr) guardian_->watch(child.pid);
+  child.out = std::move(out.read_end);
+  child.err = std::move(err.read_end);
+  child.stdin_pipe = std::move(in.write_end);
+  standby_ = std::move(child);
+}
+
+std::optional<std::size_t> ChildSet::take_standby(std::string_view message) {
+  reap_standby();
+  if (!standby_) return std::nullopt;
+  Child child = std::move(*standby_);
+  standby_.reset();
+  // A message of a few KB fits in the empty pipe; a spare that ended meanwhile takes none.
+  if (!write_all(child.stdin_pipe.get(), message)) {
+    kill_and_wait(child);
+    return std::nullopt;
+  }
+  child.stdin_pipe.reset();               // its end of input: one message
+  child.started_at = SteadyClock::now();  // the rank's time counts from here
+  children_.push_back(std::move(child));
+  return children_.size() - 1;
+}
+
+void ChildSet::reap_standby() {
+  if (!standby_) return;
+  int status = 0;
+  pid_t pid = 0;
+  do {
+    pid = ::wait4(standby_->pid, &status, WNOHANG, nullptr);
+  } while (pid < 0 && errno == EINTR);
+  if (pid != standby_->pid) return;
+  signal_group(standby_->pid, SIGKILL);
+  if (guardian_ != nullptr) guardian_->forget(standby_->pid);
+  standby_.reset();
+  standby_end_ = status;
 }
 
 std::size_t ChildSet::start(SpawnSpec spec, const std::string& input, bool keep_stdin) {
@@ -304,6 +357,7 @@ void ChildSet::keep_heartbeats(const ChildEvents& events) {
 }
 
 void ChildSet::reap(const ChildEvents& events) {
+  reap_standby();
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
     if (child.exited || child.connection >= 0) continue;

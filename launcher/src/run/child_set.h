@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ddprun/common/net.h"
@@ -64,6 +65,22 @@ class ChildSet {
   // With `input`, its stdin is a pipe that starts with `input` and, with `keep_stdin`,
   // stays open for later messages (stdin_fd); otherwise stdin is /dev/null.
   std::size_t start(SpawnSpec spec, const std::string& input = {}, bool keep_stdin = false);
+
+  // A warm spare (--warm-spare, docs/fault-tolerance.md): a process started like a child but
+  // not one of the set until taken, with its stdin a pipe kept open; its output is not read
+  // meanwhile (a spare says little before it is needed) and its end is reaped quietly. One at
+  // a time: a second replaces the first.
+  void start_standby(SpawnSpec spec);
+  bool standby_ready() const { return standby_.has_value(); }  // started and still running
+  std::optional<pid_t> standby_pid() const {
+    return standby_ ? std::optional<pid_t>(standby_->pid) : std::nullopt;
+  }
+  // How the last spare ended by itself before it was taken (a wait status), once.
+  std::optional<int> take_standby_end() { return std::exchange(standby_end_, std::nullopt); }
+  // Makes the spare a child of the set (its index): `message` is written on its stdin, which
+  // is then closed, and its output is read from here on. nullopt when there is none, or it
+  // could not take the message (it ended meanwhile).
+  std::optional<std::size_t> take_standby(std::string_view message);
 
   // A child that is a connection, not a process: a node behind the launchers' rendezvous
   // (rendezvous.h), served from this loop with no process and no descriptor of its own.
@@ -135,6 +152,9 @@ class ChildSet {
     LineOutbox outbox;  // what its socket had no room for yet
   };
   void reap(const ChildEvents& events);
+  void reap_standby();
+  // SIGKILLs `child`'s group and waits for it (the destructor, a replaced spare).
+  void kill_and_wait(const Child& child);
   void pump(std::size_t child, bool is_stderr, const ChildEvents& events);
   void pump_connection(std::size_t child, const ChildEvents& events);
   // A connection's end: its streams close and it exits with `wait_status`.
@@ -148,6 +168,8 @@ class ChildSet {
   Guardian* guardian_;
   HeartbeatWatch watch_;
   std::vector<Child> children_;
+  std::optional<Child> standby_;  // the warm spare, until taken
+  std::optional<int> standby_end_;
   std::vector<char> buffer_ = std::vector<char>(64 * 1024);
 };
 

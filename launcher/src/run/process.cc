@@ -157,6 +157,22 @@ constexpr std::size_t kChildStackBytes = 64 * 1024;
 
 }  // namespace
 
+bool set_process_cpus(pid_t pid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(cpu), &set);
+  }
+  bool all = true;
+  std::error_code error;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error)) {
+    const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    all = ::sched_setaffinity(tid, sizeof set, &set) == 0 && all;
+  }
+  return all && !error;
+}
+
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask) {
   // Everything the child needs is prepared before the clone: after it, only system calls.
   std::vector<char*> argv;

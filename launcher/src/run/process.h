@@ -74,6 +74,10 @@ struct SpawnSpec {
 // print one line and exit 127.
 pid_t spawn_process(const SpawnSpec& spec, const sigset_t& child_mask);
 
+// Sets the CPU affinity of every thread of the running process `pid` (a warm spare that
+// takes a bound rank); false when a thread could not be set.
+bool set_process_cpus(pid_t pid, const std::vector<int>& cpus);
+
 // Sends `signal_number` to the process group `pgid`; ignores groups already gone.
 void signal_group(pid_t pgid, int signal_number) noexcept;
 

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 
 #include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"
+#include "plan/rank_environment.h"
+#include "report/labels.h"
 #include "report/report.h"
 #include "report/stacks.h"
 #include "run/agent_messages.h"
@@ -193,6 +196,48 @@ void ProcessRunner::start_fresh() {
     if (answer && answer->id == request_id_ && serving_) answers_.push_back(std::move(*answer));
   });
   specs_.clear();
+  spare_spec_.reset();
+  spare_due_.reset();
+  spares_failed_ = false;
+}
+
+std::optional<std::size_t> ProcessRunner::take_spare(const ChildSpec& spec) {
+  const bool replacement = std::any_of(specs_.begin(), specs_.end(), [&](const Child& c) {
+    return !c.agent && c.rank == spec.rank;
+  });
+  if (!replacement || !children_->standby_ready()) return std::nullopt;
+  const auto child = children_->take_standby(spare_assignment(spec.env));
+  if (!child) return std::nullopt;
+  if (!spec.cpus.empty()) (void)set_process_cpus(children_->pid(*child), spec.cpus);
+  spare_due_ = RunnerClock::now() + config_.spare_delay;  // the recovery first
+  // Said after the round's own line on the loss (at the next wait).
+  char age[32];
+  std::snprintf(age, sizeof age, "%.1f s",
+                std::chrono::duration<double>(RunnerClock::now() - spare_started_at_).count());
+  spare_note_ = "ddprun: rank " + std::to_string(spec.rank) +
+                "'s replacement is the warm spare, started " + age + " before\n";
+  return child;
+}
+
+void ProcessRunner::keep_spare() {
+  messages_ << std::exchange(spare_note_, {});
+  if (!spare_spec_ || spares_failed_) return;
+  if (const auto ended = children_->take_standby_end()) {
+    spares_failed_ = true;
+    messages_ << "ddprun: the warm spare ended before it was needed ("
+              << describe_wait_status(*ended)
+              << "); a lost rank's replacement starts as a new process this round\n";
+    return;
+  }
+  if (children_->standby_ready() || (spare_due_ && RunnerClock::now() < *spare_due_)) return;
+  spare_due_.reset();
+  try {
+    children_->start_standby(*spare_spec_);
+    spare_started_at_ = RunnerClock::now();
+  } catch (const std::exception& e) {
+    spares_failed_ = true;
+    messages_ << "ddprun: cannot start the warm spare: " << e.what() << "\n";
+  }
 }
 
 pid_t ProcessRunner::start(const ChildSpec& spec) {
@@ -235,10 +280,15 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   if (spec.connection >= 0) {
     child = children_->connect(spec.connection, spec.hello, spec.connection_line_end,
                                spec.connection_max_line);
+  } else if (const auto spare = config_.warm_spare ? take_spare(spec) : std::nullopt) {
+    child = *spare;
   } else {
     SpawnSpec process{spec.path, spec.argv, spec.env};
     process.cpus = spec.cpus;
     child = children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
+    if (config_.warm_spare && !spec.agent && !spare_spec_) {
+      spare_spec_ = SpawnSpec{spec.path, spec.argv, spare_environment(spec.env)};
+    }
   }
   relay_->add(std::move(target));
   specs_.push_back({spec.agent, spec.rank, spec.node_rank, spec.host, spec.control_nodes,
@@ -277,41 +327,6 @@ std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {
   return TraceSnapshot{*file, std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count()};
-}
-
-std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::size_t>& children) {
-  return take_stacks(children, /*keep=*/true);
-}
-
-std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size_t>& children,
-                                                     bool keep) {
-  std::vector<StackTarget> targets;
-  for (const std::size_t child : children) {
-    targets.push_back({children_->pid(child), specs_.at(child).python_stack_file});
-  }
-  // A stop signal meanwhile (a second Ctrl-C) ends the capture: the user wants out.
-  const auto on_signal = [this](int sig) {
-    events_.signal(sig);  // a SIGHUP that detaches is done there, and ends nothing
-    if (sig == SIGHUP && config_.detach_on_hangup) return false;
-    return sig != SIGUSR1 && sig != SIGUSR2;
-  };
-  // Up to seconds without the loop: the other nodes hear this one before and after.
-  send_heartbeats();
-  std::vector<StackCapture> captures =
-      ddprun::capture_stacks(signals_, targets, config_.eu_stack, {}, on_signal);
-  send_heartbeats();
-  children_->reap_now(events_);  // the capture's loop read the SIGCHLD of any that ended
-  for (std::size_t i = 0; keep && i < children.size(); ++i) {
-    const std::string& log = specs_.at(children[i]).stacks_log;
-    if (log.empty()) continue;
-    try {
-      ::unlink(log.c_str());  // an earlier capture of this round (a stall's)
-      write_new_file(log, format_stack_file(captures[i]));
-    } catch (const std::exception& e) {
-      captures[i].problem += (captures[i].problem.empty() ? "" : "; ") + std::string(e.what());
-    }
-  }
-  return captures;
 }
 
 void ProcessRunner::signal(std::size_t child, int sig) {
@@ -410,7 +425,10 @@ RunnerEvent ProcessRunner::wait(std::optional<RunnerClock::time_point> deadline)
   const bool output_was_open = children_->output_open();
   while (pending_.empty()) {
     if (deadline && RunnerClock::now() >= *deadline) return RunnerEvent{};
-    wait_once(deadline);
+    keep_spare();
+    auto wake = deadline;
+    if (spare_due_ && !spares_failed_ && (!wake || *spare_due_ < *wake)) wake = spare_due_;
+    wait_once(wake);
     // The last output closing is news too: after the last exit it ends the round, which
     // must not wait out the drain deadline (seen: 2 s when a pipe's end came after its
     // child's exit).

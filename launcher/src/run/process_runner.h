@@ -59,6 +59,12 @@ struct ProcessRunnerConfig {
   // empty: a fresh one is made under `tmp_dir` (mkdtemp) when one is first needed.
   std::string private_dir;
   std::string tmp_dir = "/tmp";
+  // --warm-spare (--restart-scope rank): a spare worker is kept started (once the round's
+  // workers are, and `spare_delay` after each use, so that it never slows a recovery), and
+  // a lost rank's replacement is that spare given the rank's environment
+  // (ChildSet::start_standby) instead of a new process.
+  bool warm_spare = false;
+  std::chrono::milliseconds spare_delay{2000};
 };
 
 class ProcessRunner : public Runner {
@@ -139,6 +145,10 @@ class ProcessRunner : public Runner {
   // without progress (or ProcessRunnerConfig::console_drain_limit in all, or an event).
   void drain_console(std::chrono::milliseconds stall);
   void start_fresh();  // a new child set and relay: children number from 0 again
+  // --warm-spare: a replacement for a rank started before takes the spare (its index), when
+  // one is ready; keep_spare starts one when it is due, and says once when one ended by itself.
+  std::optional<std::size_t> take_spare(const ChildSpec& spec);
+  void keep_spare();
   void show_first_steps();
   // One turn of the loop (ChildSet::wait_once) that also wakes for the fold's next
   // release and lets out what is due.
@@ -219,6 +229,13 @@ class ProcessRunner : public Runner {
   bool first_steps_armed_ = false;
   bool first_round_ = true;
   RunnerClock::time_point round_started_at_;
+  // --warm-spare: what the round's spare starts as (its first worker's spec, less its rank),
+  // when the next is due, and whether the round gave up on spares (one ended by itself).
+  std::optional<SpawnSpec> spare_spec_;
+  std::optional<RunnerClock::time_point> spare_due_;
+  bool spares_failed_ = false;
+  RunnerClock::time_point spare_started_at_;
+  std::string spare_note_;  // said at the next wait: the spare took a rank
   ChildEvents events_;
   LineSplitter head_lines_;
   LineOutbox head_outbox_;  // lines to node 0 (head_events_fd): never torn by a heartbeat

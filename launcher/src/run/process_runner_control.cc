@@ -1,5 +1,6 @@
 // ProcessRunner's answers to the job's handle (report/control.h): --status and --stacks
-// served from the loop (this node's ranks, and each agent's node asked on its stdin),
+// served from the loop (this node's ranks, and each agent's node asked on its stdin), the
+// stacks taken (for those answers and for the policy),
 // --stop, and the detach on SIGHUP that --attach follows; the head's messages (read_head).
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,8 +12,10 @@
 #include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"
 #include "report/control.h"
+#include "report/stacks.h"
 #include "run/agent_messages.h"
 #include "run/process_runner.h"
+#include "run/stack_capture.h"
 
 namespace ddprun {
 
@@ -30,6 +33,41 @@ char proc_state(pid_t pid) {
 }
 
 }  // namespace
+
+std::vector<StackCapture> ProcessRunner::capture_stacks(const std::vector<std::size_t>& children) {
+  return take_stacks(children, /*keep=*/true);
+}
+
+std::vector<StackCapture> ProcessRunner::take_stacks(const std::vector<std::size_t>& children,
+                                                     bool keep) {
+  std::vector<StackTarget> targets;
+  for (const std::size_t child : children) {
+    targets.push_back({children_->pid(child), specs_.at(child).python_stack_file});
+  }
+  // A stop signal meanwhile (a second Ctrl-C) ends the capture: the user wants out.
+  const auto on_signal = [this](int sig) {
+    events_.signal(sig);  // a SIGHUP that detaches is done there, and ends nothing
+    if (sig == SIGHUP && config_.detach_on_hangup) return false;
+    return sig != SIGUSR1 && sig != SIGUSR2;
+  };
+  // Up to seconds without the loop: the other nodes hear this one before and after.
+  send_heartbeats();
+  std::vector<StackCapture> captures =
+      ddprun::capture_stacks(signals_, targets, config_.eu_stack, {}, on_signal);
+  send_heartbeats();
+  children_->reap_now(events_);  // the capture's loop read the SIGCHLD of any that ended
+  for (std::size_t i = 0; keep && i < children.size(); ++i) {
+    const std::string& log = specs_.at(children[i]).stacks_log;
+    if (log.empty()) continue;
+    try {
+      ::unlink(log.c_str());  // an earlier capture of this round (a stall's)
+      write_new_file(log, format_stack_file(captures[i]));
+    } catch (const std::exception& e) {
+      captures[i].problem += (captures[i].problem.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  return captures;
+}
 
 std::vector<RankStatus> ProcessRunner::local_status(bool stacks) {
   std::vector<RankStatus> ranks;

@@ -162,6 +162,31 @@ TEST(BuildPlan, SeveralNodesGetContiguousRankBlocks) {
   EXPECT_EQ(env_map(plan, plan.ranks[3]).at("GROUP_WORLD_SIZE"), "3");
 }
 
+// A warm spare has the round's environment less what names a rank; when it takes one, it is
+// given that rank's whole environment, NUL-ended entries that may hold any other byte.
+TEST(SpareEnvironment, LeavesOutWhatNamesARankAndTheAssignmentCarriesItAll) {
+  const std::vector<std::string> rank1 = {"PATH=/bin",
+                                          "RANK=1",
+                                          "LOCAL_RANK=1",
+                                          "WORLD_SIZE=2",
+                                          "GROUP_RANK=0",
+                                          "ROLE_RANK=1",
+                                          "MASTER_PORT=29500",
+                                          "TORCHELASTIC_ERROR_FILE=/e/1.json",
+                                          "DDPRUN_PROGRESS_FILE=/p/1",
+                                          "DDPRUN_TRACE_FILE=/t/1",
+                                          "DDPRUN_DEVICES=1",
+                                          "CUDA_VISIBLE_DEVICES=1",
+                                          "X=a=b\nc"};
+  EXPECT_EQ(spare_environment(rank1),
+            (std::vector<std::string>{"PATH=/bin", "WORLD_SIZE=2", "MASTER_PORT=29500", "X=a=b\nc",
+                                      "DDPRUN_SPARE=1"}));
+  const std::string assignment = spare_assignment(rank1);
+  EXPECT_EQ(std::count(assignment.begin(), assignment.end(), '\0'), 13);
+  EXPECT_EQ(assignment.substr(0, 17), std::string("PATH=/bin\0RANK=1\0", 17));
+  EXPECT_EQ(assignment.back(), '\0');
+}
+
 TEST(MergeEnvironment, ContractOverridesInheritedValues) {
   const auto merged = merge_environment({{"PATH", "/bin"}, {"RANK", "99"}}, {{"RANK", "0"}});
   EXPECT_EQ(merged, (std::vector<std::string>{"PATH=/bin", "RANK=0"}));

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -73,6 +74,52 @@ TEST(ProcessRunner, TheRoundEndsWhenTheLastOutputClosesNotAtTheDrainDeadline) {
   const auto took = RunnerClock::now() - started;
   EXPECT_GE(took, std::chrono::milliseconds(300));  // the output did stay open
   EXPECT_LT(took, std::chrono::seconds(30));
+}
+
+// A warm spare (ChildSet::start_standby): taken, it reads its message on stdin and its output
+// is the new child's; one that ends by itself is reaped quietly and said once; one never
+// taken is killed and reaped with the set.
+TEST(ChildSet, AStandbyIsTakenWithItsMessageOrReapedQuietlyAndNeverLeftBehind) {
+  SignalChannel signals;
+  Guardian guardian;
+  std::string out;
+  std::optional<ChildExit> exited;
+  ChildEvents events;
+  events.output = [&](std::size_t, bool, std::string_view data) { out.append(data); };
+  events.exited = [&](std::size_t, const ChildExit& exit) { exited = exit; };
+  ChildSet children(signals, &guardian);
+  const auto until = [&](const std::function<bool()>& done) {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(20);
+    while (!done() && SteadyClock::now() < deadline) children.wait_once(deadline, -1, events);
+    return done();
+  };
+  EXPECT_FALSE(children.take_standby("x").has_value());  // none started
+  children.start_standby({"/bin/sh", {"sh", "-c", "tr '\\000' '\\n'"}, {}});
+  ASSERT_TRUE(children.standby_ready());
+  const auto taken = children.take_standby(std::string("A=1\0B=2\0", 8));
+  ASSERT_EQ(taken, std::optional<std::size_t>(0));  // the set's first child
+  EXPECT_FALSE(children.standby_ready());
+  ASSERT_TRUE(until([&] { return exited.has_value() && !children.output_open(); })) << out;
+  EXPECT_EQ(out, "A=1\nB=2\n");
+  EXPECT_EQ(exited->wait_status, 0);
+
+  children.start_standby({"/bin/sh", {"sh", "-c", "exit 3"}, {}});
+  ASSERT_TRUE(until([&] { return !children.standby_ready(); }));
+  const auto end = children.take_standby_end();
+  ASSERT_TRUE(end.has_value());
+  EXPECT_TRUE(WIFEXITED(*end) && WEXITSTATUS(*end) == 3);
+  EXPECT_FALSE(children.take_standby_end().has_value());  // said once
+  EXPECT_FALSE(children.take_standby("x").has_value());
+
+  pid_t left = 0;
+  {
+    ChildSet other(signals, &guardian);
+    other.start_standby({"/bin/sleep", {"sleep", "60"}, {}});
+    ASSERT_TRUE(other.standby_pid().has_value());
+    left = *other.standby_pid();
+    EXPECT_EQ(::kill(left, 0), 0);
+  }
+  EXPECT_NE(::kill(left, 0), 0);  // killed and reaped with its set
 }
 
 // The far end of a node's connection, as that node's ddprun holds it.

@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "ddprun/contract/errors.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/init_method.h"
+
+extern char** environ;
 
 namespace ddprun::worker {
 namespace {
@@ -123,6 +129,45 @@ TEST(EnvTest, RankDevicesAreDdprunsOrTheLocalRanksBlock) {
     EXPECT_STREQ(e.what(), "this worker needs 3 devices, and DDPRUN_DEVICES gives it 2");
     EXPECT_EQ(e.hint(), "start it with ddprun --gpus-per-proc 3");
   }
+}
+
+// A warm spare reads its rank's environment on its stdin: NUL-ended entries, then the end of
+// its input; that becomes the process's environment. The end alone: not needed.
+TEST(SpareTest, ASpareBecomesTheRankItIsGivenOrEndsWhenGivenNothing) {
+  EXPECT_TRUE(is_spare({{"DDPRUN_SPARE", "1"}}));
+  EXPECT_FALSE(is_spare({{"DDPRUN_SPARE", "0"}}));
+  EXPECT_FALSE(is_spare({}));
+  const auto given = [](const std::string& bytes) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    EXPECT_EQ(::write(fds[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::close(fds[1]);
+    const auto env = become_rank(fds[0]);
+    ::close(fds[0]);
+    return env;
+  };
+  // become_rank replaces this process's environment: the other tests get theirs back.
+  const Environment before = snapshot_environment(environ);
+  struct Restore {
+    const Environment& env;
+    ~Restore() {
+      ::clearenv();
+      for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
+    }
+  } restore{before};
+  EXPECT_FALSE(given("").has_value());
+  static const char kRank1[] =
+      "RANK=1\0WORLD_SIZE=2\0MASTER_ADDR=n0\0MASTER_PORT=29500\0DDPRUN_TEST_SPARE=a=b\nc";
+  const auto env = given(std::string(kRank1, sizeof kRank1));  // its own NUL ends the last
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->size(), 5u);
+  EXPECT_EQ(env->at("DDPRUN_TEST_SPARE"), "a=b\nc");
+  EXPECT_STREQ(std::getenv("DDPRUN_TEST_SPARE"), "a=b\nc");
+  EXPECT_EQ(std::getenv("DDPRUN_SPARE"), nullptr);  // the whole environment is the rank's
+  EXPECT_EQ(read_worker_env(*env).rank, 1);
+  EXPECT_THROW(given(std::string("RANK=1", 6)), EnvError);   // no NUL at the end
+  EXPECT_THROW(given(std::string("=1\0", 3)), EnvError);     // no name
+  EXPECT_THROW(given(std::string("RANK1\0", 6)), EnvError);  // no '='
 }
 
 TEST(EnvTest, SnapshotSplitsAtTheFirstEquals) {

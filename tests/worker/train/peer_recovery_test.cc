@@ -45,12 +45,12 @@ class PeerRecovery : public ddprun::support::TrainingFolder {
   }
 
   // Runs ddprun --restart-scope rank; returns the exit status and leaves the output in log_.
-  int run(int nproc, const std::string& config_file, const std::string& name,
-          int max_restarts = 2) {
+  int run(int nproc, const std::string& config_file, const std::string& name, int max_restarts = 2,
+          const std::string& options = "") {
     log_ = path(name + ".log");
     const std::string cmd = std::string("'") + DDPRUN_BIN + "' --nproc-per-node " +
                             std::to_string(nproc) + " --restart-scope rank --max-restarts " +
-                            std::to_string(max_restarts) + " -- '" + DDP_TRAIN_BIN +
+                            std::to_string(max_restarts) + " " + options + " -- '" + DDP_TRAIN_BIN +
                             "' --config '" + config_file + "' >'" + log_ + "' 2>&1";
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -142,6 +142,23 @@ TEST_F(PeerRecovery, ASecondLossDuringTheRecoveryEndsInAFullRestartThatStillFini
   EXPECT_EQ(count(out, "restarting all workers"), 1) << out;
   EXPECT_EQ(count(out, "ddp-train: recovered"), 0) << out;
   EXPECT_EQ(read_json(path("twice.params"))["params"], read_json(path("base.params"))["params"]);
+}
+
+// ddprun --warm-spare: the replacement is a ddp-train started ahead (its data loaded), given
+// the lost rank's environment; the run is the uninterrupted one's, bit for bit, and every
+// process of the job is gone when it ends (the spare that was not needed too).
+TEST_F(PeerRecovery, AWarmSpareBecomesTheLostRankAndTheRunStaysBitIdentical) {
+  ASSERT_EQ(run(2, config("base", true, json::object()), "base"), 0) << log();
+  const json diagnostics = {{"kill_rank", 1}, {"kill_at_step", 12}, {"kill_in", "backward"}};
+  ASSERT_EQ(run(2, config("spare", true, diagnostics), "spare", 2, "--warm-spare"), 0) << log();
+  const std::string out = log();
+  EXPECT_TRUE(std::regex_search(out, std::regex("started its replacement, pid [0-9]+ \\(1 "
+                                                "restart\\(s\\) left\\)\nddprun: rank 1's "
+                                                "replacement is the warm spare, started")))
+      << out;
+  EXPECT_NE(out.find("ddp-train: recovered rank 1 at step 12 from rank 0"), std::string::npos)
+      << out;
+  EXPECT_EQ(read_json(path("spare.params"))["params"], read_json(path("base.params"))["params"]);
 }
 
 // Without ddprun's membership file there is no recovery from peers: rank 0 says so at the

@@ -1,6 +1,11 @@
 #include "ddprun/worker/env.h"
 
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "ddprun/common/parse_int.h"
@@ -108,6 +113,42 @@ WorkerEnv read_worker_env(const Environment& env) {
   out.master_addr = *addr;
   out.master_port = required_int(env, ddprun::env::kMasterPort, 1, 65535);
   return out;
+}
+
+bool is_spare(const Environment& env) {
+  const std::string* spare = find(env, env::kDdprunSpare);
+  return spare != nullptr && *spare == "1";
+}
+
+std::optional<Environment> become_rank(int fd) {
+  std::string input;
+  char chunk[4096];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0)
+      throw EnvError(std::string("a warm spare could not read its rank: ") + std::strerror(errno));
+    if (got == 0) break;
+    input.append(chunk, static_cast<std::size_t>(got));
+  }
+  if (input.empty()) return std::nullopt;
+  if (input.back() != '\0')
+    throw EnvError("a warm spare's rank environment does not end with a NUL byte");
+  Environment env;
+  for (std::size_t start = 0; start < input.size();) {
+    const std::size_t end = input.find('\0', start);
+    const std::string entry = input.substr(start, end - start);
+    const std::size_t equals = entry.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      throw EnvError("a warm spare's rank environment has an entry without a name: '" +
+                     entry.substr(0, 64) + "'");
+    }
+    env[entry.substr(0, equals)] = entry.substr(equals + 1);
+    start = end + 1;
+  }
+  ::clearenv();
+  for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
+  return env;
 }
 
 std::vector<int> rank_devices(const WorkerEnv& env, int count) {

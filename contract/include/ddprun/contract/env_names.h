@@ -88,6 +88,11 @@ inline constexpr const char* kDdprunJobEndTime = "DDPRUN_JOB_END_TIME";
 // --virtual-local-rank. Unset when ddprun assigned it none (no GPU visible, or more
 // workers than GPUs).
 inline constexpr const char* kDdprunDevices = "DDPRUN_DEVICES";
+// "1" in a warm spare (--warm-spare, docs/environment.md): a worker started ahead of need
+// with no rank, which reads its rank's whole environment on its stdin (KEY=VALUE entries,
+// each ended by a NUL byte, then end of file) when a rank is lost, or end of file alone when
+// the round ends without needing it.
+inline constexpr const char* kDdprunSpare = "DDPRUN_SPARE";
 // The launchers' rendezvous secret (docs/fault-tolerance.md): read by ddprun itself and
 // removed from every environment it gives a child (workers, relays, agents).
 inline constexpr const char* kDdprunRdzvToken = "DDPRUN_RDZV_TOKEN";

@@ -45,6 +45,17 @@ struct WorkerEnv {
 // missing, not an integer, or out of range (e.g. RANK >= WORLD_SIZE).
 WorkerEnv read_worker_env(const Environment& env);
 
+// Whether this process is a warm spare (DDPRUN_SPARE=1, ddprun --warm-spare): started ahead
+// of need, with no rank.
+bool is_spare(const Environment& env);
+
+// A warm spare's wait for a rank: blocks reading `fd` (its stdin) until ddprun writes the
+// rank's whole environment (KEY=VALUE entries, each ended by a NUL byte) and closes it;
+// makes that this process's environment (LibTorch's libraries read some of it themselves)
+// and returns it. nullopt when the input ends with nothing: the round ended without
+// needing the spare (exit 0). Throws EnvError on anything else.
+std::optional<Environment> become_rank(int fd);
+
 // The `count` GPU ordinals a worker that uses `count` devices should take: the first
 // `count` of DDPRUN_DEVICES, else (no DDPRUN_DEVICES) LOCAL_RANK * count .. + count - 1, as
 // a hand-written model-parallel DDP script does. Throws ddprun::UsageError when
