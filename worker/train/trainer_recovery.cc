@@ -108,7 +108,7 @@ void Trainer::share_state(bool holds_state, Clock::time_point since) {
     // the survivor furthest on.
     // Formatted apart: a precision set on out_ would stay for every line after this one.
     char seconds[32];
-    std::snprintf(seconds, sizeof seconds, "%.1f",
+    std::snprintf(seconds, sizeof seconds, "%.2f",
                   std::chrono::duration<double>(Clock::now() - since).count());
     out_ << "ddp-train: recovered rank" << (source.replacements.size() == 1 ? " " : "s ")
          << rank_list(source.replacements) << " at step " << position_.step + 1 << " from rank "
