@@ -53,6 +53,11 @@ void ChildSet::start_standby(SpawnSpec spec) {
   child.out = std::move(out.read_end);
   child.err = std::move(err.read_end);
   child.stdin_pipe = std::move(in.write_end);
+  // Its message must never wait for it (take_standby): room for a large environment, and a
+  // write that returns at once.
+  (void)::fcntl(child.stdin_pipe.get(), F_SETPIPE_SZ, kStandbyPipeBytes);
+  (void)::fcntl(child.stdin_pipe.get(), F_SETFL,
+                ::fcntl(child.stdin_pipe.get(), F_GETFL) | O_NONBLOCK);
   standby_ = std::move(child);
 }
 
@@ -61,8 +66,17 @@ std::optional<std::size_t> ChildSet::take_standby(std::string_view message) {
   if (!standby_) return std::nullopt;
   Child child = std::move(*standby_);
   standby_.reset();
-  // A message of a few KB fits in the empty pipe; a spare that ended meanwhile takes none.
-  if (!write_all(child.stdin_pipe.get(), message)) {
+  // The loop never waits for a spare that reads nothing yet (still loading, or hung): the
+  // message goes whole into its empty pipe at once, or the spare is not used. One that ended
+  // meanwhile takes none either.
+  std::string_view rest = message;
+  while (!rest.empty()) {
+    const ssize_t written = ::write(child.stdin_pipe.get(), rest.data(), rest.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) break;
+    rest.remove_prefix(static_cast<std::size_t>(written));
+  }
+  if (!rest.empty()) {
     kill_and_wait(child);
     return std::nullopt;
   }

@@ -66,6 +66,8 @@ class ChildSet {
   // stays open for later messages (stdin_fd); otherwise stdin is /dev/null.
   std::size_t start(SpawnSpec spec, const std::string& input = {}, bool keep_stdin = false);
 
+  // A warm spare's stdin pipe holds this much: a rank's whole environment, taken at once.
+  static constexpr int kStandbyPipeBytes = 1 << 20;
   // A warm spare (--warm-spare, docs/fault-tolerance.md): a process started like a child but
   // not one of the set until taken, with its stdin a pipe kept open; its output is not read
   // meanwhile (a spare says little before it is needed) and its end is reaped quietly. One at
@@ -78,8 +80,9 @@ class ChildSet {
   // How the last spare ended by itself before it was taken (a wait status), once.
   std::optional<int> take_standby_end() { return std::exchange(standby_end_, std::nullopt); }
   // Makes the spare a child of the set (its index): `message` is written on its stdin, which
-  // is then closed, and its output is read from here on. nullopt when there is none, or it
-  // could not take the message (it ended meanwhile).
+  // is then closed, and its output is read from here on. Never waits: nullopt when there is
+  // none, or it could not take the whole message at once (it ended meanwhile, or the message
+  // is larger than its pipe), and then it is killed.
   std::optional<std::size_t> take_standby(std::string_view message);
 
   // A child that is a connection, not a process: a node behind the launchers' rendezvous

@@ -77,8 +77,8 @@ TEST(ProcessRunner, TheRoundEndsWhenTheLastOutputClosesNotAtTheDrainDeadline) {
 }
 
 // A warm spare (ChildSet::start_standby): taken, it reads its message on stdin and its output
-// is the new child's; one that ends by itself is reaped quietly and said once; one never
-// taken is killed and reaped with the set.
+// is the new child's; one that ends by itself is reaped quietly and said once; one that cannot
+// take its message at once is not used; one never taken is killed and reaped with the set.
 TEST(ChildSet, AStandbyIsTakenWithItsMessageOrReapedQuietlyAndNeverLeftBehind) {
   SignalChannel signals;
   Guardian guardian;
@@ -110,6 +110,16 @@ TEST(ChildSet, AStandbyIsTakenWithItsMessageOrReapedQuietlyAndNeverLeftBehind) {
   EXPECT_TRUE(WIFEXITED(*end) && WEXITSTATUS(*end) == 3);
   EXPECT_FALSE(children.take_standby_end().has_value());  // said once
   EXPECT_FALSE(children.take_standby("x").has_value());
+
+  // A spare that reads nothing yet (still loading, or hung) and a message larger than its pipe:
+  // not used, and the loop never waits for it.
+  children.start_standby({"/bin/sleep", {"sleep", "60"}, {}});
+  const pid_t hung = *children.standby_pid();
+  const auto before = SteadyClock::now();
+  EXPECT_FALSE(children.take_standby(std::string(2 * ChildSet::kStandbyPipeBytes, 'x')));
+  EXPECT_LT(SteadyClock::now() - before, std::chrono::seconds(5));
+  EXPECT_FALSE(children.standby_ready());
+  EXPECT_NE(::kill(hung, 0), 0);  // killed and reaped
 
   pid_t left = 0;
   {
