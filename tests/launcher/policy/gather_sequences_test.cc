@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ddprun/contract/errors.h"
+#include "exploration.h"
 #include "fake_runner.h"
 #include "policy/gathering.h"
 #include "policy/supervision.h"
@@ -32,6 +33,8 @@ namespace ddprun {
 namespace {
 
 using testing::exited;
+using testing::Exploration;
+using testing::exploration_depth;
 using testing::FakeBehaviour;
 using testing::FakeRunner;
 using testing::killed;
@@ -474,24 +477,15 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   return {};
 }
 
-struct Exploration {
-  long sequences = 0;
-  std::set<std::string> kinds;
-  std::vector<std::string> violations;
-};
-
 void explore(const Config& config, std::vector<Step>& steps, std::size_t depth, Exploration& out) {
   if (!steps.empty()) {
     FakeRunner runner;
     runner.waits_forever_after = Ms(20000);
     const Outcome outcome = run_sequence(runner, config, steps);
     if (outcome.redundant) return;  // nor any longer one: its events never happen either
-    ++out.sequences;
-    const std::string broken = check(runner, config, outcome, steps);
-    if (!broken.empty() &&
-        out.kinds.insert(broken.substr(0, broken.find_first_of("0123456789("))).second) {
-      out.violations.push_back(broken + " <- " + describe(config, steps));
-    }
+    out.add(
+        check(runner, config, outcome, steps), [&] { return describe(config, steps); },
+        "0123456789(");
   }
   if (steps.size() == depth) return;
   for (int phase = steps.empty() ? 0 : steps.back().phase; phase < 4; ++phase) {
@@ -513,14 +507,7 @@ void explore(const Config& config, std::vector<Step>& steps, std::size_t depth, 
 // Events per sequence: DDPRUN_GATHER_DEPTH, else 7 (5 under the sanitizers: 92,000 and
 // 9,500 sequences; 2.5 s and 0.25 s optimized).
 std::size_t depth() {
-  if (const char* text = std::getenv("DDPRUN_GATHER_DEPTH")) {
-    return static_cast<std::size_t>(std::atoi(text));
-  }
-#ifdef __SANITIZE_ADDRESS__
-  return 5;
-#else
-  return 7;
-#endif
+  return exploration_depth("DDPRUN_GATHER_DEPTH", 7, 5);
 }
 
 TEST(GatherSequences, EverySequenceOverTwoGathersAndTheirRoundsKeepsTheInvariants) {

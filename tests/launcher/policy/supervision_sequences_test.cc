@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ddprun/contract/errors.h"
+#include "exploration.h"
 #include "fake_runner.h"
 #include "policy/supervision.h"
 
@@ -27,6 +28,8 @@ namespace ddprun {
 namespace {
 
 using testing::exited;
+using testing::Exploration;
+using testing::exploration_depth;
 using testing::FakeBehaviour;
 using testing::FakeRunner;
 using testing::killed;
@@ -657,24 +660,13 @@ std::string check(const FakeRunner& runner, const Config& config, const Outcome&
   return {};
 }
 
-struct Exploration {
-  long sequences = 0;
-  std::set<std::string> kinds;
-  std::vector<std::string> violations;
-};
-
 void explore(const Config& config, const std::vector<Event>& events_so_far, std::size_t depth,
              const std::vector<Event>& alphabet, Exploration& out) {
   if (!events_so_far.empty()) {
     FakeRunner runner;
     const Outcome outcome = run_sequence(runner, config, events_so_far);
-    ++out.sequences;
-    const std::string broken = check(runner, config, outcome, events_so_far);
-    // One example of each kind of violation.
-    if (!broken.empty() &&
-        out.kinds.insert(broken.substr(0, broken.find_first_of("0123456789"))).second) {
-      out.violations.push_back(broken + " <- " + describe(config, events_so_far));
-    }
+    out.add(check(runner, config, outcome, events_so_far),
+            [&] { return describe(config, events_so_far); });
   }
   if (events_so_far.size() == depth) return;
   for (const Event& next : alphabet) {
@@ -696,14 +688,7 @@ void explore(const Config& config, const std::vector<Event>& events_so_far, std:
 // sequences to 6; at 5 the unoptimized sanitized runs took 500 s of CPU in CI, head mode
 // 221 s of it, against 40 s for head mode at 6 optimized).
 std::size_t depth() {
-  if (const char* text = std::getenv("DDPRUN_SEQUENCE_DEPTH")) {
-    return static_cast<std::size_t>(std::atoi(text));
-  }
-#ifdef __SANITIZE_ADDRESS__
-  return 4;
-#else
-  return 6;
-#endif
+  return exploration_depth("DDPRUN_SEQUENCE_DEPTH", 6, 4);
 }
 
 class SupervisionSequences : public ::testing::TestWithParam<Mode> {};
