@@ -29,7 +29,7 @@ struct Exploration {
 
 // Events per sequence: the environment variable `name` when set, else `sanitized` under the
 // sanitizers (their job is the memory of every path, unoptimized and slow), else `optimized`.
-inline std::size_t exploration_depth(const char* name, std::size_t optimized,
+inline std::size_t exploration_depth(const char* name, [[maybe_unused]] std::size_t optimized,
                                      [[maybe_unused]] std::size_t sanitized) {
   if (const char* text = std::getenv(name)) return static_cast<std::size_t>(std::atoi(text));
 #ifdef __SANITIZE_ADDRESS__
