@@ -47,7 +47,7 @@ bool is_integer(const nlohmann::json& value) {
 
 }  // namespace
 
-std::optional<Membership> parse_membership(std::string_view text) {
+std::optional<Membership> parse_membership_part(std::string_view text) {
   const auto doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
   const auto version = doc.find("version");
@@ -71,10 +71,20 @@ std::optional<Membership> parse_membership(std::string_view text) {
       return std::nullopt;
     }
     const auto known = state_named(state->get<std::string>());
-    if (!known || rank->get<long>() != static_cast<long>(membership.ranks.size())) {
+    const long previous = membership.ranks.empty() ? -1 : membership.ranks.back().rank;
+    if (!known || rank->get<long>() <= previous || rank->get<long>() > (1L << 24)) {
       return std::nullopt;
     }
     membership.ranks.push_back({rank->get<int>(), *known, pid->get<pid_t>()});
+  }
+  return membership;
+}
+
+std::optional<Membership> parse_membership(std::string_view text) {
+  auto membership = parse_membership_part(text);
+  if (!membership) return std::nullopt;
+  for (std::size_t i = 0; i < membership->ranks.size(); ++i) {
+    if (membership->ranks[i].rank != static_cast<int>(i)) return std::nullopt;
   }
   return membership;
 }

@@ -67,5 +67,28 @@ TEST(MembershipFile, APartOrAnotherFileIsNoMembership) {
           .has_value());
 }
 
+TEST(MembershipFile, OneNodesPartNamesAnyRanksInIncreasingOrder) {
+  const auto part = parse_membership_part(
+      R"({"version": 3, "recoveries": 1, "ranks": [{"rank": 2, "state": "running", "pid": 5},)"
+      R"( {"rank": 3, "state": "replaced", "pid": 9}]})");
+  ASSERT_TRUE(part.has_value());
+  ASSERT_EQ(part->ranks.size(), 2U);
+  EXPECT_EQ(part->ranks[1].rank, 3);
+  EXPECT_EQ(part->ranks[1].state, Membership::State::kReplaced);
+  EXPECT_EQ(part->recoveries, 1);
+  // Not a whole file: rank 0 and 1 are missing.
+  EXPECT_FALSE(parse_membership(format_membership(*part)).has_value());
+  // Twice the same rank, ranks going down, a negative rank.
+  for (const char* ranks :
+       {R"([{"rank": 2, "state": "done", "pid": 5}, {"rank": 2, "state": "done", "pid": 6}])",
+        R"([{"rank": 3, "state": "done", "pid": 5}, {"rank": 2, "state": "done", "pid": 6}])",
+        R"([{"rank": -1, "state": "done", "pid": 5}])"}) {
+    EXPECT_FALSE(parse_membership_part(std::string(R"({"version": 1, "recoveries": 0, "ranks": )") +
+                                       ranks + "}")
+                     .has_value())
+        << ranks;
+  }
+}
+
 }  // namespace
 }  // namespace ddprun

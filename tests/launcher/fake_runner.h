@@ -89,6 +89,15 @@ class FakeRunner : public Runner {
   void report_at(int round, Ms at, std::size_t child, NodeEvent event) {
     external_.push_back({round, at, 0, false, child, std::move(event)});
   }
+  // Agent `child` passes on node `node`'s part of the membership `at` after round `round`
+  // starts.
+  void report_membership_at(int round, Ms at, std::size_t child, int node, Membership part) {
+    External e{round, at, 0};
+    e.child = child;
+    e.membership_node = node;
+    e.membership = std::move(part);
+    external_.push_back(std::move(e));
+  }
   // The head sends `sig` with `cause` (agent mode) `at` after round `round` starts.
   void head_signal_at(int round, Ms at, int sig, std::optional<NodeEvent> cause) {
     External e{round, at, sig};
@@ -125,10 +134,11 @@ class FakeRunner : public Runner {
     int round;
     Membership membership;
     Ms at;
+    bool whole;
   };
   std::vector<Published> memberships;
-  void publish_membership(const Membership& membership) override {
-    memberships.push_back({round_, membership, elapsed()});
+  void publish_membership(const Membership& membership, bool whole, int) override {
+    memberships.push_back({round_, membership, elapsed(), whole});
   }
   void set_stop_cause(const NodeEvent& cause) override {
     stop_causes.resize(static_cast<std::size_t>(round_) + 1);
@@ -220,6 +230,14 @@ class FakeRunner : public Runner {
     }
     External& e = external_[*external];
     e.delivered = true;
+    if (e.membership) {
+      if (!children_.at(e.child).alive) return wait(deadline);  // an agent that has ended
+      event.kind = RunnerEvent::Kind::kMembership;
+      event.child = e.child;
+      event.membership = *e.membership;
+      event.node = e.membership_node;
+      return event;
+    }
     if (e.reported) {
       if (!children_.at(e.child).alive) return wait(deadline);  // an agent that has ended
       happened.push_back({round_, false, e.child, -1, elapsed(), order_++, e.reported});
@@ -311,7 +329,9 @@ class FakeRunner : public Runner {
     std::size_t child = 0;                             // with `reported`
     std::optional<NodeEvent> reported = std::nullopt;  // an agent's report, not a signal
     bool from_head = false;
-    std::optional<NodeEvent> cause = std::nullopt;  // with from_head
+    std::optional<NodeEvent> cause = std::nullopt;        // with from_head
+    std::optional<Membership> membership = std::nullopt;  // a node's part (rank scope)
+    int membership_node = 0;
   };
   static constexpr RunnerClock::time_point kStart{};
   RunnerClock::time_point now_ = kStart;

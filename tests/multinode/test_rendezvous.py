@@ -27,7 +27,7 @@ import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
-    check_leftovers, job_env, run_on_cluster, sbatch)
+    check_leftovers, job_env, run_on_cluster, sbatch, wait_for_nodes)
 
 NPROC = 2
 PORT = 29533
@@ -129,18 +129,8 @@ def run_byhand(cluster, a, worker, marker, failures, result):
         os.makedirs(runtime, mode=0o700, exist_ok=True)
         procs[node] = cluster.popen(node, argv, env=dict(env, XDG_RUNTIME_DIR=runtime),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    outputs = {}
-    for node, p in procs.items():
-        try:
-            out, _ = p.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            failures.append(f"{node}'s ddprun did not exit within 150 s")
-        print(f"--- {node}: exit {p.returncode}\n{out}")
-        outputs[node] = out
-        if p.returncode != 0:
-            failures.append(f"{node}'s ddprun exited {p.returncode}, not 0")
+    outputs = wait_for_nodes(procs, failures)
+    for node, out in outputs.items():
         if node != cluster.nodes[0] and not re.search(
                 r"status on \S+: \['ddprun: run .*\), restarts 1 of 1", out):
             failures.append(f"{node}'s --status in round 1 did not count 1 restart of 1")

@@ -82,6 +82,25 @@ def job_env(marker, **extra):
     return env
 
 
+def wait_for_nodes(procs, failures, what="", timeout=150):
+    """Waits for each ddprun in `procs` ({node: Popen with text stdout}) to exit, printing
+    its output; a failure (prefixed `what`) for one that takes longer than `timeout` (it is
+    killed) or exits other than 0. Returns {node: output}."""
+    outputs = {}
+    for node, p in procs.items():
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            failures.append(f"{what}{node}'s ddprun did not exit within {timeout} s")
+        print(f"--- {what}{node}: exit {p.returncode}\n{out}")
+        outputs[node] = out
+        if p.returncode != 0:
+            failures.append(f"{what}{node}'s ddprun exited {p.returncode}, not 0")
+    return outputs
+
+
 def check_leftovers(cluster, marker, failures, what=""):
     """A failure (prefixed `what`) for each process of the job still alive on any node,
     which is then killed."""

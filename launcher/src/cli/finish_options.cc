@@ -53,16 +53,7 @@ void finish_options(Parser& parser) {
   const bool repeats = options.restart_on.allow_repeats;
   options.restart_on = parse_restart_on(torchrun.restart_on);
   options.restart_on.allow_repeats = repeats;
-  if (torchrun.restart_scope == "rank") {
-    options.restart_scope = RestartScope::kRank;
-    if (options.agent || options.nnodes.value_or(1) > 1) {
-      throw UsageError(
-          "--restart-scope rank runs on a single node for now" +
-              (options.agent ? std::string(", not under a head ddprun")
-                             : "; --nnodes " + std::to_string(*options.nnodes) + " asks for more"),
-          "leave out --restart-scope (job: every rank restarts) on more nodes");
-    }
-  }
+  if (torchrun.restart_scope == "rank") options.restart_scope = RestartScope::kRank;
   if (options.warm_spare && options.restart_scope != RestartScope::kRank) {
     throw UsageError(
         "--warm-spare needs --restart-scope rank: only a lost rank's replacement "

@@ -174,7 +174,7 @@ void Parser::add_restarts(CLI::App& group) {
       ->capture_default_str();
   add_value(group, "--restart-scope", torchrun.restart_scope, "job|rank",
             "What a worker's failure restarts: every rank (job), or only the lost rank, "
-            "in its place while the others go on (rank; one node only); each counts "
+            "in its place while the others go on (rank); each counts "
             "against --max-restarts")
       ->check(one_of({"job", "rank"}, "job|rank"))
       ->capture_default_str();

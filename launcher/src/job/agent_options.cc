@@ -69,6 +69,11 @@ std::vector<std::string> passed_on(const Options& options) {
                 {"--duplicate-stderr-filters", join_filters(options.duplicate_stderr_filters)});
   }
   if (!options.stacks) args.emplace_back("--no-stacks");
+  // Each node replaces its own lost ranks and reports them (the head keeps the budget).
+  if (options.restart_scope == RestartScope::kRank) {
+    args.insert(args.end(), {"--restart-scope", "rank"});
+    if (options.warm_spare) args.emplace_back("--warm-spare");
+  }
   if (options.mode == Mode::kCheck) {
     args.emplace_back("--check");  // answer the preflight, run nothing
     for (const auto& path : options.check_paths) args.insert(args.end(), {"--check-path", path});

@@ -155,10 +155,17 @@ Session resolve_session(Options options, Environment env, RunnerClock::time_poin
       std::cerr << "ddprun: warning: " << warning << "\n";
     }
   }
-  if (s.options.restart_scope == RestartScope::kRank && inputs.cluster.nodes.size() > 1) {
-    throw UsageError("--restart-scope rank runs on a single node for now; this job has " +
-                         std::to_string(inputs.cluster.nodes.size()) + " nodes",
-                     "leave out --restart-scope (job: every rank restarts) on more nodes");
+  // Each node replaces its own ranks and tells its head: srun and mpirun stand for every
+  // node as one child that takes no messages.
+  if (s.options.restart_scope == RestartScope::kRank &&
+      (inputs.launcher == LauncherKind::kSrun || inputs.launcher == LauncherKind::kMpirun)) {
+    throw UsageError(
+        "--restart-scope rank over several nodes needs a ddprun on each node that talks "
+        "with node 0's; --launcher " +
+            std::string(inputs.launcher == LauncherKind::kSrun ? "srun" : "mpirun") +
+            " starts them as one task",
+        "use --launcher ssh, or start ddprun once per node (srun ddprun ..., mpirun -npernode "
+        "1 ddprun ...) with --max-restarts, so that the nodes meet");
   }
   // MIG devices name no PCI device: nvidia-smi -L tells which GPU each is on.
   const auto& gpus = inputs.gpus.devices;

@@ -236,7 +236,8 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     runner.set_restarts_spent(start.round);  // as this round's run line counts them
     JobSettings settings = job.settings;
     settings.agent = true;  // one round: node 0 decides on the next
-    settings.max_restarts = 0;
+    // --restart-scope rank: this node replaces its own ranks; node 0 keeps the budget.
+    settings.max_restarts = std::max(0, job.options.max_restarts - start.round);
     settings.round.node_rank = node;
     int code = 0;
     try {

@@ -133,9 +133,10 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
         options.stacks
             ? write_python_stack_hook(std::filesystem::absolute(plan.attempt_dir + "/python"))
             : std::string();
-    // --restart-scope rank: the round's membership file, beside its progress files.
+    // --restart-scope rank: the round's membership file, beside its progress files (none
+    // without restarts: no rank is ever replaced, and the workers know it from its absence).
     const std::string membership =
-        options.restart_scope == RestartScope::kRank
+        options.restart_scope == RestartScope::kRank && options.max_restarts > 0
             ? std::filesystem::absolute(plan.attempt_dir + "/membership.json").string()
             : std::string();
     setup.children = worker_children(plan, program_path, env, hook_dir, membership);

@@ -332,6 +332,11 @@ std::optional<int> peer_round_line(const JoinedPeer& peer, std::string& line,
     line.pop_back();
     return std::nullopt;
   }
+  if (const auto report = parse_membership_report_line(line)) {
+    line = membership_report_line(*report);  // its ranks (--restart-scope rank), as written here
+    line.pop_back();
+    return std::nullopt;
+  }
   if (parse_agent_answer(line)) return std::nullopt;  // its ranks, for --status or --stacks
   const auto code = parse_exit_report(line);
   if (code) gathering.on(GatherEvent::of(GatherEvent::Kind::kReported, peer.join.node_rank));

@@ -24,11 +24,12 @@ enum class HostLine { kLine, kStop, kClosed, kTimedOut, kSilent };
 // round's own), until `deadline` (none: for ever). Meanwhile `interrupt_fd` is served with
 // `on_interrupt`: an event it asks to tell is kept in `held` when given, else sent at once.
 // With a heartbeat (once joined), one is sent to the host when due, its empty lines are
-// not lines, and a host silent for the heartbeat's `silent_after` is kSilent.
+// not lines, and a host silent for the heartbeat's `silent_after` is kSilent. Once joined,
+// node 0 is known: a line may then be up to kMaxPeerLine (a late membership, many ranks).
 HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> deadline,
                         int interrupt_fd, const OnInterrupt& on_interrupt,
                         std::optional<NodeEvent>* held, std::string& line,
-                        const Heartbeat& beat = {}) {
+                        const Heartbeat& beat = {}, std::size_t max_line = kMaxJoinBytes) {
   line.clear();
   HeartbeatWatch watch(beat);
   PeerBeat host = watch.start(RendezvousClock::now());
@@ -69,7 +70,7 @@ HostLine read_host_line(int socket, std::optional<RendezvousClock::time_point> d
       if (line.empty() && beat.on()) continue;  // a heartbeat
       return HostLine::kLine;
     }
-    if (line.size() > kMaxJoinBytes) throw ConfigError("node 0's ddprun sent no round start");
+    if (line.size() > max_line) throw ConfigError("node 0's ddprun sent no round start");
   }
 }
 
@@ -162,7 +163,8 @@ std::optional<HostWord> wait_for_host(int socket, const std::string& where,
                                       const Heartbeat& beat) {
   std::string line;
   for (;;) {
-    switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line, beat)) {
+    switch (read_host_line(socket, deadline, interrupt_fd, on_interrupt, nullptr, line, beat,
+                           kMaxPeerLine)) {
       case HostLine::kTimedOut:
         throw ConfigError("node 0's ddprun at " + where + " started no round in time",
                           "a node may be missing: raise --rdzv-conf join_timeout, or check "

@@ -80,11 +80,35 @@ RankResult& Round::add_child(std::size_t spec_index) {
   return rank;
 }
 
+void Round::drop_last_child() {
+  ranks_.pop_back();
+  reported_.pop_back();
+  spec_of_.pop_back();
+  started_at_.pop_back();
+}
+
+int Round::remote_recoveries() const {
+  int sum = 0;
+  for (const auto& [node, part] : parts_) sum += part.recoveries;
+  return sum;
+}
+
 void Round::publish(std::string change) {
   Membership membership;
   membership.version = ++membership_version_;
-  membership.recoveries = recoveries_;
+  membership.recoveries = recoveries_ + remote_recoveries();
   membership.change = std::move(change);
+  // Whole once every node behind an agent (its ssh subtree: control_nodes) has said who
+  // runs there.
+  std::size_t nodes_behind = 0;
+  for (std::size_t i = 0; i < std::min(specs_->size(), ranks_.size()); ++i) {
+    if (one_node_agent(i))
+      nodes_behind += static_cast<std::size_t>(std::max(1, (*specs_)[i].control_nodes));
+  }
+  const bool whole = parts_.size() >= nodes_behind;  // and each node's once (below)
+  for (const auto& [node, part] : parts_) {
+    membership.ranks.insert(membership.ranks.end(), part.ranks.begin(), part.ranks.end());
+  }
   for (std::size_t i = 0; i < std::min(specs_->size(), ranks_.size()); ++i) {
     if (ranks_[i].agent) continue;
     std::size_t last = i;
@@ -102,11 +126,36 @@ void Round::publish(std::string change) {
   }
   std::sort(membership.ranks.begin(), membership.ranks.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  runner_.publish_membership(membership);
+  // Ranks 0..N-1 once each, or the workers could not read it: then it waits for more.
+  bool contiguous = true;
+  for (std::size_t i = 0; i < membership.ranks.size(); ++i) {
+    contiguous = contiguous && membership.ranks[i].rank == static_cast<int>(i);
+  }
+  runner_.publish_membership(membership, whole && contiguous, policy_.node_rank);
+}
+
+void Round::on_membership(std::size_t child, int node, Membership part) {
+  if (!rank_scope() || !ranks_.at(child).agent || node == policy_.node_rank) return;
+  parts_[node] = std::move(part);
+  if (recoveries_left() < 0 && phase_ == Phase::kRunning && escalation_ != Escalation::kKilled) {
+    // Each node replaces its own ranks at once; the job's budget is the head's to keep.
+    const int budget = recoveries_left_ + recoveries_;
+    not_replaced_ = "node " + std::to_string(node) + " replaced a lost rank beyond the round's " +
+                    std::to_string(budget) +
+                    " restart(s) left (--max-restarts, counted over every node)";
+    NodeEvent event;
+    event.node = node;
+    event.code = 1;
+    event.what = "node " + std::to_string(event.node) + " lost a rank with no restarts left";
+    reported_[child] = event;
+    fail(child);
+    return;
+  }
+  publish({});  // its node said its own change on its console
 }
 
 bool Round::replace(std::size_t child) {
-  if (notice_seen_ != 0 || recoveries_left_ <= 0) return false;  // a notice: the round drains
+  if (notice_seen_ != 0 || recoveries_left() <= 0) return false;  // a notice: the round drains
   const std::string name = "rank " + std::to_string(ranks_[child].rank);
   const std::string how = describe_wait_status(ranks_[child].wait_status);
   if (ranks_[child].replacement) {
@@ -125,10 +174,7 @@ bool Round::replace(std::size_t child) {
   try {
     ranks_[index].pid = runner_.start((*specs_)[spec_of_[child]]);
   } catch (const std::exception& e) {
-    ranks_.pop_back();
-    reported_.pop_back();
-    spec_of_.pop_back();
-    started_at_.pop_back();
+    drop_last_child();
     not_replaced_ = name + "'s replacement could not be started: " + e.what();
     return false;
   }
@@ -138,7 +184,7 @@ bool Round::replace(std::size_t child) {
   ++recoveries_;
   publish(name + " (pid " + std::to_string(lost_pid) + ") " + how +
           "; started its replacement, pid " + std::to_string(ranks_[index].pid) + " (" +
-          std::to_string(recoveries_left_) + " restart(s) left)");
+          std::to_string(recoveries_left()) + " restart(s) left)");
   return true;
 }
 
@@ -182,6 +228,9 @@ void Round::handle(const RunnerEvent& event) {
       break;
     case RunnerEvent::Kind::kNodeEvent:
       on_node_event(event.child, event.node_event);
+      break;
+    case RunnerEvent::Kind::kMembership:
+      on_membership(event.child, event.node, event.membership);
       break;
     case RunnerEvent::Kind::kHeadLost:
       // This node's workers must not outlive the head.

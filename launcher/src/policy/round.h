@@ -32,6 +32,10 @@
 //
 // Under --restart-scope rank every change of who runs (a start, a loss, a replacement, a
 // rank that finished) is published (Runner::publish_membership) with a version one higher.
+// Over several nodes each node replaces its own ranks and reports its part to the head at
+// every change (an agent between them passes it on); the head merges the parts with its own
+// ranks, publishes the whole once every node's part came, and holds the job's budget: a
+// node's replacement beyond the recoveries left fails the round (a full restart decides).
 //
 // An agent tells its head at once (Runner::announce) when its round fails, when ddprun
 // itself is stopped or gets a notice; the head acts on such a report from an agent child as
@@ -42,6 +46,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +84,8 @@ class Round {
   // round.cc: starts, replacements, and the events.
   // A new child (not started yet) that runs children[spec].
   RankResult& add_child(std::size_t spec_index);
+  // Forgets the child add_child made last (its start failed).
+  void drop_last_child();
   bool rank_scope() const { return policy_.restart_scope == RestartScope::kRank; }
   // Tells the workers who runs now (--restart-scope rank): each worker of the round's
   // specs, as its last child (a replacement, when it has one) stands.
@@ -87,6 +94,12 @@ class Round {
   // rank; the caller checked the phase). Returns whether one runs; when none does for a
   // reason other than the end of the recoveries, not_replaced_ says why.
   bool replace(std::size_t child);
+  // The replacements the other nodes reported (their parts), and the recoveries the whole
+  // round has left with them.
+  int remote_recoveries() const;
+  int recoveries_left() const { return recoveries_left_ - remote_recoveries(); }
+  // Agent `child` passed on node `node`'s part of the membership.
+  void on_membership(std::size_t child, int node, Membership part);
   // An agent of one node (not srun or mpirun standing for every node).
   bool one_node_agent(std::size_t child) const {
     return ranks_[child].agent && ranks_[child].node_rank >= 0;
@@ -181,6 +194,8 @@ class Round {
   std::optional<NodeEvent> cause_;  // a stop's cause from elsewhere (RoundResult::cause)
   // What each agent child reported of its node's failure; nullopt: nothing.
   std::vector<std::optional<NodeEvent>> reported_;
+  // What each other node last reported of its ranks (rank scope), by node.
+  std::map<int, Membership> parts_;
   std::optional<std::size_t> first_failure_;
   std::optional<std::size_t> first_exit_;
   std::vector<std::size_t> still_running_;

@@ -82,7 +82,7 @@ RoundResult Round::finish() {
   result.notice = notice_seen_;
   result.stacks_when = stacks_when_;
   result.spawn_seconds = spawn_seconds_;
-  result.recoveries = recoveries_;
+  result.recoveries = recoveries_ + remote_recoveries();
   result.not_replaced = not_replaced_;
   return result;
 }

@@ -77,7 +77,12 @@ int run_job(Runner& runner, const JobSettings& settings,
     if (settings.summaries) messages << setup.summary;
     const auto run_start = runner.now();
     try {
-      const int left = settings.agent ? 0 : std::max(0, settings.max_restarts - round - recoveries);
+      // An agent's round: its replacements count against what its head has left, which
+      // ends the round when a node goes beyond it (Round::on_membership).
+      const int left =
+          settings.agent
+              ? (settings.round.restart_scope == RestartScope::kRank ? settings.max_restarts : 0)
+              : std::max(0, settings.max_restarts - round - recoveries);
       previous.emplace(run_round(runner, setup.children, settings.round, left));
     } catch (...) {
       end_with_exception(observer, decision);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "ddprun/contract/errors.h"
@@ -31,6 +32,77 @@ std::string agent_signal_message(int signal_number, const NodeEvent* cause) {
          "}\n";
 }
 
+namespace {
+
+// format_membership's text on one line (its line breaks are between JSON values).
+std::string membership_on_one_line(const Membership& membership) {
+  std::string text = format_membership(membership);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+}  // namespace
+
+std::string agent_membership_message(const Membership& membership) {
+  // Only the ranks that do not run their first process: at the start that is none, and a
+  // change costs its own ranks, not the job's (8,000 ranks would be 440 KB to every node).
+  Membership changed = membership;
+  std::erase_if(changed.ranks,
+                [](const Membership::Member& m) { return m.state == Membership::State::kRunning; });
+  std::string text = membership_on_one_line(changed);
+  text.insert(1, "\"world\": " + std::to_string(membership.ranks.size()) + ", ");
+  return "{\"membership\":" + text + "}\n";
+}
+
+namespace {
+
+std::optional<Membership> parse_agent_membership(const nlohmann::json& doc) {
+  const auto world = doc.find("world");
+  if (!doc.is_object() || world == doc.end() || !world->is_number_unsigned() ||
+      world->get<std::uint64_t>() < 1 || world->get<std::uint64_t>() > (1U << 24)) {
+    return std::nullopt;
+  }
+  auto changed = parse_membership_part(doc.dump());
+  const auto size = static_cast<int>(world->get<std::uint64_t>());
+  if (!changed || (!changed->ranks.empty() && changed->ranks.back().rank >= size)) {
+    return std::nullopt;
+  }
+  Membership whole = *changed;
+  whole.ranks.clear();
+  auto next = changed->ranks.begin();
+  for (int rank = 0; rank < size; ++rank) {
+    if (next != changed->ranks.end() && next->rank == rank) {
+      whole.ranks.push_back(*next++);
+    } else {
+      whole.ranks.push_back({rank, Membership::State::kRunning, -1});
+    }
+  }
+  return whole;
+}
+
+}  // namespace
+
+std::string membership_report_line(const MembershipReport& report) {
+  return std::string(kAgentAnswerMarker) + "{\"node\":" + std::to_string(report.node) +
+         ",\"membership\":" + membership_on_one_line(report.part) + "}\n";
+}
+
+std::optional<MembershipReport> parse_membership_report_line(std::string_view line) {
+  const auto start = line.find(kAgentAnswerMarker);
+  if (start == std::string_view::npos) return std::nullopt;
+  const auto doc =
+      nlohmann::json::parse(line.substr(start + kAgentAnswerMarker.size()), nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("membership") ||
+      !doc.contains("node") || !doc["node"].is_number_unsigned() ||
+      doc["node"].get<std::uint64_t>() > (1U << 20)) {
+    return std::nullopt;
+  }
+  auto part = parse_membership_part(doc["membership"].dump());
+  if (!part) return std::nullopt;
+  return MembershipReport{static_cast<int>(doc["node"].get<std::uint64_t>()), std::move(*part)};
+}
+
 AgentMessage parse_agent_message(std::string_view line) {
   const auto doc = nlohmann::json::parse(line, nullptr, false);
   const auto bad = [&] {
@@ -48,6 +120,11 @@ AgentMessage parse_agent_message(std::string_view line) {
       message.cause = parse_node_event_json(doc["cause"].dump());
       if (!message.cause) throw bad();
     }
+    return message;
+  }
+  if (doc.contains("membership")) {
+    message.membership = parse_agent_membership(doc["membership"]);
+    if (!message.membership) throw bad();
     return message;
   }
   if (doc.contains("control")) {

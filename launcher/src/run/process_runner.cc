@@ -24,7 +24,8 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
       config_(config),
       console_(std::make_unique<Console>(config.relay.console_stdout, config.relay.console_stderr)),
       message_buffer_(*console_),
-      messages_(&message_buffer_) {
+      messages_(&message_buffer_),
+      under_head_(config.head_fd >= 0) {
   start_fresh();
   console_->set_before_message([this] { relay_->release_all_folded(); });
   events_.output = [this](std::size_t child, bool is_stderr, std::string_view data) {
@@ -115,6 +116,8 @@ void ProcessRunner::end_round() {
   first_round_ = false;
   membership_file_.clear();
   membership_failed_ = false;
+  membership_reported_.reset();
+  membership_sent_.reset();
   first_steps_.reset();
   stop_cause_.reset();
   drain_console(config_.console_stall);
@@ -189,6 +192,15 @@ void ProcessRunner::start_fresh() {
       reported.kind = RunnerEvent::Kind::kNodeEvent;
       reported.child = child;
       reported.node_event = std::move(*event);
+      pending_.push_back(std::move(reported));
+      return;
+    }
+    if (auto report = parse_membership_report_line(line)) {
+      RunnerEvent reported;
+      reported.kind = RunnerEvent::Kind::kMembership;
+      reported.child = child;
+      reported.node = report->node;
+      reported.membership = std::move(report->part);
       pending_.push_back(std::move(reported));
       return;
     }
@@ -295,19 +307,6 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
                     spec.python_stack_file, spec.stacks_log, spec.progress_file, spec.trace_file,
                     spec.error_file});
   return children_->pid(child);
-}
-
-void ProcessRunner::publish_membership(const Membership& membership) {
-  round_replacements_ = membership.recoveries;
-  if (!membership.change.empty()) messages_ << "ddprun: " << membership.change << "\n";
-  if (membership_file_.empty() || membership_failed_) return;
-  try {
-    replace_file(membership_file_, format_membership(membership));
-  } catch (const std::system_error& e) {
-    membership_failed_ = true;
-    messages_ << "ddprun: error: cannot write the membership file: " << e.what()
-              << "; the workers see no more changes this round\n";
-  }
 }
 
 std::optional<long long> ProcessRunner::progress(std::size_t child) {

@@ -81,7 +81,7 @@ class ProcessRunner : public Runner {
   void signal(std::size_t child, int signal_number) override;
   void announce(const NodeEvent& event) override;
   void set_stop_cause(const NodeEvent& cause) override { stop_cause_ = cause; }
-  void publish_membership(const Membership& membership) override;
+  void publish_membership(const Membership& membership, bool whole, int node) override;
   RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override;
   bool output_open() const override { return children_->output_open(); }
   void close_output() override { children_->close_output(events_); }
@@ -154,6 +154,9 @@ class ProcessRunner : public Runner {
   // release and lets out what is due.
   void wait_once(std::optional<RunnerClock::time_point> deadline);
   void read_head();
+  // The job's whole membership (this ddprun's own, or its head's): its workers' file, and
+  // every agent that takes messages (an agent that cannot take it is a dead link: SIGKILL).
+  void take_membership(const Membership& membership);
   // On a node behind the rendezvous: the heartbeat to node 0 when due, and, while its
   // messages are read, the head lost (its connection shut, so the wait for node 0's next
   // word ends too) when it was silent.
@@ -190,6 +193,9 @@ class ProcessRunner : public Runner {
   std::unique_ptr<Console> console_;
   ConsoleMessages message_buffer_;
   std::ostream messages_;
+  // An agent, or a node behind the rendezvous: its membership goes to its head (read at
+  // the start: a head lost later does not make this node's part the job's whole).
+  bool under_head_ = false;
   std::unique_ptr<ChildSet> children_;
   std::unique_ptr<OutputRelay> relay_;
   // What the runner keeps of each child's spec, numbered as the child set numbers them.
@@ -212,6 +218,9 @@ class ProcessRunner : public Runner {
   // writing it failed this round (said once).
   std::string membership_file_;
   bool membership_failed_ = false;
+  // What this node last told its head, and its agents, of the membership (rank scope).
+  std::optional<Membership> membership_reported_;
+  std::optional<Membership> membership_sent_;
   int restarts_spent_ = 0;
   int round_replacements_ = 0;
   RunnerClock::time_point started_at_ = RunnerClock::now();
@@ -237,7 +246,7 @@ class ProcessRunner : public Runner {
   RunnerClock::time_point spare_started_at_;
   std::string spare_note_;  // said at the next wait: the spare took a rank
   ChildEvents events_;
-  LineSplitter head_lines_;
+  LineSplitter head_lines_{kMaxAgentLine};  // the membership over many nodes is one line
   LineOutbox head_outbox_;  // lines to node 0 (head_events_fd): never torn by a heartbeat
   HeartbeatWatch head_watch_{config_.heartbeat};  // the heartbeat with node 0
   PeerBeat head_beat_ = head_watch_.start(RunnerClock::now());

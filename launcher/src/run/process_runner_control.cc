@@ -303,10 +303,84 @@ void ProcessRunner::read_head() {
         pending_.push_back(event);
       } else if (message.control) {
         answer_head(*message.control, message.control_id);
+      } else if (message.membership) {
+        take_membership(*message.membership);
       }
     } catch (const Error&) {
       // Not from a head ddprun: ignored; the connection's end still counts.
     }
+  }
+}
+
+namespace {
+
+// Whether `next` differs from `before` only in ranks that finished: nothing a worker waits
+// for, and at the job's end every node's ranks finish (at 1,000 nodes, 1,000 messages of
+// the whole membership to each node, were each one sent).
+bool only_finished(const std::optional<Membership>& before, const Membership& next) {
+  if (!before || before->recoveries != next.recoveries ||
+      before->ranks.size() != next.ranks.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < next.ranks.size(); ++i) {
+    const Membership::Member& was = before->ranks[i];
+    const Membership::Member& is = next.ranks[i];
+    if (was.rank != is.rank) return false;
+    if ((was.state != is.state || was.pid != is.pid) && is.state != Membership::State::kDone) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void ProcessRunner::publish_membership(const Membership& membership, bool whole, int node) {
+  round_replacements_ = membership.recoveries;
+  if (!membership.change.empty()) messages_ << "ddprun: " << membership.change << "\n";
+  if (!under_head_) {
+    if (whole) take_membership(membership);
+    return;
+  }
+  // This node's part (an agent's agents report their own past it): the head merges every
+  // node's and sends the whole back (read_head).
+  if (config_.head_fd < 0) return;  // the head is gone: the round is stopping
+  if (only_finished(membership_reported_, membership)) return;
+  membership_reported_ = membership;
+  const std::string line = membership_report_line({node, membership});
+  if (config_.head_events_fd < 0) {
+    console_->message(line);  // an ssh agent: with its answers, on its stderr
+  } else {
+    (void)head_outbox_.send(config_.head_events_fd, line);
+  }
+}
+
+void ProcessRunner::take_membership(const Membership& given) {
+  // From the head, the ranks still in their first process come without pids: this node's
+  // own are what it reported.
+  Membership membership = given;
+  if (membership_reported_) {
+    for (const Membership::Member& mine : membership_reported_->ranks) {
+      if (mine.rank < 0 || static_cast<std::size_t>(mine.rank) >= membership.ranks.size()) continue;
+      Membership::Member& member = membership.ranks[static_cast<std::size_t>(mine.rank)];
+      if (member.state == Membership::State::kRunning && member.pid < 0) member.pid = mine.pid;
+    }
+  }
+  if (!membership_file_.empty() && !membership_failed_) {
+    try {
+      replace_file(membership_file_, format_membership(membership));
+    } catch (const std::system_error& e) {
+      membership_failed_ = true;
+      messages_ << "ddprun: error: cannot write the membership file: " << e.what()
+                << "; the workers see no more changes this round\n";
+    }
+  }
+  if (only_finished(membership_sent_, membership)) return;
+  membership_sent_ = membership;
+  const std::string message = agent_membership_message(membership);
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (!specs_[i].agent || !children_->running(i) || !children_->takes_messages(i)) continue;
+    if (!children_->send(i, message)) children_->kill(i, events_);
   }
 }
 

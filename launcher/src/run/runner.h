@@ -66,11 +66,12 @@ struct ChildSpec {
 // Something the runner saw while the policy waited.
 struct RunnerEvent {
   enum class Kind {
-    kExited,     // child `child` ended with `wait_status`
-    kSignal,     // ddprun received `signal_number`, or the head sent it to this agent
-    kHeadLost,   // agent mode: the head's connection closed
-    kDeadline,   // the deadline passed
-    kNodeEvent,  // agent `child` reported `node_event` (its node, or one below it)
+    kExited,      // child `child` ended with `wait_status`
+    kSignal,      // ddprun received `signal_number`, or the head sent it to this agent
+    kHeadLost,    // agent mode: the head's connection closed
+    kDeadline,    // the deadline passed
+    kNodeEvent,   // agent `child` reported `node_event` (its node, or one below it)
+    kMembership,  // agent `child` passed on node `node`'s part of the membership (rank scope)
   };
   Kind kind = Kind::kDeadline;
   std::size_t child = 0;
@@ -81,7 +82,9 @@ struct RunnerEvent {
   bool from_head = false;  // kSignal: the head sent it (as a message), not the system
   // kSignal from the head: why the head stops the job (another node's failure or stop).
   std::optional<NodeEvent> cause;
-  NodeEvent node_event;  // kNodeEvent
+  NodeEvent node_event;   // kNodeEvent
+  Membership membership;  // kMembership: the ranks of node `node` (the agent's or one below it)
+  int node = 0;
 };
 
 class Runner {
@@ -123,10 +126,12 @@ class Runner {
   // From now until the round's end, stop signals to agents carry `cause`, so that their
   // nodes report the job's cause and exit code, not the signal.
   virtual void set_stop_cause(const NodeEvent& cause) = 0;
-  // Replaces the round's membership file (ChildSpec::membership_file) whole with
-  // `membership`, and says its change on the console; nothing without such a file. A file
+  // Says `membership`'s change on the console. On an agent, reports it to the head as node
+  // `node`'s part. On the head (or alone), when `whole` (every node's ranks are in it),
+  // replaces the round's membership file (ChildSpec::membership_file) whole with it and
+  // sends it to every agent, which writes it to its own file and passes it down. A file
   // that cannot be written is said once and costs nothing else: the job goes on.
-  virtual void publish_membership(const Membership& membership) = 0;
+  virtual void publish_membership(const Membership& membership, bool whole, int node) = 0;
   // Seconds from the round's start to each child's first step (DDPRUN_PROGRESS_FILE), as far
   // as seen; empty when they were not watched (run/first_steps.h says when they are).
   virtual std::vector<std::optional<double>> first_steps() const { return {}; }

@@ -78,7 +78,7 @@ TEST(CommandLine, RestartOnBecomesATypedRule) {
   EXPECT_FALSE(parse({"--restart-on", "signals,0", "w"}).options);
 }
 
-TEST(CommandLine, RestartScopeIsJobByDefaultAndRankOnlyOnOneNode) {
+TEST(CommandLine, RestartScopeIsJobByDefaultOrRankOnAnyNumberOfNodes) {
   const auto defaults = parse({"w"});
   ASSERT_TRUE(defaults.options) << defaults.message;
   EXPECT_EQ(defaults.options->restart_scope, RestartScope::kJob);
@@ -87,11 +87,8 @@ TEST(CommandLine, RestartScopeIsJobByDefaultAndRankOnlyOnOneNode) {
   EXPECT_EQ(rank.options->restart_scope, RestartScope::kRank);
   EXPECT_TRUE(parse({"--restart-scope", "rank", "--nnodes", "1", "w"}).options);
   const auto nodes = parse({"--restart-scope", "rank", "--nnodes", "2", "w"});
-  EXPECT_FALSE(nodes.options);
-  EXPECT_NE(nodes.message.find("--restart-scope rank runs on a single node for now; --nnodes 2 "
-                               "asks for more"),
-            std::string::npos)
-      << nodes.message;
+  ASSERT_TRUE(nodes.options) << nodes.message;
+  EXPECT_EQ(nodes.options->restart_scope, RestartScope::kRank);
   const auto other = parse({"--restart-scope", "node", "w"});
   EXPECT_FALSE(other.options);
   EXPECT_NE(other.message.find("expected one of job, rank; got 'node'"), std::string::npos)

@@ -87,8 +87,84 @@ TEST(AgentMessages, HelloAndSignalsRoundTrip) {
   EXPECT_EQ(parse_agent_message(signal.substr(0, signal.size() - 1)).signal_number, SIGUSR1);
 }
 
+// --restart-scope rank over several nodes: a node's part goes up with its answers, the
+// whole comes down as one line; each side reads back what the other wrote.
+TEST(AgentMessages, MembershipGoesUpInPartsAndComesDownWhole) {
+  Membership part;
+  part.version = 4;
+  part.recoveries = 1;
+  part.ranks = {{2, Membership::State::kRunning, 41}, {3, Membership::State::kReplaced, 77}};
+  const std::string up = membership_report_line({5, part});
+  EXPECT_EQ(up.find('\n'), up.size() - 1) << "one line";
+  const auto read = parse_membership_report_line("[n2] " + up.substr(0, up.size() - 1));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->node, 5);
+  EXPECT_EQ(read->part.recoveries, 1);
+  ASSERT_EQ(read->part.ranks.size(), 2U);
+  EXPECT_EQ(read->part.ranks[1].pid, 77);
+  EXPECT_EQ(read->part.ranks[1].state, Membership::State::kReplaced);
+  // Not a node event, and a node event is no membership; no node, no report.
+  EXPECT_FALSE(parse_node_event_line(up).has_value());
+  EXPECT_FALSE(parse_membership_report_line(node_event_line(NodeEvent{})).has_value());
+  EXPECT_FALSE(parse_membership_report_line(format_membership(part)).has_value()) << "no marker";
+  std::string nodeless = up;
+  nodeless.replace(nodeless.find("\"node\":5,"), 9, "");
+  EXPECT_FALSE(parse_membership_report_line(nodeless).has_value()) << nodeless;
+
+  Membership whole = part;
+  whole.ranks.insert(whole.ranks.begin(),
+                     {{0, Membership::State::kDone, 5}, {1, Membership::State::kLost, 6}});
+  const std::string down = agent_membership_message(whole);
+  EXPECT_EQ(down.find('\n'), down.size() - 1) << "one line";
+  const auto message = parse_agent_message(down.substr(0, down.size() - 1));
+  ASSERT_TRUE(message.membership.has_value());
+  // Every rank comes back; one still in its first process without its pid (its node has it).
+  Membership expected = whole;
+  expected.ranks[2].pid = -1;
+  EXPECT_EQ(format_membership(*message.membership), format_membership(expected));
+  EXPECT_EQ(message.signal_number, 0);
+  // 8,000 ranks that all run their first process: a line of a few words, not 440 KB.
+  Membership many;
+  many.version = 1;
+  for (int rank = 0; rank < 8000; ++rank)
+    many.ranks.push_back({rank, Membership::State::kRunning, 100000 + rank});
+  const std::string few = agent_membership_message(many);
+  EXPECT_LT(few.size(), 100U) << few;
+  const auto read_many = parse_agent_message(few.substr(0, few.size() - 1)).membership;
+  ASSERT_TRUE(read_many.has_value());
+  EXPECT_EQ(read_many->ranks.size(), 8000U);
+  EXPECT_EQ(read_many->ranks[7999].rank, 7999);
+  // A rank past the world, a world of none: refused.
+  for (
+      const char* line :
+      {R"({"membership":{"world": 2, "version": 1, "recoveries": 0, "ranks": [{"rank": 2, "state": "done", "pid": 5}]}})",
+       R"({"membership":{"world": 0, "version": 1, "recoveries": 0, "ranks": []}})",
+       R"({"membership":{"version": 1, "recoveries": 0, "ranks": []}})"}) {
+    EXPECT_THROW(parse_agent_message(line), UsageError) << line;
+  }
+}
+
+TEST(AgentArguments, EachNodeReplacesItsOwnRanksUnderRankScope) {
+  Options options;
+  LaunchPlan plan;
+  plan.nodes = {{"n1", 0, 2, 0}, {"n2", 1, 2, 2}};
+  plan.program = {"w"};
+  const auto has = [](const std::vector<std::string>& args, const std::string& word) {
+    return std::find(args.begin(), args.end(), word) != args.end();
+  };
+  EXPECT_FALSE(has(agent_arguments(agent_options(options), plan, nullptr), "--restart-scope"));
+  options.restart_scope = RestartScope::kRank;
+  options.warm_spare = true;
+  const auto args = agent_arguments(agent_options(options), plan, nullptr);
+  const auto at = std::find(args.begin(), args.end(), "--restart-scope");
+  ASSERT_NE(at, args.end());
+  EXPECT_EQ(*(at + 1), "rank");
+  EXPECT_TRUE(has(args, "--warm-spare"));
+}
+
 TEST(AgentMessages, AnythingElseIsRefused) {
   for (const char* line : {"", "garbage", "[]", "{}", "{\"signal\":0}", "{\"signal\":\"9\"}",
+                           "{\"membership\":{}}", "{\"membership\":\"x\"}",
                            "{\"env\":{\"A B\":\"x\"}}", "{\"env\":{\"A\":1}}", "{\"env\":[]}"}) {
     EXPECT_THROW(parse_agent_message(line), UsageError) << line;
   }

@@ -600,9 +600,9 @@ TEST(JobPolicySlurm, AnAgentStoppedForAnotherNodesFailureKeepsItsCodeWhenSlurmsS
       << job.messages;
 }
 
-// A head: worker 0 here, node 1's ddprun as child 1.
-std::vector<ChildSpec> worker_and_node1() {
-  std::vector<ChildSpec> children = workers(1);
+// A head: `count` workers here (ranks 0..count-1), node 1's ddprun as the last child.
+std::vector<ChildSpec> worker_and_node1(int count = 1) {
+  std::vector<ChildSpec> children = workers(count);
   ChildSpec& agent = children.emplace_back();
   agent.agent = true;
   agent.node_rank = 1;
@@ -1344,6 +1344,88 @@ TEST(JobPolicyRankScope, AReplacedLossStartsNoExitTimer) {
   const JobRun job = run(runner, s, 3);
   EXPECT_EQ(job.exit_code, 0) << job.messages;
   EXPECT_TRUE(runner.sent.empty());
+}
+
+// Over several nodes: ranks 0 and 1 here, ranks 2 and 3 behind node 1's ddprun (child 2,
+// worker_and_node1(2)), which replaces its own and reports its part.
+Membership node1_part(int recoveries, Membership::State rank3, pid_t pid3) {
+  Membership part;
+  part.version = 1;
+  part.recoveries = recoveries;
+  part.ranks = {{2, Membership::State::kRunning, 501}, {3, rank3, pid3}};
+  return part;
+}
+
+void everyone_finishes_at_1s(FakeRunner& runner) {
+  runner.behaviour = [](int, std::size_t) {
+    FakeBehaviour b = exits_after(Ms(1000), exited(0));
+    b.exits_like_agent = true;
+    return b;
+  };
+}
+
+TEST(JobPolicyRankScope, TheHeadPublishesTheWholeOnceEveryNodeSaidWhoRunsThere) {
+  FakeRunner runner;
+  everyone_finishes_at_1s(runner);
+  runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+  runner.report_membership_at(0, Ms(200), 2, 1, node1_part(1, Membership::State::kReplaced, 777));
+  const JobRun job = run(runner, settings(2), worker_and_node1(2));
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  EXPECT_TRUE(runner.sent.empty());  // nobody was stopped
+  ASSERT_GE(runner.memberships.size(), 3u);
+  // At the start node 1 had not said anything yet: only the change, no file.
+  EXPECT_FALSE(runner.memberships[0].whole);
+  const auto& merged = runner.memberships[1];
+  EXPECT_TRUE(merged.whole);
+  EXPECT_EQ(merged.at, Ms(20));
+  ASSERT_EQ(merged.membership.ranks.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(merged.membership.ranks[i].rank, static_cast<int>(i));
+  EXPECT_EQ(merged.membership.ranks[2].pid, 501);
+  const auto& replaced = runner.memberships[2];
+  EXPECT_EQ(replaced.at, Ms(200));
+  EXPECT_EQ(replaced.membership.recoveries, 1);
+  EXPECT_EQ(replaced.membership.ranks[3].state, Membership::State::kReplaced);
+  EXPECT_EQ(replaced.membership.ranks[3].pid, 777);
+  EXPECT_TRUE(replaced.membership.change.empty()) << "node 1 said it on its own console";
+  for (std::size_t i = 1; i < runner.memberships.size(); ++i) {
+    EXPECT_GT(runner.memberships[i].membership.version,
+              runner.memberships[i - 1].membership.version);
+  }
+}
+
+TEST(JobPolicyRankScope, TheHeadKeepsTheBudgetOfEveryNodesReplacements) {
+  {
+    // Node 1 replaced two ranks with one restart left: the round fails at the second.
+    FakeRunner runner;
+    everyone_finishes_at_1s(runner);
+    runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+    runner.report_membership_at(0, Ms(200), 2, 1, node1_part(1, Membership::State::kReplaced, 777));
+    runner.report_membership_at(0, Ms(300), 2, 1, node1_part(2, Membership::State::kReplaced, 778));
+    const JobRun job = run(runner, settings(1), worker_and_node1(2));
+    EXPECT_EQ(job.exit_code, 1) << job.messages;
+    EXPECT_EQ(runner.started.size(), 1u) << "the restart was spent";
+    expect_said(job, "node 1 replaced a lost rank beyond the round's 1 restart(s) left");
+    ASSERT_EQ(runner.sent_to(0).size(), 1u);
+    EXPECT_EQ(runner.sent_to(0)[0].at, Ms(300));
+    EXPECT_EQ(runner.sent_to(0)[0].signal_number, SIGTERM);
+  }
+  {
+    // Node 1's replacement spent the last restart: a rank lost here is not replaced.
+    FakeRunner runner;
+    runner.behaviour = [](int round, std::size_t child) {
+      FakeBehaviour b = exits_after(Ms(child == 1 && round == 0 ? 400 : 1000),
+                                    child == 1 && round == 0 ? killed(SIGKILL) : exited(0));
+      b.exits_like_agent = true;
+      return b;
+    };
+    runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+    runner.report_membership_at(0, Ms(200), 2, 1, node1_part(1, Membership::State::kReplaced, 777));
+    const JobRun job = run(runner, settings(1), worker_and_node1(2));
+    EXPECT_EQ(job.exit_code, 128 + SIGKILL) << job.messages;
+    ASSERT_EQ(runner.started.size(), 1u);
+    EXPECT_EQ(runner.started[0].size(), 3u) << "no replacement here";
+  }
 }
 
 TEST(JobPolicyRankScope, UnderJobScopeNothingIsPublished) {

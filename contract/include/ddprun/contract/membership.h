@@ -46,5 +46,8 @@ std::string format_membership(const Membership& membership);
 // The membership in `text`, or nullopt when it is not a whole membership file (a version of
 // at least 1, and ranks 0..N-1 in order, each with a known state). Never throws.
 std::optional<Membership> parse_membership(std::string_view text);
+// The same for a part of the ranks (one node's, as it reports them to its head): ranks in
+// increasing order, any of them.
+std::optional<Membership> parse_membership_part(std::string_view text);
 
 }  // namespace ddprun

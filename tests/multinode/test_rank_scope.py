@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""A rank lost on any node costs one step, not a restart (issue 41), on 2 simulated nodes of
+2 ranks each: ddp-train with runtime.recovery "peer" over gloo under
+`ddprun --restart-scope rank --max-restarts 2`. An uninterrupted run first; then rank 3
+(node2) SIGKILLs itself in its backward at step 12, and, in another run, rank 0 (node1, the
+store's host) in its forward. Each node's ddprun replaces its own rank, node 0 merges what
+every node reports into the membership every worker reads: each run exits 0 on every node,
+says the recovery once, starts one replacement and no full restart, ends with parameters
+bit-identical to the uninterrupted run's, and leaves nothing on any node.
+
+  --case byhand  ddprun --nnodes 2 --node-rank I --master-addr node1 ... on each node
+  --case ssh     one ddprun on node1 that starts node2's over ssh (--launcher ssh), with
+                 --warm-spare: the lost rank's replacement is its node's spare
+  --case tree    3 nodes, --ssh-fanout 1: node1 starts node2's ddprun, which starts node3's;
+                 the last rank (5, on node3) and rank 0 are lost: node3's part reaches node 0
+                 through node2's, and the whole comes back down the same way
+
+  PYTHONPATH=tests tests/multinode/test_rank_scope.py --case byhand|ssh|tree --ddprun BIN \
+      --ddp-train BIN --config configs/toy.json
+Exit 77: skipped (not root, no namespaces, no sshd); under CI=true that is a failure.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
+    check_leftovers, job_env, run_on_cluster, wait_for_nodes)
+
+NPROC = 2
+PORT = 29541
+
+
+def write_config(cluster, a, name, kill):
+    with open(a.config) as f:
+        cfg = json.load(f)
+    cfg["train"]["epochs"] = 2
+    # byhand: flat gloo; ssh, tree: hierarchical (shared memory on each node, gloo between).
+    cfg["runtime"].update({"recovery": "peer", "shared_memory": a.case != "byhand",
+                           "bucket_cap_mb": 0.0002, "timeout_s": 30})
+    cfg["diagnostics"] = {"final_params_file": os.path.join(cluster.dir, name + ".params")}
+    if kill:
+        cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1]})
+    path = os.path.join(cluster.dir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def run_byhand(cluster, a, config, marker, name, failures):
+    procs = {}
+    for i, node in enumerate(cluster.nodes):
+        argv = [os.path.abspath(a.ddprun), "--nnodes", str(len(cluster.nodes)), "--node-rank",
+                str(i), "--master-addr", cluster.nodes[0], "--master-port", str(PORT),
+                "--nproc-per-node", str(NPROC), "--restart-scope", "rank", "--max-restarts", "2",
+                "--shutdown-timeout", "5", "--", os.path.abspath(a.ddp_train), "--config", config]
+        runtime = os.path.join(cluster.dir, f"runtime{i}")
+        os.makedirs(runtime, mode=0o700, exist_ok=True)
+        env = job_env(marker, HOME=os.path.join(cluster.dir, "home"), XDG_RUNTIME_DIR=runtime)
+        procs[node] = cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+    return "".join(wait_for_nodes(procs, failures, f"{name}: ").values())
+
+
+def run_ssh(cluster, a, config, marker, name, failures):
+    # ssh: each node keeps a warm spare, which becomes the lost rank; tree: new processes.
+    fanout = ["--ssh-fanout", "1"] if a.case == "tree" else ["--warm-spare"]
+    argv = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--launcher", "ssh",
+            "--ssh-config", cluster.ssh_config, *fanout, "--env", "DDPC_MARK", "--nproc-per-node",
+            str(NPROC), "--master-port", str(PORT), "--restart-scope", "rank", "--max-restarts",
+            "2", "--shutdown-timeout", "5", "--tag-output", "--",
+            os.path.abspath(a.ddp_train), "--config", config]
+    proc = cluster.popen(cluster.nodes[0], argv, env=job_env(marker), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    return "".join(wait_for_nodes({cluster.nodes[0]: proc}, failures, f"{name}: ").values())
+
+
+def count(text, what):
+    return len(re.findall(re.escape(what), text))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", choices=["byhand", "ssh", "tree"], required=True)
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--ddp-train", required=True)
+    ap.add_argument("--config", required=True)
+    a = ap.parse_args()
+    run = run_byhand if a.case == "byhand" else run_ssh
+    nodes = 3 if a.case == "tree" else 2
+    last = nodes * NPROC - 1
+    kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
+
+    def body(cluster, result, failures):
+        os.makedirs(os.path.join(cluster.dir, "home"), mode=0o700, exist_ok=True)
+        marker = f"ddpc{uuid.uuid4().hex[:12]}"
+        run(cluster, a, write_config(cluster, a, "base", None), marker, "base", failures)
+        check_leftovers(cluster, marker, failures, "base: ")
+        base_file = os.path.join(cluster.dir, "base.params")
+        if not os.path.exists(base_file):
+            failures.append("the uninterrupted run wrote no final parameters")
+            return
+        with open(base_file) as f:
+            base = json.load(f)
+        for name, rank, phase in kills:
+            marker = f"ddpc{uuid.uuid4().hex[:12]}"
+            out = run(cluster, a, write_config(cluster, a, name, (rank, phase)), marker, name,
+                      failures)
+            check_leftovers(cluster, marker, failures, f"{name}: ")
+            line = re.search(rf"ddp-train: recovered rank {rank} at step 12 from rank \d+ in "
+                             r"([0-9.]+) s \(0 steps lost", out)
+            if not line:
+                failures.append(f"{name}: no recovery line for rank {rank} at step 12")
+            else:
+                result[f"{name}_s"] = float(line.group(1))
+            if count(out, "started its replacement") != 1:
+                failures.append(f"{name}: {count(out, 'started its replacement')} replacements, "
+                                "not 1")
+            if count(out, "restarting all workers") != 0:
+                failures.append(f"{name}: a full restart")
+            spare = count(out, "'s replacement is the warm spare")
+            if spare != (1 if a.case == "ssh" else 0):
+                failures.append(f"{name}: {spare} replacement(s) by a warm spare")
+            params_file = os.path.join(cluster.dir, name + ".params")
+            if not os.path.exists(params_file):
+                failures.append(f"{name}: no final parameters")
+                continue
+            with open(params_file) as f:
+                params = json.load(f)
+            if params["step"] != base["step"] or params["params"] != base["params"]:
+                failures.append(f"{name}: the final parameters are not bit-identical to the "
+                                "uninterrupted run's")
+
+    return run_on_cluster(nodes, body, {"case": a.case, "nodes": nodes}, sshd=a.case != "byhand")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
