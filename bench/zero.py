@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """ZeRO-1: ddp-train's optimizer state per rank and its speed with optimizer.zero_stage 0 and
 1, Adam, the MLP and the CNN on Fashion-MNIST (12,800 samples an epoch, 2 epochs, the second
-counted), at 2 and 4 ranks on this machine, started by ddprun, interleaved in one run.
+counted), at 2 and 4 ranks on this machine, started by ddprun, interleaved in one run; and
+ZeRO-1 with live recovery (runtime.recovery "peer" under --restart-scope rank: each share
+also kept by the rank before it, the gradients all-reduced whole).
 The state is what the last line reports for rank 0 (its optimizer's state tensors; with
-ZeRO-1 its share). Medians of --reps runs; ratios against zero_stage 0 from the same run.
+ZeRO-1 its share, and with "peer" rank 1's too). Medians of --reps runs; ratios against
+zero_stage 0 from the same run.
 Usage: bench/zero.py [--reps 3] [--out bench/results/zero.json]   (DDPRUN, DDP_TRAIN name
 other binaries)
 """
@@ -22,9 +25,13 @@ from train import DDPRUN, DDP_TRAIN, variant_config
 CASES = [("mlp batch 64", "configs/fashion_mlp.json"), ("cnn batch 64", "configs/fashion_cnn.json")]
 
 
-def run(world, config):
+VARIANTS = (("zero0", 0, "restart"), ("zero1", 1, "restart"), ("zero1_peer", 1, "peer"))
+
+
+def run(world, config, peer):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run([DDPRUN, "-q", "--nproc-per-node", str(world), "--", DDP_TRAIN,
+    scope = ["--restart-scope", "rank", "--max-restarts", "1"] if peer else []
+    out = subprocess.run([DDPRUN, "-q", "--nproc-per-node", str(world), *scope, "--", DDP_TRAIN,
                           "--config", config, "--epochs", "2", "--threads", "1"],
                          check=True, capture_output=True, text=True, env=env).stdout
     rate = float(re.findall(r"epoch 2/2 .*samples/s (\d+)", out)[0])
@@ -45,8 +52,8 @@ def main():
         with open(base) as f:
             optimizer = json.load(f)["optimizer"]
         configs = {}
-        for stage in (0, 1):
-            path = variant_config(base, tmp, f"{name.split()[0]}-zero{stage}")
+        for key, stage, recovery in VARIANTS:
+            path = variant_config(base, tmp, f"{name.split()[0]}-{key}", {"recovery": recovery})
             with open(path) as f:
                 config = json.load(f)
             config["optimizer"] = {"name": "adam", "lr": optimizer.get("lr", 1e-3),
@@ -54,28 +61,34 @@ def main():
             config["data"]["train_limit"] = 12800
             with open(path, "w") as f:
                 json.dump(config, f)
-            configs[stage] = path
+            configs[key] = path
         for world in args.worlds:
-            runs = {0: [], 1: []}
-            for _ in range(args.reps):  # interleaved, so drift hits both alike
-                for stage in (0, 1):
-                    runs[stage].append(run(world, configs[stage]))
+            runs = {key: [] for key, _, _ in VARIANTS}
+            for _ in range(args.reps):  # interleaved, so drift hits all alike
+                for key, _, recovery in VARIANTS:
+                    runs[key].append(run(world, configs[key], recovery == "peer"))
             row = {"case": name, "world": world, "transport": "gloo + shared memory (one node)"}
-            for stage in (0, 1):
-                rate, state, acc = zip(*runs[stage])
-                row[f"zero{stage}"] = {"samples_per_s": statistics.median(rate),
-                                       "state_bytes": statistics.median(state),
-                                       "test_accuracy": statistics.median(acc),
-                                       "runs": runs[stage]}
+            for key, _, _ in VARIANTS:
+                rate, state, acc = zip(*runs[key])
+                row[key] = {"samples_per_s": statistics.median(rate),
+                            "state_bytes": statistics.median(state),
+                            "test_accuracy": statistics.median(acc), "runs": runs[key]}
             row["state_ratio"] = row["zero1"]["state_bytes"] / row["zero0"]["state_bytes"]
             row["speed_ratio"] = row["zero1"]["samples_per_s"] / row["zero0"]["samples_per_s"]
+            row["peer_state_ratio"] = (row["zero1_peer"]["state_bytes"] /
+                                       row["zero0"]["state_bytes"])
+            row["peer_speed_ratio"] = (row["zero1_peer"]["samples_per_s"] /
+                                       row["zero0"]["samples_per_s"])
             rows.append(row)
             print(f"{name:13s} world {world}: optimizer state {row['zero0']['state_bytes']:9d} -> "
                   f"{row['zero1']['state_bytes']:9d} bytes ({row['state_ratio']:.3f}x), "
                   f"samples/s {row['zero0']['samples_per_s']:7.0f} -> "
                   f"{row['zero1']['samples_per_s']:7.0f} ({row['speed_ratio']:.2f}x), accuracy "
-                  f"{row['zero0']['test_accuracy']:.4f} -> {row['zero1']['test_accuracy']:.4f}",
-                  flush=True)
+                  f"{row['zero0']['test_accuracy']:.4f} -> {row['zero1']['test_accuracy']:.4f}; "
+                  f"with \"peer\": {row['zero1_peer']['state_bytes']:9d} bytes "
+                  f"({row['peer_state_ratio']:.3f}x), "
+                  f"{row['zero1_peer']['samples_per_s']:7.0f} samples/s "
+                  f"({row['peer_speed_ratio']:.2f}x)", flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump({"benchmark": "zero", "date": time.strftime("%Y-%m-%d"),

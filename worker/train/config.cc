@@ -216,9 +216,6 @@ void validate_config(const Config& c, const std::string& src) {
         "/runtime/bucket_cap_mb", "must be in (0, 4096]");
   check(c.runtime.unresponsive_wait_s > 0, src, "/runtime/unresponsive_wait_s", "must be > 0");
   check_one_of(c.runtime.recovery, {"restart", "peer"}, src, "/runtime/recovery");
-  check(c.runtime.recovery != "peer" || c.optimizer.zero_stage == 0, src, "/runtime/recovery",
-        "\"peer\" does not go with optimizer.zero_stage 1: each rank's optimizer share lives on "
-        "it alone, and a lost rank's share cannot come from its peers");
   check(c.runtime.recovery != "peer" || c.runtime.init_method.rfind("file://", 0) != 0, src,
         "/runtime/recovery",
         "\"peer\" needs env:// or tcp:// (runtime.init_method): a file:// store removes its "

@@ -75,6 +75,9 @@ StateSource find_state_source(Plane& control, std::int64_t steps_done) {
       source.rank = r;
     }
   }
+  for (int r = 0; r < world; ++r) {
+    if (rows[2 * r + 1] == 0 && rows[2 * r] != source.steps) source.holders_agree = false;
+  }
   if (source.steps < 0) source.rank = -1;
   return source;
 }

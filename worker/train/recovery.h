@@ -46,6 +46,7 @@ struct StateSource {
   int rank = -1;                  // the lowest rank with the most steps done; -1: no rank has any
   std::int64_t steps = -1;        // its steps done
   std::vector<int> replacements;  // the ranks that hold nothing
+  bool holders_agree = true;      // every rank that holds state has done the same steps
 };
 StateSource find_state_source(Plane& control, std::int64_t steps_done);
 

@@ -120,6 +120,8 @@ void Trainer::set_up() {
   optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
   ddp_options_ = to_ddp_options(config_.runtime);
   ddp_options_.shard_gradients = config_.optimizer.zero_stage == 1;
+  // "peer": each share lives on two ranks, so that a lost one's comes from its neighbour.
+  ddp_options_.keep_next_share = ddp_options_.shard_gradients && config_.runtime.recovery == "peer";
   if (place_.group == 0) {
     make_checkpointer();
     if (const auto resumed = checkpoints_->resume()) position_ = *resumed;
@@ -375,9 +377,15 @@ TrainingResult Trainer::finish() {
     write_final_params(config_.diagnostics.final_params_file, *model_, position_.step, world_);
   }
   if (rank_ == 0) {
-    const auto state = optimizer_state_bytes(sharded_ ? sharded_->optimizer() : *optimizer_);
+    auto state = optimizer_state_bytes(sharded_ ? sharded_->optimizer() : *optimizer_);
+    const auto* next = sharded_ ? sharded_->next_optimizer() : nullptr;
+    if (next != nullptr) state += optimizer_state_bytes(*next);
     out_ << "ddp-train: done after " << position_.step << " steps; optimizer state " << state
-         << " bytes on rank 0" << (sharded_ ? " (ZeRO-1: its share)" : "") << std::endl;
+         << " bytes on rank 0"
+         << (next != nullptr ? " (ZeRO-1: its share and rank 1's)"
+             : sharded_      ? " (ZeRO-1: its share)"
+                             : "")
+         << std::endl;
   }
   return {false, position_.step};
 }

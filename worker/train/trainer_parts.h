@@ -138,6 +138,10 @@ class Trainer {
   // ZeRO-1: the optimizer steps this rank's shares; optimizer_ (over the whole model) holds
   // state only while a checkpoint is saved or resumed, consolidated.
   std::unique_ptr<ShardedOptimizer> sharded_;
+  // ZeRO-1 with "peer": what this rank held of the shares when its group failed, and the
+  // ranks of the next group that hold nothing; both for the next group's restore.
+  HeldShares held_shares_;
+  std::vector<int> lost_ranks_;
   std::optional<DistributedSampler> sampler_;
   LoopSizes sizes_;
   std::optional<ProgressReporter> progress_;

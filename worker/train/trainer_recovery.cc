@@ -51,6 +51,7 @@ void Trainer::recover(const CollectiveError& failure) {
   const auto since = Clock::now();
   std::cerr << "ddp-train: rank " << rank_ << " of group " << place_.group
             << " lost a peer: " << failure.what() << std::endl;
+  if (sharded_) held_shares_ = sharded_->held();
   leave_group_parts();
   const auto timeout = to_milliseconds(config_.runtime.timeout_s);
   const NextGroup next = next_group(env_, place_, timeout);
@@ -68,6 +69,8 @@ void Trainer::recover(const CollectiveError& failure) {
 void Trainer::enter_new_group(bool holds_state, Clock::time_point since) {
   share_state(holds_state, since);
   join_group_parts();
+  if (sharded_) sharded_->restore(comm_->control(), held_shares_, lost_ranks_);
+  held_shares_ = {};
   save_checkpoint_again();
 }
 
@@ -82,6 +85,14 @@ void Trainer::share_state(bool holds_state, Clock::time_point since) {
   if (source.rank < 0) {
     throw CollectiveError("group " + std::to_string(place_.group) +
                               ": no rank holds the training state (every rank is a replacement)",
+                          "ddprun restarts the job whole, from its last checkpoint");
+  }
+  lost_ranks_ = source.replacements;
+  if (ddp_options_.keep_next_share && !source.holders_agree) {
+    // Each share comes from its own holder: they must all stand at the same step.
+    throw CollectiveError("group " + std::to_string(place_.group) +
+                              ": the survivors' optimizer shares (ZeRO-1) stand at different "
+                              "steps (a step ended on some ranks only)",
                           "ddprun restarts the job whole, from its last checkpoint");
   }
   std::string bytes;

@@ -430,6 +430,82 @@ TEST_P(DdpTest, ShardedOptimizerStepsAsTheWholeOptimizerWithAShareOfItsState) {
   }
 }
 
+// ZeRO-1 for live recovery (keep_next_share): each rank's copy of the next rank's share
+// steps to the same bits as that rank's own, the parameters are the plain sharded run's to
+// rounding, and a rank's share restored from its neighbours (as after its loss) is what it
+// held, bit for bit.
+TEST_P(DdpTest, AKeptNextShareIsItsOwnersBitForBitAndRestoresALostRanksShare) {
+  run(3, [](Communicator& comm) {
+    const auto make = [](std::vector<at::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::Adam>(std::move(p), torch::optim::AdamOptions(0.01));
+    };
+    auto plain_net = std::make_shared<Net>(false), kept_net = std::make_shared<Net>(false);
+    auto options = one_layer_buckets();
+    options.shard_gradients = true;
+    DistributedDataParallel plain(plain_net, comm, options);
+    options.keep_next_share = true;
+    DistributedDataParallel kept(kept_net, comm, options);
+    ShardedOptimizer plain_zero(plain, comm, make), kept_zero(kept, comm, make);
+    ASSERT_EQ(plain_zero.next_optimizer(), nullptr);
+    ASSERT_NE(kept_zero.next_optimizer(), nullptr);
+    for (int step = 0; step < 3; ++step) {
+      for (auto& [net, ddp] : {std::pair{plain_net, &plain}, std::pair{kept_net, &kept}}) {
+        clear_grads(*net);
+        ddp->prepare_for_backward();
+        net->forward(batch(comm.rank(), step)).backward();
+        ddp->finish_gradient_sync();
+      }
+      plain_zero.step();
+      kept_zero.step();
+      const auto a = plain_net->parameters(), b = kept_net->parameters();
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << "step " << step;
+      }
+    }
+    const HeldShares held = kept_zero.held();
+    ASSERT_EQ(held.own.size(), kept.bucket_count());
+    // Rank r's own share's moments, sent to rank r - 1, equal what it keeps of them.
+    const int world = comm.world_size(), rank = comm.rank();
+    for (std::size_t b = 0; b < held.own.size(); ++b) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        for (int owner = 0; owner < world; ++owner) {
+          auto theirs = rank == owner ? held.own[b].tensors[k].clone()
+                                      : torch::empty_like(held.own[b].tensors[k]);
+          std::vector<at::Tensor> list{theirs};
+          comm.control().broadcast(list, owner);
+          if ((rank + 1) % world == owner) {
+            EXPECT_TRUE(torch::equal(theirs, held.next[b].tensors[k]))
+                << "bucket " << b << ", part " << k << ", rank " << owner << "'s share";
+          }
+        }
+      }
+      EXPECT_EQ(held.next[b].step, held.own[b].step);
+    }
+    // Rank 1 is lost: a new optimizer on each rank, rank 1's with nothing held, is restored.
+    ShardedOptimizer again(kept, comm, make);
+    again.restore(comm.control(), rank == 1 ? HeldShares{} : held, {1});
+    const HeldShares restored = again.held();
+    for (std::size_t b = 0; b < held.own.size(); ++b) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        EXPECT_TRUE(torch::equal(restored.own[b].tensors[k], held.own[b].tensors[k]))
+            << "rank " << rank << ", bucket " << b;
+        EXPECT_TRUE(torch::equal(restored.next[b].tensors[k], held.next[b].tensors[k]))
+            << "rank " << rank << ", bucket " << b;
+      }
+      EXPECT_EQ(restored.own[b].step, held.own[b].step);
+    }
+    // Two neighbours lost: a share lived on them alone.
+    ShardedOptimizer third(kept, comm, make);
+    try {
+      third.restore(comm.control(), rank == 0 ? held : HeldShares{}, {1, 2});
+      ADD_FAILURE() << "restored what no survivor held";
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("ranks 1 and 2 were both lost"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 // A rank that shards its gradients (ZeRO-1) beside one that does not would pair an
 // all-to-all with an all-reduce: refused when DDP is made.
 TEST_P(DdpTest, RanksThatDisagreeOnShardingGradientsAreRefused) {

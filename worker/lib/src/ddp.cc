@@ -201,6 +201,7 @@ void DistributedDataParallel::check_bucket_layout_agrees() {
     h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   // A rank that reduce-scatters would pair its all-to-alls with another's all-reduces.
   h = (h ^ (options_.shard_gradients ? 2u : 1u)) * 1099511628211ull;
+  h = (h ^ (keeps_next_share() ? 2u : 1u)) * 1099511628211ull;
   const auto mine = static_cast<std::int64_t>(h >> 1);
   auto both = torch::tensor({mine, -mine}, torch::kLong);
   comm_.control().allreduce(both, ReduceOp::kMax);
@@ -300,7 +301,7 @@ void DistributedDataParallel::launch_ready_buckets_locked() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     auto& bucket = buckets_[next_bucket_];
     const auto started = std::chrono::steady_clock::now();
-    bucket.work = options_.shard_gradients
+    bucket.work = options_.shard_gradients && !options_.keep_next_share
                       ? comm_.data().reduce_scatter_async(bucket.flat, options_.comm_hook.wire)
                   : options_.comm_hook.start
                       ? options_.comm_hook.start(comm_.data(), bucket.flat)
@@ -382,7 +383,11 @@ void DistributedDataParallel::finish_gradient_sync() {
     torch::NoGradGuard no_grad;
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       wait_counted(buckets_[b].work);
-      bucket_share(b).div_(world);
+      if (keeps_next_share()) {
+        buckets_[b].flat.div_(world);  // all-reduced whole: every share is an average
+      } else {
+        bucket_share(b).div_(world);
+      }
     }
     for (auto& p : params_) p.tensor.mutable_grad().reset();  // in the buckets now
   } else if (world > 1) {

@@ -79,7 +79,12 @@ typename States::key_type state_key(void* impl) {
 void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                                std::unique_ptr<torch::optim::OptimizerParamState> state) {
   auto& states = optimizer.state();
-  states[state_key<std::decay_t<decltype(states)>>(param.unsafeGetTensorImpl())] = std::move(state);
+  const auto key = state_key<std::decay_t<decltype(states)>>(param.unsafeGetTensorImpl());
+  if (state == nullptr) {
+    states.erase(key);  // an entry without a state would be read as one by the next step
+  } else {
+    states[key] = std::move(state);
+  }
 }
 
 const torch::optim::OptimizerParamState* optimizer_param_state(

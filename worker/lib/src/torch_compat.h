@@ -53,7 +53,7 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
 const torch::optim::OptimizerParamState* optimizer_param_state(
     const torch::optim::Optimizer& optimizer, const at::Tensor& param);
 
-// Sets (replaces) the optimizer's state for parameter `param`.
+// Sets (replaces) the optimizer's state for parameter `param`; null removes it.
 void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                                std::unique_ptr<torch::optim::OptimizerParamState> state);
 

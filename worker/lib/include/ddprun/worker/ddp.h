@@ -56,6 +56,11 @@ struct DdpOptions {
   // to none). With the built-in compression hooks the reduce-scatter sends bf16 or fp16;
   // not with find_unused_parameters or a hook of one's own.
   bool shard_gradients = false;
+  // With shard_gradients, for live recovery (ShardedOptimizer keeps the next rank's share
+  // too): each bucket is all-reduced whole instead, and finish_gradient_sync() leaves every
+  // share holding its average (the next rank's among them). Costs the all-gather half of an
+  // all-reduce more each step; the optimizer state kept is 2/N of the whole instead of 1/N.
+  bool keep_next_share = false;
 };
 
 // What the last synced step did (for tests and benchmarks).
@@ -128,6 +133,7 @@ class DistributedDataParallel {
   // parameters it holds with their offsets in it.
   at::Tensor& bucket_buffer(std::size_t b) { return buckets_[b].flat; }
   at::Tensor bucket_share(std::size_t b);
+  bool keeps_next_share() const { return options_.shard_gradients && options_.keep_next_share; }
   std::vector<std::pair<at::Tensor, std::int64_t>> bucket_parameters(std::size_t b) const;
   const SyncStats& last_sync_stats() const { return last_stats_; }
   torch::nn::Module& module() { return *module_; }

@@ -18,6 +18,21 @@
 
 namespace ddprun::worker {
 
+// One share's optimizer state as tensors in a fixed order (SGD: its momentum buffer; Adam
+// and AdamW: the two moments and the AMSGrad maximum, undefined without amsgrad) and Adam's
+// step count; no tensors: no state yet (before the first step).
+struct ShareState {
+  std::vector<at::Tensor> tensors;
+  std::int64_t step = 0;
+};
+
+// What a rank holds of the shares' state when its group fails (DdpOptions::keep_next_share),
+// per bucket: its own share's and the next rank's.
+struct HeldShares {
+  std::vector<ShareState> own;
+  std::vector<ShareState> next;
+};
+
 class ShardedOptimizer {
  public:
   using MakeOptimizer =
@@ -44,11 +59,36 @@ class ShardedOptimizer {
 
   const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
 
+  // Live recovery (runtime.recovery "peer"), with DdpOptions::keep_next_share: this rank
+  // also keeps the state of the next rank's share ((rank + 1) mod world), stepped beside its
+  // own from the whole averaged gradient, so that a lost rank's share lives on in the rank
+  // before it. `held` takes both as they stand (no collective: the group may have failed).
+  HeldShares held() const;
+  // In the next group, after DDP and this optimizer were made again: every share's state
+  // from a rank that holds it (its own rank, else the one before it) to the ranks that keep
+  // it; `lost` are the ranks that hold nothing (replacements; `held` is empty there).
+  // Collective over `control`. Throws CollectiveError when two neighbours were lost, whose
+  // share then lived on them alone.
+  void restore(Plane& control, const HeldShares& held, const std::vector<int>& lost);
+  // The next rank's share's optimizer (for tests); null without keep_next_share.
+  const torch::optim::Optimizer* next_optimizer() const { return next_optimizer_.get(); }
+
  private:
+  bool keeps_next() const { return next_optimizer_ != nullptr; }
+  int next_rank() const { return (comm_.rank() + 1) % comm_.world_size(); }
+  // Rank `r`'s slice of bucket `b`'s flat buffer.
+  at::Tensor slice_of(std::size_t b, int r);
+  // Before a step, a copy of the shares' state; after one a lost peer interrupted, that
+  // again, and the shares' values from the parameters (which the step had not written yet).
+  HeldShares held_copy() const;
+  void put_back(const HeldShares& copy);
+
   DistributedDataParallel& ddp_;
   Communicator& comm_;
   std::vector<at::Tensor> shares_;  // this rank's slice of each bucket's parameters
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<at::Tensor> next_shares_;  // keep_next_share: the next rank's slices
+  std::unique_ptr<torch::optim::Optimizer> next_optimizer_;
 };
 
 // The bytes of `optimizer`'s state tensors on this rank (momentum, Adam's moments).
