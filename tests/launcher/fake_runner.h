@@ -107,6 +107,8 @@ class FakeRunner : public Runner {
   }
 
   std::vector<Announced> announced;
+  // Each node part the policy was given (report_membership_at): when, and its recoveries.
+  std::vector<std::pair<Ms, int>> parts_heard;
   std::vector<std::optional<NodeEvent>> stop_causes;  // each round's last set_stop_cause
 
   std::vector<Sent> sent;                       // every signal the policy sent
@@ -232,6 +234,7 @@ class FakeRunner : public Runner {
     e.delivered = true;
     if (e.membership) {
       if (!children_.at(e.child).alive) return wait(deadline);  // an agent that has ended
+      parts_heard.emplace_back(elapsed(), e.membership->recoveries);
       event.kind = RunnerEvent::Kind::kMembership;
       event.child = e.child;
       event.membership = *e.membership;

@@ -136,6 +136,10 @@ void Round::publish(std::string change) {
 
 void Round::on_membership(std::size_t child, int node, Membership part) {
   if (!rank_scope() || !ranks_.at(child).agent || node == policy_.node_rank) return;
+  // A node's replacements only add up within a round: a late or reordered part counts no less.
+  if (const auto was = parts_.find(node); was != parts_.end()) {
+    part.recoveries = std::max(part.recoveries, was->second.recoveries);
+  }
   parts_[node] = std::move(part);
   if (recoveries_left() < 0 && phase_ == Phase::kRunning && escalation_ != Escalation::kKilled) {
     // Each node replaces its own ranks at once; the job's budget is the head's to keep.
@@ -148,7 +152,7 @@ void Round::on_membership(std::size_t child, int node, Membership part) {
     event.code = 1;
     event.what = "node " + std::to_string(event.node) + " lost a rank with no restarts left";
     reported_[child] = event;
-    fail(child);
+    fail(child, /*stop_its_node=*/true);  // it goes on by itself: the head stops it
     return;
   }
   publish({});  // its node said its own change on its console
@@ -200,13 +204,13 @@ NodeEvent Round::failure_event(std::size_t child) const {
   return event;
 }
 
-void Round::fail(std::size_t child) {
+void Round::fail(std::size_t child, bool stop_its_node) {
   phase_ = Phase::kFailing;
   first_failure_ = child;
   const NodeEvent event = failure_event(child);
   runner_.announce(event);
   runner_.set_stop_cause(event);
-  stop_live(SIGTERM, one_node_agent(child) ? child : kNoChild);  // a node stops its own
+  stop_live(SIGTERM, one_node_agent(child) && !stop_its_node ? child : kNoChild);
 }
 
 void Round::send_notice(int sig, std::size_t except) {

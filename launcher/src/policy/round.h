@@ -107,8 +107,9 @@ class Round {
   // What this round's first failure tells the head and the other nodes.
   NodeEvent failure_event(std::size_t child) const;
   // The round fails: `child` failed first (a worker here, or an agent that ended or reported
-  // its node's failure). The head hears at once, and the other nodes hear why they stop.
-  void fail(std::size_t child);
+  // its node's failure). The head hears at once, and the other nodes hear why they stop. A
+  // node that failed stops its own; one the head failed (`stop_its_node`) is stopped too.
+  void fail(std::size_t child, bool stop_its_node = false);
   // Forwards a notice (not back to `except`, the agent that reported it). Only one that
   // went out while the round ran drains it: after a stop decision the stop decides, and a
   // worker the notice kills then is just stopped. Either way a failed round then ends the
