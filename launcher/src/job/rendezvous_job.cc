@@ -45,6 +45,7 @@ void open_rendezvous(std::optional<RendezvousHost>& host, const Options& options
       launchers_port, inputs.run_id, secret.secret, static_cast<int>(inputs.cluster.nodes.size()),
       this_node_nproc(options, inputs, env),
       rendezvous_address(services.resolve_host(inputs.master_addr), services.network_interfaces()));
+  host->set_restart_scope(options.restart_scope == RestartScope::kRank ? "rank" : "job");
 }
 
 void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int workers_port,
@@ -184,6 +185,7 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
   join.host = job.inputs.host.hostname;
   join.nnodes = static_cast<int>(job.inputs.cluster.nodes.size());
   join.nproc = this_node_nproc(job.options, job.inputs, job.env);
+  join.restart_scope = job.options.restart_scope == RestartScope::kRank ? "rank" : "job";
   const UniqueFd socket =
       join_host(job.inputs.master_addr, launchers_port, join, secret,
                 RendezvousClock::now() + join_timeout, signals.fd(), on_interrupt);

@@ -66,6 +66,9 @@ struct JoinRequest {
   int nnodes = 0;     // the node count it was started with
   std::string nonce;  // the peer's, fresh for each connection (join_host sets it)
   std::string proof;  // join_proof(); empty without a secret
+  // Its --restart-scope, "job" or "rank": every node must replace lost ranks alike (a node
+  // that replaces its own while node 0 merges nothing would wait for a membership in vain).
+  std::string restart_scope = "job";
 };
 std::string format_join(const JoinRequest& join);
 // The join in `line` (without its newline); nullopt, with `why`, for anything else.
@@ -125,6 +128,8 @@ class RendezvousHost {
   // nodes and `nproc` workers and prove `secret` (empty: none is asked for).
   RendezvousHost(int port, std::string run_id, std::string secret, int nodes, int nproc,
                  const std::string& address = "");
+  // Every node must also have this --restart-scope ("job" unless set).
+  void set_restart_scope(std::string scope) { restart_scope_ = std::move(scope); }
 
   enum class Gathered {
     kAllJoined,    // nodes 1..N-1 are connected: peers() has them
@@ -182,6 +187,7 @@ class RendezvousHost {
   std::string secret_;
   int nodes_;
   int nproc_;
+  std::string restart_scope_ = "job";
   int refused_ = 0;                    // refused connections so far
   HeartbeatWatch watch_;               // the heartbeat with the joined nodes
   std::optional<int> gathered_round_;  // the round the latest gather was for

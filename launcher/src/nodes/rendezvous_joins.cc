@@ -131,6 +131,9 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
     mismatch = who + " has " + std::to_string(join->nproc) +
                " workers (--nproc-per-node), node 0 has " + std::to_string(nproc_) +
                "; every node needs as many";
+  } else if (join->restart_scope != restart_scope_) {
+    mismatch = who + " has --restart-scope " + join->restart_scope + ", node 0 has " +
+               restart_scope_ + "; every node must replace a lost rank alike";
   } else if (join->node_rank != -1 && (join->node_rank < 1 || join->node_rank >= nodes_)) {
     mismatch = who + ": node rank " + std::to_string(join->node_rank) + " is not one of 1-" +
                std::to_string(nodes_ - 1);

@@ -72,9 +72,10 @@ int ms_until(RendezvousClock::time_point when) {
 }
 
 std::string format_join(const JoinRequest& join) {
-  nlohmann::json doc = {{"ddprun_join", 1},      {"run", join.run_id},  {"node", join.node_rank},
-                        {"round", join.round},   {"nproc", join.nproc}, {"host", join.host},
-                        {"nnodes", join.nnodes}, {"nonce", join.nonce}};
+  nlohmann::json doc = {
+      {"ddprun_join", 1},      {"run", join.run_id},  {"node", join.node_rank},
+      {"round", join.round},   {"nproc", join.nproc}, {"host", join.host},
+      {"nnodes", join.nnodes}, {"nonce", join.nonce}, {"scope", join.restart_scope}};
   if (!join.proof.empty()) doc["proof"] = join.proof;
   return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -85,8 +86,8 @@ std::string join_proof(std::string_view secret, std::string_view host_nonce,
   const std::string round = std::to_string(join.round);
   const std::string nproc = std::to_string(join.nproc);
   const std::string nnodes = std::to_string(join.nnodes);
-  return proof_of_secret(
-      secret, {"join", host_nonce, join.nonce, join.run_id, node, round, nproc, join.host, nnodes});
+  return proof_of_secret(secret, {"join", host_nonce, join.nonce, join.run_id, node, round, nproc,
+                                  join.host, nnodes, join.restart_scope});
 }
 
 std::string format_greeting(std::string_view nonce) {
@@ -132,7 +133,11 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   const auto nonce = string_field(*doc, "nonce", kMaxNonceBytes);
   const auto proof = doc->contains("proof") ? string_field(*doc, "proof", kMaxNonceBytes)
                                             : std::optional<std::string>(std::string());
-  if (!run || !node || !round || !nproc || !host || !nonce || nonce->empty() || !proof || !nnodes) {
+  // A join without one (an older ddprun, by its format) is of job scope.
+  const auto scope =
+      doc->contains("scope") ? string_field(*doc, "scope", 8) : std::optional<std::string>("job");
+  if (!run || !node || !round || !nproc || !host || !nonce || nonce->empty() || !proof || !nnodes ||
+      !scope || (*scope != "job" && *scope != "rank")) {
     why = "a join with a missing or malformed field";
     return std::nullopt;
   }
@@ -144,6 +149,7 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   join.nnodes = *nnodes;
   join.nonce = *nonce;
   join.proof = *proof;
+  join.restart_scope = *scope;
   return join;
 }
 

@@ -28,7 +28,7 @@ namespace ddprun {
 namespace {
 
 TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
-  const JoinRequest join{"run-7", 2, 3, 4, "node3", 5, "n0nce", "pr00f"};
+  const JoinRequest join{"run-7", 2, 3, 4, "node3", 5, "n0nce", "pr00f", "rank"};
   std::string why;
   std::string line = format_join(join);
   ASSERT_EQ(line.back(), '\n');
@@ -43,6 +43,7 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(back->nproc, 4);
   EXPECT_EQ(back->host, "node3");
   EXPECT_EQ(back->nnodes, 5);
+  EXPECT_EQ(back->restart_scope, "rank");
   const std::vector<std::string> bad = {
       "",
       "\x01\x02\xff garbage",
@@ -56,6 +57,7 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2, "nonce": "n", "proof": 5})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2, "nonce": ""})",
+      R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h", "nnodes": 2, "nonce": "n", "scope": "node"})",
       R"({"ddprun_join": 1, "run": "r", "node": 1, "round": 0, "nproc": 1, "host": "h"})",
       std::string(kMaxJoinBytes + 1, '{'),
   };
@@ -89,7 +91,7 @@ TEST(Rendezvous, ProofsChangeWithTheSecretEitherNonceAndEveryFieldOfTheJoin) {
   EXPECT_EQ(proof, join_proof("secret", "host-nonce", join));
   EXPECT_NE(proof, join_proof("secreT", "host-nonce", join));
   EXPECT_NE(proof, join_proof("secret", "host-nonce2", join));
-  std::vector<JoinRequest> changed(7, join);
+  std::vector<JoinRequest> changed(8, join);
   changed[0].run_id = "run-8";
   changed[1].node_rank = 1;
   changed[2].round = 1;
@@ -97,6 +99,7 @@ TEST(Rendezvous, ProofsChangeWithTheSecretEitherNonceAndEveryFieldOfTheJoin) {
   changed[4].host = "node4";
   changed[5].nnodes = 6;
   changed[6].nonce = "peer-nonce2";
+  changed[7].restart_scope = "rank";
   for (const auto& other : changed) EXPECT_NE(proof, join_proof("secret", "host-nonce", other));
   // The host's proof is not the peer's with the nonces swapped.
   EXPECT_NE(host_proof("secret", "a", "b"), host_proof("secret", "b", "a"));
@@ -429,8 +432,11 @@ TEST(Rendezvous, JoinsThatDisagreeAreRefusedNamingBothValues) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 2, 4);
   std::ostringstream log;
-  auto refused = join_all(host, port, log,
-                          {join_of("run-a", "", 1, 3, "x", 4), join_of("run-a", "", 1, 2, "y", 2)});
+  TestJoin rank_scope = join_of("run-a", "", 1, 2, "w", 4);
+  rank_scope.join.restart_scope = "rank";
+  auto refused = join_all(
+      host, port, log,
+      {join_of("run-a", "", 1, 3, "x", 4), join_of("run-a", "", 1, 2, "y", 2), rank_scope});
   Peer& three_nodes = refused[0];
   Peer& two_workers = refused[1];
   Peer right;
@@ -449,6 +455,9 @@ TEST(Rendezvous, JoinsThatDisagreeAreRefusedNamingBothValues) {
   const std::string workers_why = told(two_workers);
   EXPECT_NE(workers_why.find("has 2 workers (--nproc-per-node), node 0 has 4"), std::string::npos)
       << workers_why;
+  const std::string scope_why = told(refused[2]);
+  EXPECT_NE(scope_why.find("has --restart-scope rank, node 0 has job"), std::string::npos)
+      << scope_why;
   EXPECT_NE(log.str().find("node 0 has 2"), std::string::npos) << log.str();
 }
 
