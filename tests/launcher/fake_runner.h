@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -98,6 +99,16 @@ class FakeRunner : public Runner {
     e.membership = std::move(part);
     external_.push_back(std::move(e));
   }
+  // The same from the child of that round started last on `host`, found when the part is
+  // due (an agent started during the round, on a spare node); dropped when none runs then.
+  void report_membership_from_host_at(int round, Ms at, std::string host, int node,
+                                      Membership part) {
+    External e{round, at, 0};
+    e.child_host = std::move(host);
+    e.membership_node = node;
+    e.membership = std::move(part);
+    external_.push_back(std::move(e));
+  }
   // The head sends `sig` with `cause` (agent mode) `at` after round `round` starts.
   void head_signal_at(int round, Ms at, int sig, std::optional<NodeEvent> cause) {
     External e{round, at, sig};
@@ -107,8 +118,10 @@ class FakeRunner : public Runner {
   }
 
   std::vector<Announced> announced;
-  // Each node part the policy was given (report_membership_at): when, and its recoveries.
+  // Each node part the policy was given (report_membership_at): when, and its recoveries;
+  // and the child each came from.
   std::vector<std::pair<Ms, int>> parts_heard;
+  std::vector<std::size_t> parts_heard_from;
   std::vector<std::optional<NodeEvent>> stop_causes;  // each round's last set_stop_cause
 
   std::vector<Sent> sent;                       // every signal the policy sent
@@ -233,8 +246,16 @@ class FakeRunner : public Runner {
     External& e = external_[*external];
     e.delivered = true;
     if (e.membership) {
+      if (!e.child_host.empty()) {
+        const auto& specs = started.at(static_cast<std::size_t>(round_));
+        const auto last = std::find_if(specs.rbegin(), specs.rend(),
+                                       [&](const ChildSpec& s) { return s.host == e.child_host; });
+        if (last == specs.rend()) return wait(deadline);  // not started (yet)
+        e.child = static_cast<std::size_t>(specs.rend() - last) - 1;
+      }
       if (!children_.at(e.child).alive) return wait(deadline);  // an agent that has ended
       parts_heard.emplace_back(elapsed(), e.membership->recoveries);
+      parts_heard_from.push_back(e.child);
       event.kind = RunnerEvent::Kind::kMembership;
       event.child = e.child;
       event.membership = *e.membership;
@@ -335,6 +356,7 @@ class FakeRunner : public Runner {
     std::optional<NodeEvent> cause = std::nullopt;        // with from_head
     std::optional<Membership> membership = std::nullopt;  // a node's part (rank scope)
     int membership_node = 0;
+    std::string child_host = std::string();  // with `membership`: from this host's last child
   };
   static constexpr RunnerClock::time_point kStart{};
   RunnerClock::time_point now_ = kStart;

@@ -14,6 +14,9 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
   --case tree    3 nodes, --ssh-fanout 1: node1 starts node2's ddprun, which starts node3's;
                  the last rank (5, on node3) and rank 0 are lost: node3's part reaches node 0
                  through node2's, and the whole comes back down the same way
+  --case spare   3 nodes, --nnodes 2, over ssh: rank 3 SIGKILLs node2's ddprun (and so
+                 both of node2's ranks) in its backward at step 12; node 0 starts ranks 2
+                 and 3 on the spare node3 as replacements, and ranks 0 and 1 go on
 
   PYTHONPATH=tests tests/multinode/test_rank_scope.py --case byhand|ssh|tree --ddprun BIN \
       --ddp-train BIN --config configs/toy.json
@@ -44,7 +47,8 @@ def write_config(cluster, a, name, kill):
                            "bucket_cap_mb": 0.0002, "timeout_s": 30})
     cfg["diagnostics"] = {"final_params_file": os.path.join(cluster.dir, name + ".params")}
     if kill:
-        cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1]})
+        cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1],
+                                   "kill_node": a.case == "spare"})
     path = os.path.join(cluster.dir, name + ".json")
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -67,8 +71,10 @@ def run_byhand(cluster, a, config, marker, name, failures):
 
 
 def run_ssh(cluster, a, config, marker, name, failures):
-    # ssh: each node keeps a warm spare, which becomes the lost rank; tree: new processes.
-    fanout = ["--ssh-fanout", "1"] if a.case == "tree" else ["--warm-spare"]
+    # ssh: each node keeps a warm spare, which becomes the lost rank; tree: new processes;
+    # spare: the job on 2 of the 3 nodes, the third a spare node.
+    fanout = {"tree": ["--ssh-fanout", "1"], "ssh": ["--warm-spare"],
+              "spare": ["--nnodes", "2"]}[a.case]
     argv = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, *fanout, "--env", "DDPC_MARK", "--nproc-per-node",
             str(NPROC), "--master-port", str(PORT), "--restart-scope", "rank", "--max-restarts",
@@ -85,15 +91,18 @@ def count(text, what):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=["byhand", "ssh", "tree"], required=True)
+    ap.add_argument("--case", choices=["byhand", "ssh", "tree", "spare"], required=True)
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
     a = ap.parse_args()
     run = run_byhand if a.case == "byhand" else run_ssh
-    nodes = 3 if a.case == "tree" else 2
+    nodes = 3 if a.case in ("tree", "spare") else 2
     last = nodes * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
+    if a.case == "spare":
+        kills = (("node2-backward", 3, "backward"),)
+    lost = {"node2-backward": "ranks 2, 3"}
 
     def body(cluster, result, failures):
         os.makedirs(os.path.join(cluster.dir, "home"), mode=0o700, exist_ok=True)
@@ -111,15 +120,21 @@ def main():
             out = run(cluster, a, write_config(cluster, a, name, (rank, phase)), marker, name,
                       failures)
             check_leftovers(cluster, marker, failures, f"{name}: ")
-            line = re.search(rf"ddp-train: recovered rank {rank} at step 12 from rank \d+ in "
+            ranks = lost.get(name, f"rank {rank}")
+            line = re.search(rf"ddp-train: recovered {ranks} at step 12 from rank \d+ in "
                              r"([0-9.]+) s \(0 steps lost", out)
             if not line:
-                failures.append(f"{name}: no recovery line for rank {rank} at step 12")
+                failures.append(f"{name}: no recovery line for {ranks} at step 12")
             else:
                 result[f"{name}_s"] = float(line.group(1))
-            if count(out, "started its replacement") != 1:
-                failures.append(f"{name}: {count(out, 'started its replacement')} replacements, "
-                                "not 1")
+            # A node lost: its ranks start together on the spare node, none alone.
+            moved = count(out, "ddprun: node 1 (node2) was lost (its ddprun ended: exit code "
+                          "255); started its 2 rank(s) on the spare node node3")
+            alone = count(out, "started its replacement")
+            if (moved, alone) != ((1, 0) if a.case == "spare" else (0, 1)):
+                failures.append(f"{name}: {alone} replacement(s) alone, {moved} on a spare node")
+            if a.case == "spare" and not re.search(r"ddp-train:\s+3\s+node3\s", out):
+                failures.append(f"{name}: rank 3 did not end on node3")
             if count(out, "restarting all workers") != 0:
                 failures.append(f"{name}: a full restart")
             spare = count(out, "'s replacement is the warm spare")

@@ -343,24 +343,26 @@ Config parse_config(const std::string& text, const std::string& source) {
     r.read("stragglers", c.progress.stragglers);
     r.read("log_every", c.progress.log_every);
   });
-  section("diagnostics", false,
-          {"check_replicas", "final_params_file", "hold_after_step",
-           "hold_checkpoint_write_at_step", "no_gradient_sync", "delay_rank", "delay_after_step",
-           "delay_ms", "kill_rank", "kill_at_step", "kill_in", "kill_rank_in_recovery"},
-          [&](ObjectReader& r) {
-            r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
-            r.read("check_replicas", c.diagnostics.check_replicas);
-            r.read("final_params_file", c.diagnostics.final_params_file);
-            r.read("hold_after_step", c.diagnostics.hold_after_step);
-            r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
-            r.read("delay_rank", c.diagnostics.delay_rank);
-            r.read("delay_after_step", c.diagnostics.delay_after_step);
-            r.read("delay_ms", c.diagnostics.delay_ms);
-            r.read("kill_rank", c.diagnostics.kill_rank);
-            r.read("kill_at_step", c.diagnostics.kill_at_step);
-            r.read("kill_in", c.diagnostics.kill_in);
-            r.read("kill_rank_in_recovery", c.diagnostics.kill_rank_in_recovery);
-          });
+  section(
+      "diagnostics", false,
+      {"check_replicas", "final_params_file", "hold_after_step", "hold_checkpoint_write_at_step",
+       "no_gradient_sync", "delay_rank", "delay_after_step", "delay_ms", "kill_rank",
+       "kill_at_step", "kill_in", "kill_node", "kill_rank_in_recovery"},
+      [&](ObjectReader& r) {
+        r.read("no_gradient_sync", c.diagnostics.no_gradient_sync);
+        r.read("check_replicas", c.diagnostics.check_replicas);
+        r.read("final_params_file", c.diagnostics.final_params_file);
+        r.read("hold_after_step", c.diagnostics.hold_after_step);
+        r.read("hold_checkpoint_write_at_step", c.diagnostics.hold_checkpoint_write_at_step);
+        r.read("delay_rank", c.diagnostics.delay_rank);
+        r.read("delay_after_step", c.diagnostics.delay_after_step);
+        r.read("delay_ms", c.diagnostics.delay_ms);
+        r.read("kill_rank", c.diagnostics.kill_rank);
+        r.read("kill_at_step", c.diagnostics.kill_at_step);
+        r.read("kill_in", c.diagnostics.kill_in);
+        r.read("kill_node", c.diagnostics.kill_node);
+        r.read("kill_rank_in_recovery", c.diagnostics.kill_rank_in_recovery);
+      });
   section("preemption", false, {"signals", "check_every_steps"}, [&](ObjectReader& r) {
     r.read("signals", c.preemption.signals);
     r.read("check_every_steps", c.preemption.check_every_steps);

@@ -134,10 +134,12 @@ struct DiagnosticsConfig {
   // its "backward" (once the last layers' gradients were sent, before the first layer's), its
   // "optimizer" step, or its "checkpoint" (the checkpoint of step `kill_at_step`, as the
   // ranks gather for it); rank `kill_rank_in_recovery` SIGKILLs itself in the job's first
-  // recovery, in the new group before the state is sent.
+  // recovery, in the new group before the state is sent. With `kill_node`, `kill_rank` first
+  // SIGKILLs its launcher (its parent, ddprun): its node is lost, every worker on it with it.
   int kill_rank = -1;
   std::int64_t kill_at_step = 1;
   std::string kill_in = "forward";
+  bool kill_node = false;
   int kill_rank_in_recovery = -1;
 };
 

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <ostream>
 
@@ -73,6 +75,11 @@ void hold_after_step(std::ostream& out, int rank, std::int64_t step) {
   // Short polls: a blocking wait could miss the signal that arrives between the check and
   // the wait.
   while (StopSignals::received() == 0) ::poll(nullptr, 0, 10);
+}
+
+void lose_rank(bool with_its_node) {
+  if (with_its_node) ::kill(::getppid(), SIGKILL);
+  for (;;) std::raise(SIGKILL);
 }
 
 void hold_checkpoint_write(std::ostream& out, const std::string& dir, const std::string& tmp_name) {

@@ -31,6 +31,10 @@ void hold_after_step(std::ostream& out, int rank, std::int64_t step);
 // Test hook (diagnostics.hold_checkpoint_write_at_step), for rank 0 while checkpoint
 // `dir`/`tmp_name` is durable under its temporary name: prints "ddp-train: rank 0 (pid P)
 // holding checkpoint write DIR/TMP before its rename" to `out` and waits for SIGKILL.
+// Test hook (diagnostics.kill_rank): SIGKILLs this process; `with_its_node`: its parent (the
+// node's ddprun) first, whose end takes every worker of the node (PR_SET_PDEATHSIG).
+[[noreturn]] void lose_rank(bool with_its_node);
+
 [[noreturn]] void hold_checkpoint_write(std::ostream& out, const std::string& dir,
                                         const std::string& tmp_name);
 

@@ -16,8 +16,9 @@ GroupPlace starting_group(const WorkerEnv& env, std::chrono::milliseconds timeou
   if (env.membership_file.empty()) return {};
   const auto now = read_membership(env.membership_file);
   // ddprun writes the file once every rank has started: until then every rank is a first
-  // process. A replacement always finds it, and waits for its own pid in it.
-  if (!now) return {};
+  // process. A replacement finds it (on a spare node, told by DDPRUN_REPLACEMENT, it waits
+  // for it), and waits for its own pid in it.
+  if (!now && !env.replacement) return {};
   const pid_t self = ::getpid();
   const Membership membership = wait_for_membership(
       env.membership_file,

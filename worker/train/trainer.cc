@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <future>
 #include <iostream>
 #include <optional>
@@ -190,7 +189,7 @@ void Trainer::save_checkpoint() {
   const auto& d = config_.diagnostics;
   if (d.kill_in == "checkpoint" && d.kill_rank == rank_ && place_.group == 0 &&
       env_.restart_count == 0 && position_.step == d.kill_at_step) {
-    std::raise(SIGKILL);  // test hook: lost while the others are in the checkpoint's gathering
+    lose_rank(d.kill_node);  // test hook: lost while the others are in the checkpoint's gathering
   }
   if (sharded_) sharded_->save_state_into(*optimizer_);
   checkpoints_->save(position_);
@@ -247,7 +246,7 @@ std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, 
   const auto& d = config_.diagnostics;
   const bool kill_here = d.kill_rank == rank_ && place_.group == 0 && env_.restart_count == 0 &&
                          position_.step + 1 == d.kill_at_step;
-  if (kill_here && d.kill_in == "forward") std::raise(SIGKILL);
+  if (kill_here && d.kill_in == "forward") lose_rank(d.kill_node);
   const std::int64_t batch = sizes_.batch, per_rank = sizes_.per_rank, batches = sizes_.batches;
   const auto step_start = Clock::now();
   // One optimizer step over `micro` batches: the gradients of all but the last add up on
@@ -291,7 +290,7 @@ std::int64_t Trainer::train_step(std::int64_t epoch, const at::Tensor& indices, 
     step_rows += static_cast<double>(y.size(0));
   }
   ddp_->finish_gradient_sync();
-  if (kill_here && d.kill_in == "optimizer") std::raise(SIGKILL);
+  if (kill_here && d.kill_in == "optimizer") lose_rank(d.kill_node);
   // Averaged, the gradients are the same bits on every rank, and so is their norm.
   const double lr = learning_rate(config_.optimizer, position_.step, sizes_.total_steps);
   // float16: a step whose gradients overflowed is skipped (every rank alike) and the scale

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "diagnostics.h"
 #include "objective.h"
 #include "trainer_parts.h"
 
@@ -136,8 +137,8 @@ void Trainer::arm_kill_hooks() {
   if (d.kill_in == "backward") {
     // The first layer's gradient is among the last: the later layers' buckets went out.
     auto first = model_->parameters().front();
-    first.register_hook([this, step = d.kill_at_step](const at::Tensor& grad) {
-      if (position_.step + 1 == step) std::raise(SIGKILL);
+    first.register_hook([this, step = d.kill_at_step, node = d.kill_node](const at::Tensor& grad) {
+      if (position_.step + 1 == step) lose_rank(node);
       return grad;
     });
   }

@@ -60,6 +60,10 @@ void finish_options(Parser& parser) {
         "takes the spare",
         "add --restart-scope rank, or leave out --warm-spare");
   }
+  if (options.agent_replaces && (!options.agent || options.restart_scope != RestartScope::kRank)) {
+    throw UsageError("--agent-replaces is for agents under --restart-scope rank",
+                     "it is set by a head ddprun; leave it out");
+  }
   check_rendezvous_backend(options.rdzv_backend);
   options.rdzv_conf = parse_rendezvous_conf(torchrun.rdzv_conf);
   if (torchrun.rdzv_endpoint && !torchrun.standalone) {

@@ -362,6 +362,8 @@ void Parser::add_agent() {
   app.add_option("--agent-subtree", options.agent_subtree_last, "Last node this agent starts")
       ->check(CLI::Range(0, 1 << 24))
       ->group("");
+  app.add_flag("--agent-replaces", options.agent_replaces, "Ranks of a lost node, on a spare")
+      ->group("");
 }
 
 }  // namespace ddprun

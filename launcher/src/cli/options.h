@@ -110,6 +110,9 @@ struct Options {
   std::optional<int> restart_count;        // the head's restart round
   // ssh tree: this agent also starts the agents of nodes node_rank+1 .. agent_subtree_last.
   std::optional<int> agent_subtree_last;
+  // --restart-scope rank: this agent starts a lost node's ranks on a spare node, as
+  // replacements (its workers wait for the membership that names them).
+  bool agent_replaces = false;
   std::vector<std::string> program;  // program and its arguments; empty only with doctor
 };
 

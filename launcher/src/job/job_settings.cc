@@ -26,6 +26,7 @@ JobSettings job_settings(const Options& options, const std::optional<JobEndTime>
   }
   round.capture_stacks = options.stacks;
   round.restart_scope = options.restart_scope;
+  round.starts_replacements = options.agent && options.agent_replaces;
   if (job_end && options.drain_before_s > 0 && !options.agent) {
     // The head alone keeps the clock; its agents pass the notice on.
     round.drain_signal = options.drain_signal;

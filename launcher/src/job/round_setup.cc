@@ -18,7 +18,7 @@ namespace ddprun {
 
 std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
                                        const Environment& env, const std::string& python_hook_dir,
-                                       const std::string& membership_file) {
+                                       const std::string& membership_file, bool replacements) {
   const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(plan.this_node));
   std::vector<ChildSpec> children;
   children.reserve(static_cast<std::size_t>(node.nproc));
@@ -44,6 +44,7 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
       child.membership_file = membership_file;
       vars.emplace_back(env::kDdprunMembershipFile, membership_file);
     }
+    if (replacements) vars.emplace_back(env::kDdprunReplacement, "1");
     child.env = merge_environment(env, vars);
     child.stacks_log = rank_file(plan, rank.rank, RankFile::kStacksLog);
     child.trace_file = rank_file(plan, rank.rank, RankFile::kTraceFile);
@@ -78,6 +79,30 @@ PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state) {
   round.spare_nodes = state.spare_nodes;
   round.cluster.this_node = state.this_node;
   return round;
+}
+
+SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, RoundState& state,
+                       const Environment& env, const std::string& self) {
+  return [&options, &job_inputs, &state, &env, self](int node) -> std::optional<SpareNode> {
+    if (node < 0 || node >= static_cast<int>(state.nodes.size()) || node == state.this_node) {
+      return std::nullopt;
+    }
+    NodeSlots& place = state.nodes[static_cast<std::size_t>(node)];
+    const auto spare = std::find_if(state.spare_nodes.begin(), state.spare_nodes.end(),
+                                    [&](const NodeSlots& s) { return s.slots == place.slots; });
+    if (spare == state.spare_nodes.end()) return std::nullopt;
+    place = *spare;
+    state.spare_nodes.erase(spare);
+    // The round's plan with the spare in the node's place: the same ranks, port and round.
+    const PlanInputs inputs = round_inputs(job_inputs, state);
+    const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
+    AgentOptions agents = agent_options(options);
+    agents.passed_on.emplace_back("--agent-replaces");
+    for (ChildSpec& agent : agent_launches(agents, inputs, plan, env, self).agents) {
+      if (agent.node_rank == node) return SpareNode{std::move(agent), place.host};
+    }
+    return std::nullopt;
+  };
 }
 
 std::string replace_failed_node(RoundState& state, std::optional<int> this_node,
@@ -139,7 +164,8 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
         options.restart_scope == RestartScope::kRank && options.max_restarts > 0
             ? std::filesystem::absolute(plan.attempt_dir + "/membership.json").string()
             : std::string();
-    setup.children = worker_children(plan, program_path, env, hook_dir, membership);
+    setup.children =
+        worker_children(plan, program_path, env, hook_dir, membership, options.agent_replaces);
     for (ChildSpec& child : setup.children) {
       if (!options.duplicate_stdout_filters.empty())
         child.filtered_stdout_log = filtered_log(plan, false);
@@ -161,6 +187,11 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
   }
   for (ChildSpec& agent : agents.agents) setup.children.push_back(std::move(agent));
   if (options.log_dir) setup.log_dir = plan.attempt_dir;
+  // --restart-scope rank over ssh: a lost node's ranks go on on a spare node, live.
+  if (options.restart_scope == RestartScope::kRank && !options.agent && options.max_restarts > 0 &&
+      inputs.launcher == LauncherKind::kSsh && !state.spare_nodes.empty()) {
+    setup.spares = spare_nodes(options, job_inputs, state, env, self);
+  }
   return setup;
 }
 

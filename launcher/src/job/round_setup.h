@@ -16,11 +16,13 @@ namespace ddprun {
 // executable and `env` with its rank's contract variables laid over it. With a
 // `python_hook_dir` (python_stack_hook.h), Python workers can show their frames: it goes
 // first on PYTHONPATH, with DDPRUN_PYTHON_STACK_FILE. With a `membership_file`
-// (--restart-scope rank), every worker gets it as DDPRUN_MEMBERSHIP_FILE.
+// (--restart-scope rank), every worker gets it as DDPRUN_MEMBERSHIP_FILE; with
+// `replacements` (an agent in a lost node's place), DDPRUN_REPLACEMENT=1.
 std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string& program_path,
                                        const Environment& env,
                                        const std::string& python_hook_dir = {},
-                                       const std::string& membership_file = {});
+                                       const std::string& membership_file = {},
+                                       bool replacements = false);
 
 // What changes from one round to the next. The job's inputs are resolved at the start
 // (main.cc completes a few before round 0) and no round rewrites them; each round plans
@@ -53,6 +55,12 @@ PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state);
 RoundSetup prepare_round(const Options& options, const PlanInputs& inputs, RoundState& state,
                          const Environment& env, int round, const RoundResult* previous,
                          const std::string& program_path, const std::string& self);
+
+// --restart-scope rank, a head over ssh: the agent that starts node `node`'s ranks on the
+// first spare with as many slots, in this round (SpareNodes). It moves `state` as
+// replace_failed_node does; every reference must outlive the round.
+SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, RoundState& state,
+                       const Environment& env, const std::string& self);
 
 // After a round that `previous` says a remote node's agent failed first: that node's place
 // goes to the first spare with as many slots (same node rank, same ranks: the world size

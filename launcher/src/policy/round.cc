@@ -49,6 +49,7 @@ RoundResult Round::run(const std::vector<ChildSpec>& children) {
       RankResult& rank = add_child(i);
       rank.pid = runner_.start(children[i]);
       rank.started = true;
+      rank.replacement = policy_.starts_replacements && !rank.agent;
     }
   } catch (...) {
     kill_live();
@@ -65,7 +66,7 @@ RoundResult Round::run(const std::vector<ChildSpec>& children) {
 }
 
 RankResult& Round::add_child(std::size_t spec_index) {
-  const ChildSpec& spec = (*specs_)[spec_index];
+  const ChildSpec& spec = this->spec(spec_index);
   RankResult& rank = ranks_.emplace_back();
   rank.agent = spec.agent;
   rank.node_rank = spec.node_rank;
@@ -136,6 +137,7 @@ void Round::publish(std::string change) {
 
 void Round::on_membership(std::size_t child, int node, Membership part) {
   if (!rank_scope() || !ranks_.at(child).agent || node == policy_.node_rank) return;
+  if (ranks_[child].replaced_by) return;  // a lost node's last words: a spare stands for it
   // A node's replacements only add up within a round: a late or reordered part counts no less.
   if (const auto was = parts_.find(node); was != parts_.end()) {
     part.recoveries = std::max(part.recoveries, was->second.recoveries);
@@ -176,7 +178,7 @@ bool Round::replace(std::size_t child) {
   const std::size_t index = ranks_.size();
   add_child(spec_of_[child]).replacement = true;
   try {
-    ranks_[index].pid = runner_.start((*specs_)[spec_of_[child]]);
+    ranks_[index].pid = runner_.start(spec(spec_of_[child]));
   } catch (const std::exception& e) {
     drop_last_child();
     not_replaced_ = name + "'s replacement could not be started: " + e.what();
@@ -189,6 +191,61 @@ bool Round::replace(std::size_t child) {
   publish(name + " (pid " + std::to_string(lost_pid) + ") " + how +
           "; started its replacement, pid " + std::to_string(ranks_[index].pid) + " (" +
           std::to_string(recoveries_left()) + " restart(s) left)");
+  return true;
+}
+
+bool Round::move_node(std::size_t child) {
+  const RankResult& lost = ranks_[child];
+  if (!spares_ || notice_seen_ != 0 || spec(spec_of_[child]).control_nodes > 1) {
+    return false;  // no spares; a notice (the round drains); a subtree
+  }
+  const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
+  const auto ran =
+      std::chrono::duration_cast<std::chrono::milliseconds>(runner_.now() - started_at_[child]);
+  if (lost.replacement && ran < policy_.recovery_window) {
+    not_replaced_ = name + ", itself a spare node, was lost " + format_seconds(ran) +
+                    " after its start, during its recovery (the first " +
+                    format_seconds(policy_.recovery_window) + ")";
+    return false;
+  }
+  const auto part = parts_.find(lost.node_rank);
+  if (part == parts_.end()) {
+    not_replaced_ = name + " was lost before it said which ranks run there";
+    return false;
+  }
+  const int ranks = static_cast<int>(part->second.ranks.size());
+  if (recoveries_left() < ranks) {
+    not_replaced_ = name + " was lost with " + std::to_string(ranks) +
+                    " rank(s) and the round has " + std::to_string(std::max(0, recoveries_left())) +
+                    " restart(s) left (--max-restarts)";
+    return false;
+  }
+  const std::string how = describe_wait_status(lost.wait_status);
+  const std::size_t index = ranks_.size();
+  std::string host;
+  try {
+    std::optional<SpareNode> spare = spares_(lost.node_rank);
+    if (!spare) return false;
+    host = spare->host;
+    moved_specs_.push_back(std::move(spare->agent));
+    add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;
+    ranks_[index].pid = runner_.start(spec(spec_of_[index]));
+  } catch (const std::exception& e) {
+    if (ranks_.size() > index) drop_last_child();
+    not_replaced_ = name + "'s ranks could not be started on a spare node" +
+                    (host.empty() ? std::string() : " (" + host + ")") + ": " + e.what();
+    return false;
+  }
+  ranks_[index].started = true;
+  ranks_[child].replaced_by = index;
+  // The node's own replacements so far stay counted here; its spare reports afresh.
+  const int spent = ranks + part->second.recoveries;
+  parts_.erase(part);
+  recoveries_left_ -= spent;
+  recoveries_ += spent;
+  publish(name + " was lost (its ddprun ended: " + how + "); started its " + std::to_string(ranks) +
+          " rank(s) on the spare node " + host + " (" + std::to_string(recoveries_left()) +
+          " restart(s) left)");
   return true;
 }
 
@@ -300,6 +357,7 @@ void Round::on_signal(const RunnerEvent& event) {
 void Round::on_node_event(std::size_t child, const NodeEvent& event) {
   switch (event.kind) {
     case NodeEvent::Kind::kFailed:
+      if (ranks_[child].replaced_by) break;  // a lost node's last words: a spare stands for it
       if (!reported_[child]) reported_[child] = event;
       if (phase_ == Phase::kRunning && escalation_ != Escalation::kKilled) fail(child);
       break;
@@ -340,6 +398,11 @@ void Round::on_exit(const RunnerEvent& event) {
         replace(event.child))
       return;
   }
+  // A node lost (its ddprun ended without reporting a failure of its own): its ranks may
+  // go on on a spare node.
+  if (rank_scope() && one_node_agent(event.child) && failed && !reported_[event.child] &&
+      phase_ == Phase::kRunning && escalation_ != Escalation::kKilled && move_node(event.child))
+    return;
   // A drained rank starts no exit timer: its peers are saving the same checkpoint.
   if (policy_.exit_timeout && !first_exit_ && !drained) {
     first_exit_ = event.child;
@@ -359,8 +422,8 @@ bool is_stop_signal(int sig, const std::vector<int>& extra) {
 }
 
 RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
-                      const RoundPolicy& policy, int recoveries_left) {
-  return Round(runner, policy, recoveries_left).run(children);
+                      const RoundPolicy& policy, int recoveries_left, const SpareNodes& spares) {
+  return Round(runner, policy, recoveries_left, spares).run(children);
 }
 
 }  // namespace ddprun

@@ -29,6 +29,9 @@
 //                                          are left, no notice came, and the failed child
 //                                          was not a replacement within its recovery
 //                                          window; otherwise as "worker fails" above
+//   kRunning  --agent of one node lost,--> kRunning: its ranks start on a spare node (an
+//             rank scope, a spare            agent there, each rank a recovery) while as
+//                                          many recoveries are left and no notice came
 //
 // Under --restart-scope rank every change of who runs (a start, a loss, a replacement, a
 // rank that finished) is published (Runner::publish_membership) with a version one higher.
@@ -36,6 +39,8 @@
 // every change (an agent between them passes it on); the head merges the parts with its own
 // ranks, publishes the whole once every node's part came, and holds the job's budget: a
 // node's replacement beyond the recoveries left fails the round (a full restart decides).
+// A head over ssh with spare nodes starts a lost node's ranks on a spare (move_node), each
+// rank one recovery, and publishes again once the spare's part came.
 //
 // An agent tells its head at once (Runner::announce) when its round fails, when ddprun
 // itself is stopped or gets a notice; the head acts on such a report from an agent child as
@@ -46,6 +51,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -71,8 +77,9 @@ class Round {
   // then every live child has SIGKILL (kKilled), and nothing more is asked.
   enum class Escalation { kNone, kAsked, kAgentsLast, kKilled };
 
-  Round(Runner& runner, const RoundPolicy& policy, int recoveries_left)
-      : runner_(runner), policy_(policy), recoveries_left_(recoveries_left) {}
+  Round(Runner& runner, const RoundPolicy& policy, int recoveries_left,
+        const SpareNodes& spares = {})
+      : runner_(runner), policy_(policy), spares_(spares), recoveries_left_(recoveries_left) {}
 
   // Starts `children`, supervises them until every one has ended, and says how the round
   // ended. A start that throws: the children started are killed and reaped, and it rethrows.
@@ -82,7 +89,11 @@ class Round {
   static constexpr std::size_t kNoChild = static_cast<std::size_t>(-1);
 
   // round.cc: starts, replacements, and the events.
-  // A new child (not started yet) that runs children[spec].
+  // The spec of index `index`: the round's children's, then the spare nodes' agents.
+  const ChildSpec& spec(std::size_t index) const {
+    return index < specs_->size() ? (*specs_)[index] : moved_specs_.at(index - specs_->size());
+  }
+  // A new child (not started yet) that runs spec(spec_index).
   RankResult& add_child(std::size_t spec_index);
   // Forgets the child add_child made last (its start failed).
   void drop_last_child();
@@ -98,6 +109,10 @@ class Round {
   // round has left with them.
   int remote_recoveries() const;
   int recoveries_left() const { return recoveries_left_ - remote_recoveries(); }
+  // Starts lost agent `child`'s ranks on a spare node (--restart-scope rank, an agent of one
+  // node). Returns whether they run; when they do not for a reason other than no spare,
+  // not_replaced_ says why.
+  bool move_node(std::size_t child);
   // Agent `child` passed on node `node`'s part of the membership.
   void on_membership(std::size_t child, int node, Membership part);
   // An agent of one node (not srun or mpirun standing for every node).
@@ -170,7 +185,9 @@ class Round {
 
   Runner& runner_;
   const RoundPolicy& policy_;
+  const SpareNodes& spares_;
   const std::vector<ChildSpec>* specs_ = nullptr;
+  std::deque<ChildSpec> moved_specs_;  // the agents started on spare nodes (move_node)
   std::vector<RankResult> ranks_;
   // Per child: the spec it runs (index into specs_) and when it started.
   std::vector<std::size_t> spec_of_;

@@ -83,7 +83,7 @@ int run_job(Runner& runner, const JobSettings& settings,
           settings.agent
               ? (settings.round.restart_scope == RestartScope::kRank ? settings.max_restarts : 0)
               : std::max(0, settings.max_restarts - round - recoveries);
-      previous.emplace(run_round(runner, setup.children, settings.round, left));
+      previous.emplace(run_round(runner, setup.children, settings.round, left, setup.spares));
     } catch (...) {
       end_with_exception(observer, decision);
     }

@@ -55,7 +55,20 @@ struct RoundPolicy {
   // during its recovery: the round then fails as under kJob (a full restart decides).
   RestartScope restart_scope = RestartScope::kJob;
   std::chrono::milliseconds recovery_window{10000};
+  // An agent started on a spare node in a lost node's place (--agent-replaces): its first
+  // workers are replacements (the membership says so, and their recovery window applies).
+  bool starts_replacements = false;
 };
+
+// --restart-scope rank, a head over ssh with spare nodes: a lost node's ranks again, on a
+// spare node. Given the lost node's rank, `take` returns the agent that starts its ranks
+// there as replacements, and the spare's host, or nullopt when no spare has as many slots.
+// It takes the spare: the job's next rounds keep it in the node's place.
+struct SpareNode {
+  ChildSpec agent;
+  std::string host;
+};
+using SpareNodes = std::function<std::optional<SpareNode>(int node)>;
 
 // Whether `sig` stops the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT, or one of `extra`
 // (--signals-to-handle) that is not a notice (SIGUSR1, SIGUSR2).
@@ -65,8 +78,11 @@ bool is_stop_signal(int sig, const std::vector<int>& extra);
 // throws, the children already started are killed and waited for, then it rethrows.
 // Under RestartScope::kRank, at most `recoveries_left` failed workers are replaced (a
 // replacement that cannot be started fails the round instead).
+// A lost agent of one node whose ranks `spares` can start elsewhere is replaced the same way
+// (each of its ranks one recovery).
 RoundResult run_round(Runner& runner, const std::vector<ChildSpec>& children,
-                      const RoundPolicy& policy, int recoveries_left = 0);
+                      const RoundPolicy& policy, int recoveries_left = 0,
+                      const SpareNodes& spares = {});
 
 // The code ddprun exits with after `result`: 0 on success; the failing worker's exit code,
 // or 128 + its signal; kExitPreempted; 128 + the signal that stopped ddprun, or the code of
@@ -89,6 +105,8 @@ struct RoundSetup {
   std::string summary;  // printed before the round when settings.summaries
   std::string notice;   // printed before the round always (e.g. a spare node taking over)
   std::string log_dir;  // named after a final failure; empty: no log folder
+  SpareNodes spares =
+      SpareNodes();  // --restart-scope rank: where a lost node's ranks may go (run_round)
   // Set when the job ends before this round starts (the nodes' gathering was stopped, or
   // a notice came meanwhile): run_job prints `end_message` and returns this code.
   std::optional<int> end_code = std::nullopt;

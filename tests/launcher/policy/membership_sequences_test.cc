@@ -9,12 +9,22 @@
 // - the membership is whole (ranks 0-3, once each) only once node 1 said who runs there, and
 //   its recoveries are this node's and node 1's;
 // - nothing is replaced after a stop, and every child is reaped.
+// With a spare node (the second exploration) node 1 may be lost, and the spare that takes
+// its ranks may report and be lost in turn:
+// - a lost node's ranks cost one recovery each, and no start (here or on the spare) goes
+//   beyond what this node, node 1 and the spare used together;
+// - a node lost while the round runs, with its part heard and the budget for its ranks, has
+//   them started on the spare at once;
+// - from node 1's loss until the spare said who runs there, no membership is whole; a whole
+//   one after it names the spare's processes, with every recovery counted;
+// - a round that stopped nobody ends the job with 0 and no restart.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -39,16 +49,22 @@ using testing::WaitsForever;
 
 constexpr Ms kStep{100};  // event i happens at (i + 1) steps
 constexpr Ms kGrace{350};
-constexpr int kBudget = 2;  // --max-restarts
+constexpr int kBudget = 2;       // --max-restarts
+constexpr int kSpareBudget = 3;  // with a spare node: node 1's 2 ranks and one more
+// Who an event is about: the round's first children, the replacements here (in start order),
+// the spare node's agent.
 constexpr std::size_t kAgent = 2;
 constexpr std::size_t kFirstReplacement = 3;
-constexpr std::size_t kReplacements = 2;
+constexpr std::size_t kSpare = 6;  // after up to 3 replacements here
+const char* const kSpareHost = "spare";
 
 struct Event {
-  enum class Kind { kLost, kDone, kReport, kNodeFails, kStop };
+  enum class Kind { kLost, kDone, kReport, kSpareReport, kNodeFails, kStop };
   Kind kind = Kind::kLost;
-  std::size_t child = 0;  // kLost, kDone: 0, 1, or a replacement (3, 4 in start order)
-  int recoveries = 0;     // kReport
+  // kLost, kDone: 0, 1, a replacement (3, 4), node 1's agent (kAgent: exits 255, no report
+  // of its own: lost), the spare's (kSpare)
+  std::size_t child = 0;
+  int recoveries = 0;  // kReport, kSpareReport
 };
 
 std::string describe(const std::vector<Event>& events) {
@@ -58,13 +74,18 @@ std::string describe(const std::vector<Event>& events) {
     out << " [" << (i + 1) * kStep.count() << " ms] ";
     switch (e.kind) {
       case Event::Kind::kLost:
-        out << "child " << e.child << " killed";
+        out << (e.child == kAgent   ? std::string("node 1 lost")
+                : e.child == kSpare ? std::string("the spare lost")
+                                    : "child " + std::to_string(e.child) + " killed");
         break;
       case Event::Kind::kDone:
         out << "child " << e.child << " exits 0";
         break;
       case Event::Kind::kReport:
         out << "node 1 reports " << e.recoveries << " replacement(s)";
+        break;
+      case Event::Kind::kSpareReport:
+        out << "the spare reports " << e.recoveries << " replacement(s)";
         break;
       case Event::Kind::kNodeFails:
         out << "node 1 fails";
@@ -78,13 +99,18 @@ std::string describe(const std::vector<Event>& events) {
   return out.str();
 }
 
-Membership node1_part(int recoveries) {
+// Node 1's part; the spare's (spare: ranks 2 and 3 replaced from the start, pids from 700).
+Membership node1_part(int recoveries, bool spare = false) {
   Membership part;
   part.version = 1;
   part.recoveries = recoveries;
-  part.ranks = {{2, Membership::State::kRunning, 502},
-                {3, recoveries > 0 ? Membership::State::kReplaced : Membership::State::kRunning,
-                 recoveries > 0 ? 600 + recoveries : 503}};
+  const auto state = [](bool replaced) {
+    return replaced ? Membership::State::kReplaced : Membership::State::kRunning;
+  };
+  const pid_t first = spare ? 700 : 502;
+  part.ranks = {
+      {2, state(spare), first},
+      {3, state(spare || recoveries > 0), recoveries > 0 ? first + 100 + recoveries : first + 1}};
   return part;
 }
 
@@ -93,17 +119,19 @@ struct Run {
   bool waits_forever = false;
   std::string refused;                 // the fake runner's own checks
   std::vector<Ms> replacement_starts;  // when each replacement here started
+  std::optional<Ms> spare_start;       // when the spare's agent started
 };
 
-Run run_sequence(FakeRunner& runner, const std::vector<Event>& events) {
+// With `spare`, one spare node can take node 1's ranks.
+Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spare = false) {
   JobSettings settings;
-  settings.max_restarts = kBudget;
+  settings.max_restarts = spare ? kSpareBudget : kBudget;
   settings.round.restart_scope = RestartScope::kRank;
   settings.round.recovery_window = Ms(50);
   settings.round.shutdown_grace = kGrace;
   settings.summaries = false;
   settings.tables = false;
-  std::vector<std::optional<std::pair<Ms, int>>> exits(kFirstReplacement + kReplacements);
+  std::vector<std::optional<std::pair<Ms, int>>> exits(kSpare + 1);
   for (std::size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     const Ms at = kStep * static_cast<int>(i + 1);
@@ -111,11 +139,18 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events) {
       case Event::Kind::kLost:
       case Event::Kind::kDone:
         if (!exits[e.child]) {
-          exits[e.child] = {at, e.kind == Event::Kind::kLost ? killed(SIGKILL) : exited(0)};
+          const bool agent = e.child == kAgent || e.child == kSpare;
+          exits[e.child] = {at, e.kind == Event::Kind::kDone ? exited(0)
+                                : agent                      ? exited(255)
+                                                             : killed(SIGKILL)};
         }
         break;
       case Event::Kind::kReport:
         runner.report_membership_at(0, at, kAgent, 1, node1_part(e.recoveries));
+        break;
+      case Event::Kind::kSpareReport:
+        runner.report_membership_from_host_at(0, at, kSpareHost, 1,
+                                              node1_part(e.recoveries, /*spare=*/true));
         break;
       case Event::Kind::kNodeFails:
         if (!exits[kAgent]) exits[kAgent] = {at, exited(1)};
@@ -130,12 +165,20 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events) {
   runner.behaviour = [&](int round, std::size_t child) {
     FakeBehaviour b;
     b.exit_after = Ms(round > 0 ? 1 : 1000);  // a rank left alone finishes after 1 s
-    b.exits_like_agent = child == kAgent;
+    const ChildSpec& spec = runner.started.at(static_cast<std::size_t>(round)).at(child);
+    b.exits_like_agent = spec.agent;
     if (round > 0) return b;
-    if (child >= kFirstReplacement) run.replacement_starts.push_back(runner.elapsed());
-    if (child < exits.size() && exits[child]) {
-      b.exit_after = std::max(Ms(1), exits[child]->first - runner.elapsed());
-      b.exit_status = exits[child]->second;
+    std::size_t who = child;
+    if (spec.host == kSpareHost) {
+      who = kSpare;
+      run.spare_start = runner.elapsed();
+    } else if (child >= kFirstReplacement) {
+      who = kFirstReplacement + run.replacement_starts.size();
+      run.replacement_starts.push_back(runner.elapsed());
+    }
+    if (who < exits.size() && exits[who]) {
+      b.exit_after = std::max(Ms(1), exits[who]->first - runner.elapsed());
+      b.exit_status = exits[who]->second;
     }
     return b;
   };
@@ -144,12 +187,24 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events) {
   children[kAgent].agent = true;
   children[kAgent].node_rank = 1;
   children[kAgent].rank = -1;
+  children[kAgent].host = "node1";
+  int spares_left = 1;
+  const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
+    if (node != 1) throw std::logic_error("a spare asked for node " + std::to_string(node));
+    if (spares_left == 0) return std::nullopt;
+    --spares_left;
+    SpareNode taken{children[kAgent], kSpareHost};
+    taken.agent.host = kSpareHost;
+    return taken;
+  };
   std::ostringstream messages;
   try {
     run.exit_code = run_job(
         runner, settings,
         [&](int, const RoundResult*) {
-          return RoundSetup{children, "", "", ""};
+          RoundSetup setup{children, "", "", ""};
+          if (spare) setup.spares = spares;
+          return setup;
         },
         messages);
   } catch (const WaitsForever&) {
@@ -233,25 +288,127 @@ std::string check(const FakeRunner& runner, const Run& run, const std::vector<Ev
   return {};
 }
 
-void explore(std::vector<Event>& events, std::size_t depth, const std::vector<Event>& alphabet,
-             Exploration& out) {
-  if (!events.empty()) {
-    FakeRunner runner;
-    const Run run = run_sequence(runner, events);
-    out.add(check(runner, run, events), [&] { return describe(events); });
+std::optional<Ms> time_of(const std::vector<Event>& events, Event::Kind kind, std::size_t who) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind == kind && (kind != Event::Kind::kLost || events[i].child == who))
+      return kStep * static_cast<int>(i + 1);
   }
+  return std::nullopt;
+}
+
+// The first invariant a run with a spare node broke, or empty.
+std::string check_spare(const FakeRunner& runner, const Run& run,
+                        const std::vector<Event>& events) {
+  if (!run.refused.empty()) return "the fake runner refused: " + run.refused;
+  if (run.waits_forever) return "the job waits forever";
+  std::optional<Ms> stopped;  // the round's first stop, by the policy or a signal to ddprun
+  for (const auto& s : runner.sent) {
+    if (s.round == 0) stopped = std::min(stopped.value_or(s.at), s.at);
+  }
+  const auto stop_signal = time_of(events, Event::Kind::kStop, 0);
+  const auto node_lost = time_of(events, Event::Kind::kLost, kAgent);
+
+  const auto started_by = [&](Ms at) {  // recoveries started by `at`, here and on the spare
+    const auto local = std::count_if(run.replacement_starts.begin(), run.replacement_starts.end(),
+                                     [&](Ms t) { return t <= at; });
+    return static_cast<int>(local) + (run.spare_start && *run.spare_start <= at ? 2 : 0);
+  };
+  // Node 1's and the spare's own replacements as heard before `at`: each only adds up.
+  const auto remote_before = [&](Ms at) {
+    int node1 = 0, spare = 0;
+    for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
+      const auto& [t, n] = runner.parts_heard[i];
+      if (t >= at) continue;
+      int& heard = runner.parts_heard_from[i] == kAgent ? node1 : spare;
+      heard = std::max(heard, n);
+    }
+    return node1 + spare;
+  };
+  std::vector<Ms> starts = run.replacement_starts;
+  if (run.spare_start) starts.push_back(*run.spare_start);
+  for (const Ms start : starts) {
+    if (stop_signal && start >= *stop_signal) return "a recovery started after a stop signal";
+    if (started_by(start) + remote_before(start) > kSpareBudget) {
+      return "a recovery started beyond the job's budget";
+    }
+  }
+  if (run.spare_start && (!node_lost || *run.spare_start != *node_lost)) {
+    return "the spare started other than at node 1's loss";
+  }
+  const bool node1_heard =
+      std::any_of(runner.parts_heard_from.begin(), runner.parts_heard_from.end(),
+                  [](std::size_t c) { return c == kAgent; });
+  if (node_lost && !run.spare_start && (!stopped || *stopped >= *node_lost) && node1_heard &&
+      started_by(*node_lost) + remote_before(*node_lost) + 2 <= kSpareBudget) {
+    return "node 1 was lost with the budget for its ranks, and the spare did not start";
+  }
+  // The membership.
+  std::optional<Ms> spare_heard;
+  for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
+    if (runner.parts_heard_from[i] != kAgent) {
+      spare_heard = runner.parts_heard[i].first;
+      break;
+    }
+  }
+  for (const auto& published : runner.memberships) {
+    if (published.round != 0 || !published.whole) continue;
+    const Membership& m = published.membership;
+    if (m.ranks.size() != 4) return "a whole membership without every rank";
+    if (!run.spare_start || published.at < *run.spare_start) continue;
+    if (!spare_heard || published.at < *spare_heard) {
+      return "a whole membership after node 1's loss before the spare said who runs there";
+    }
+    if (m.ranks[2].pid < 700 || m.ranks[3].pid < 700 ||
+        m.ranks[2].state != Membership::State::kReplaced) {
+      return "a whole membership after the move without the spare's processes";
+    }
+    const int remote = remote_before(published.at + Ms(1));
+    const int high = started_by(published.at) + remote;
+    const int low = started_by(published.at - Ms(1)) + remote;
+    if (m.recoveries < low || m.recoveries > high) {
+      return "a membership's recoveries are " + std::to_string(m.recoveries) + ", not " +
+             std::to_string(high);
+    }
+  }
+  if (!runner.round_ends.empty() && !stopped &&
+      (runner.started.size() != 1 || run.exit_code != 0)) {
+    return "a round that stopped nobody did not end the job with 0";
+  }
+  return {};
+}
+
+// Runs `events` and says the first invariant the run broke, or empty.
+using Checked = std::function<std::string(const std::vector<Event>&)>;
+
+void explore(std::vector<Event>& events, std::size_t depth, const std::vector<Event>& alphabet,
+             const Checked& checked, Exploration& out) {
+  if (!events.empty()) out.add(checked(events), [&] { return describe(events); });
   if (events.size() == depth) return;
   for (const Event& next : alphabet) {
     // A child ends once, node 1 fails once, and one stop is enough.
+    const auto reports = [](const Event& e) {
+      return e.kind == Event::Kind::kReport || e.kind == Event::Kind::kSpareReport;
+    };
     const bool repeat = std::any_of(events.begin(), events.end(), [&](const Event& e) {
-      return next.kind != Event::Kind::kReport && e.kind != Event::Kind::kReport &&
-             e.child == next.child;
+      return !reports(next) && !reports(e) && e.child == next.child;
     });
     if (repeat) continue;
     events.push_back(next);
-    explore(events, depth, alphabet, out);
+    explore(events, depth, alphabet, checked, out);
     events.pop_back();
   }
+}
+
+void explore_all(const std::vector<Event>& alphabet, const char* depth_name, const char* what,
+                 const Checked& checked) {
+  const std::size_t depth = exploration_depth(depth_name, 6, 4);
+  Exploration out;
+  std::vector<Event> events;
+  explore(events, depth, alphabet, checked, out);
+  for (const std::string& v : out.violations) ADD_FAILURE() << v;
+  std::printf("[ explored ] %ld sequences of a head with %s (up to %zu events)\n", out.sequences,
+              what, depth);
+  EXPECT_GT(out.sequences, 1000);
 }
 
 TEST(MembershipSequences, TheHeadKeepsTheBudgetAndPublishesWholeMembershipsOnly) {
@@ -264,14 +421,30 @@ TEST(MembershipSequences, TheHeadKeepsTheBudgetAndPublishesWholeMembershipsOnly)
   for (int r = 0; r <= 3; ++r) alphabet.push_back({Event::Kind::kReport, 99, r});
   alphabet.push_back({Event::Kind::kNodeFails, kAgent, 0});
   alphabet.push_back({Event::Kind::kStop, 98, 0});
-  const std::size_t depth = exploration_depth("DDPRUN_MEMBERSHIP_DEPTH", 6, 4);
-  Exploration out;
-  std::vector<Event> events;
-  explore(events, depth, alphabet, out);
-  for (const std::string& v : out.violations) ADD_FAILURE() << v;
-  std::printf("[ explored ] %ld sequences of a head with node 1's membership (up to %zu events)\n",
-              out.sequences, depth);
-  EXPECT_GT(out.sequences, 1000);
+  explore_all(alphabet, "DDPRUN_MEMBERSHIP_DEPTH", "node 1's membership",
+              [](const std::vector<Event>& events) {
+                FakeRunner runner;
+                const auto run = run_sequence(runner, events);
+                return check(runner, run, events);
+              });
+}
+
+TEST(MembershipSequences, ALostNodesRanksMoveToTheSpareWithinTheBudgetAndTheMembershipWaits) {
+  std::vector<Event> alphabet;
+  for (const std::size_t child :
+       {std::size_t{0}, std::size_t{1}, kFirstReplacement, kAgent, kSpare})
+    alphabet.push_back({Event::Kind::kLost, child, 0});
+  for (int r = 0; r <= 1; ++r) {
+    alphabet.push_back({Event::Kind::kReport, 99, r});
+    alphabet.push_back({Event::Kind::kSpareReport, 97, r});
+  }
+  alphabet.push_back({Event::Kind::kStop, 98, 0});
+  explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "a spare node",
+              [](const std::vector<Event>& events) {
+                FakeRunner runner;
+                const auto run = run_sequence(runner, events, /*spare=*/true);
+                return check_spare(runner, run, events);
+              });
 }
 
 }  // namespace

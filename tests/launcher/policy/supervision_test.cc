@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <functional>
 #include <sstream>
 
@@ -1426,6 +1427,133 @@ TEST(JobPolicyRankScope, TheHeadKeepsTheBudgetOfEveryNodesReplacements) {
     ASSERT_EQ(runner.started.size(), 1u);
     EXPECT_EQ(runner.started[0].size(), 3u) << "no replacement here";
   }
+}
+
+// A head over ssh with spare nodes: node 1's ddprun (child 2) is lost at 0.3 s; `spares`
+// gives the agent that starts its ranks on node2 (child 3), which reports them at 0.4 s.
+struct SpareRun {
+  JobRun job;
+  int spares_taken = 0;
+};
+SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fits = true) {
+  settings.round.shutdown_grace = kGrace;
+  settings.colour = false;
+  SpareRun result;
+  const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
+    EXPECT_EQ(node, 1);
+    if (!spare_fits) return std::nullopt;
+    ++result.spares_taken;
+    SpareNode spare;
+    spare.agent = worker_and_node1(0).front();
+    spare.agent.host = "node2";
+    spare.host = "node2";
+    return spare;
+  };
+  std::ostringstream messages;
+  result.job.exit_code = run_job(
+      runner, settings,
+      [&](int, const RoundResult*) {
+        RoundSetup setup{worker_and_node1(2), "", "", ""};
+        setup.spares = spares;
+        return setup;
+      },
+      messages);
+  result.job.messages = messages.str();
+  return result;
+}
+
+void lose_node1_at_300ms(FakeRunner& runner) {
+  runner.behaviour = [](int round, std::size_t child) {
+    const bool lost = round == 0 && child == 2;
+    FakeBehaviour b = exits_after(Ms(lost ? 300 : 1000), lost ? exited(255) : exited(0));
+    b.exits_like_agent = true;
+    return b;
+  };
+  runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+}
+
+Membership spare_part() {
+  Membership part;
+  part.version = 1;
+  part.ranks = {{2, Membership::State::kReplaced, 601}, {3, Membership::State::kReplaced, 602}};
+  return part;
+}
+
+TEST(JobPolicyRankScope, ALostNodesRanksStartOnASpareNodeAndTheOthersGoOn) {
+  FakeRunner runner;
+  lose_node1_at_300ms(runner);
+  // Node 1's last words after its loss count for nothing: the spare stands for it.
+  runner.report_membership_at(0, Ms(350), 2, 1, node1_part(5, Membership::State::kReplaced, 9));
+  runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
+  const SpareRun run = run_with_spare(runner, settings(3));
+  EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
+  EXPECT_EQ(run.spares_taken, 1);
+  EXPECT_TRUE(runner.sent.empty()) << "nobody was stopped";
+  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+  ASSERT_EQ(runner.started[0].size(), 4u);
+  EXPECT_EQ(runner.started[0][3].host, "node2");
+  // The loss: said, but not whole until the spare said who runs there.
+  const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                 [](const auto& m) { return !m.membership.change.empty(); });
+  ASSERT_NE(said, runner.memberships.end());
+  EXPECT_EQ(said->at, Ms(300));
+  EXPECT_FALSE(said->whole);
+  EXPECT_NE(said->membership.change.find("node 1 (node1) was lost (its ddprun ended: exit code "
+                                         "255)"),
+            std::string::npos)
+      << said->membership.change;
+  EXPECT_NE(said->membership.change.find("; started its 2 rank(s) on the spare node node2 (1 "
+                                         "restart(s) left)"),
+            std::string::npos)
+      << said->membership.change;
+  const auto whole = std::find_if(said, runner.memberships.end(), [](const auto& m) {
+    return m.whole && m.membership.recoveries > 0;
+  });
+  ASSERT_NE(whole, runner.memberships.end());
+  EXPECT_EQ(whole->at, Ms(400));
+  EXPECT_EQ(whole->membership.recoveries, 2);
+  ASSERT_EQ(whole->membership.ranks.size(), 4u);
+  EXPECT_EQ(whole->membership.ranks[2].pid, 601);
+  EXPECT_EQ(whole->membership.ranks[3].state, Membership::State::kReplaced);
+  EXPECT_EQ(whole->membership.ranks[3].pid, 602);
+}
+
+TEST(JobPolicyRankScope, ALostNodeNeedsARecoveryForEachOfItsRanksAndASpareThatFits) {
+  {
+    FakeRunner runner;
+    lose_node1_at_300ms(runner);
+    const SpareRun run = run_with_spare(runner, settings(1));
+    EXPECT_EQ(run.spares_taken, 0);
+    expect_said(run.job,
+                "node 1 (node1) was lost with 2 rank(s) and the round has 1 restart(s) "
+                "left (--max-restarts)");
+    expect_said(run.job, "restarting all workers (restart 1 of 1)");
+    EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
+    EXPECT_EQ(runner.started.size(), 2u);
+  }
+  {
+    FakeRunner runner;
+    lose_node1_at_300ms(runner);
+    const SpareRun run = run_with_spare(runner, settings(3), /*spare_fits=*/false);
+    expect_said(run.job, "restarting all workers (restart 1 of 3)");
+    EXPECT_EQ(runner.started.size(), 2u);
+    EXPECT_EQ(runner.started[0].size(), 3u);
+  }
+}
+
+TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return exits_after(Ms(100), exited(0)); };
+  JobSettings s = settings(2);
+  s.agent = true;
+  s.round.starts_replacements = true;
+  const JobRun job = run(runner, s, 2);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  ASSERT_FALSE(runner.memberships.empty());
+  for (const auto& member : runner.memberships[0].membership.ranks) {
+    EXPECT_EQ(member.state, Membership::State::kReplaced);
+  }
+  EXPECT_EQ(runner.memberships[0].membership.recoveries, 0) << "the head counted them";
 }
 
 TEST(JobPolicyRankScope, UnderJobScopeNothingIsPublished) {

@@ -98,6 +98,18 @@ TEST(EnvTest, OptionalVariablesDefaultLikeTorchrun) {
   EXPECT_EQ(w.restart_count, 0);
   EXPECT_EQ(w.run_id, "standalone");
   EXPECT_FALSE(w.omp_num_threads.has_value());
+  EXPECT_FALSE(w.replacement);
+}
+
+TEST(EnvTest, AProcessInALostNodesPlaceIsAReplacementFromItsStart) {
+  Environment env = full_env();
+  env["DDPRUN_REPLACEMENT"] = "1";
+  env["DDPRUN_MEMBERSHIP_FILE"] = "/run/m.json";
+  const WorkerEnv w = read_worker_env(env);
+  EXPECT_TRUE(w.replacement);
+  EXPECT_EQ(w.membership_file, "/run/m.json");
+  env["DDPRUN_REPLACEMENT"] = "0";
+  EXPECT_FALSE(read_worker_env(env).replacement);
 }
 
 TEST(EnvTest, DevicesAreCommaSeparatedOrdinals) {

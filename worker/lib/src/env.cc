@@ -63,6 +63,7 @@ WorkerEnv read_worker_env(const Environment& env) {
   if (const auto* v = find(env, ddprun::env::kDdprunProgressFile)) out.progress_file = *v;
   if (const auto* v = find(env, ddprun::env::kDdprunTraceFile)) out.trace_file = *v;
   if (const auto* v = find(env, ddprun::env::kDdprunMembershipFile)) out.membership_file = *v;
+  if (const auto* v = find(env, ddprun::env::kDdprunReplacement)) out.replacement = *v == "1";
   if (const auto* v = find(env, ddprun::env::kOmpNumThreads); v != nullptr && !v->empty()) {
     out.omp_num_threads = int_in_range(*v, ddprun::env::kOmpNumThreads, 1, 4096);
   }

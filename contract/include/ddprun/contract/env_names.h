@@ -74,6 +74,9 @@ inline constexpr const char* kDdprunProgressFile = "DDPRUN_PROGRESS_FILE";
 // file renamed over it) at every change: its version, the recoveries, each rank's state
 // and pid (docs/environment.md, "The membership file").
 inline constexpr const char* kDdprunMembershipFile = "DDPRUN_MEMBERSHIP_FILE";
+// "1" in a process that replaces a lost one from its start (a lost node's ranks on a spare
+// node): its membership file may not exist yet, and it waits for the one that names it.
+inline constexpr const char* kDdprunReplacement = "DDPRUN_REPLACEMENT";
 // Where a Python worker's faulthandler writes every thread's stack when ddprun asks
 // (the sitecustomize ddprun puts first on PYTHONPATH arms it and removes the variable).
 inline constexpr const char* kDdprunPythonStackFile = "DDPRUN_PYTHON_STACK_FILE";

@@ -26,6 +26,7 @@ struct WorkerEnv {
   std::string progress_file;           // DDPRUN_PROGRESS_FILE; empty: none
   std::string trace_file;              // DDPRUN_TRACE_FILE: the collective trace; empty: none
   std::string membership_file;         // DDPRUN_MEMBERSHIP_FILE (--restart-scope rank); empty: none
+  bool replacement = false;            // DDPRUN_REPLACEMENT=1: a lost process's replacement
   std::optional<int> omp_num_threads;  // OMP_NUM_THREADS when set
   std::optional<int> threads_per_rank;  // DDPRUN_THREADS_PER_RANK: the launcher's CPU share
   std::optional<int> cpu_sharers;       // DDPRUN_CPU_SHARERS: ranks on this rank's CPUs
