@@ -46,6 +46,7 @@ void open_rendezvous(std::optional<RendezvousHost>& host, const Options& options
       this_node_nproc(options, inputs, env),
       rendezvous_address(services.resolve_host(inputs.master_addr), services.network_interfaces()));
   host->set_restart_scope(options.restart_scope == RestartScope::kRank ? "rank" : "job");
+  host->set_max_restarts(options.max_restarts);
 }
 
 void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int workers_port,
@@ -186,6 +187,7 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
   join.nnodes = static_cast<int>(job.inputs.cluster.nodes.size());
   join.nproc = this_node_nproc(job.options, job.inputs, job.env);
   join.restart_scope = job.options.restart_scope == RestartScope::kRank ? "rank" : "job";
+  join.max_restarts = job.options.max_restarts;
   const UniqueFd socket =
       join_host(job.inputs.master_addr, launchers_port, join, secret,
                 RendezvousClock::now() + join_timeout, signals.fd(), on_interrupt);

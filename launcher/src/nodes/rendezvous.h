@@ -69,6 +69,9 @@ struct JoinRequest {
   // Its --restart-scope, "job" or "rank": every node must replace lost ranks alike (a node
   // that replaces its own while node 0 merges nothing would wait for a membership in vain).
   std::string restart_scope = "job";
+  // Its --max-restarts: node 0 decides on restarts, and a node that allows fewer would leave
+  // before a round node 0 waits for it in. -1: not said (a join without it): not checked.
+  int max_restarts = -1;
 };
 std::string format_join(const JoinRequest& join);
 // The join in `line` (without its newline); nullopt, with `why`, for anything else.
@@ -130,6 +133,8 @@ class RendezvousHost {
                  const std::string& address = "");
   // Every node must also have this --restart-scope ("job" unless set).
   void set_restart_scope(std::string scope) { restart_scope_ = std::move(scope); }
+  // ... and this --max-restarts (not checked unless set).
+  void set_max_restarts(int max_restarts) { max_restarts_ = max_restarts; }
 
   enum class Gathered {
     kAllJoined,    // nodes 1..N-1 are connected: peers() has them
@@ -188,6 +193,7 @@ class RendezvousHost {
   int nodes_;
   int nproc_;
   std::string restart_scope_ = "job";
+  int max_restarts_ = -1;
   int refused_ = 0;                    // refused connections so far
   HeartbeatWatch watch_;               // the heartbeat with the joined nodes
   std::optional<int> gathered_round_;  // the round the latest gather was for

@@ -134,6 +134,11 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
   } else if (join->restart_scope != restart_scope_) {
     mismatch = who + " has --restart-scope " + join->restart_scope + ", node 0 has " +
                restart_scope_ + "; every node must replace a lost rank alike";
+  } else if (join->max_restarts >= 0 && max_restarts_ >= 0 && join->max_restarts != max_restarts_) {
+    mismatch = who + " has --max-restarts " + std::to_string(join->max_restarts) + ", node 0 has " +
+               std::to_string(max_restarts_) +
+               "; every node must allow as many (node 0 decides, and a node that allows fewer "
+               "would leave before a round it is awaited in)";
   } else if (join->node_rank != -1 && (join->node_rank < 1 || join->node_rank >= nodes_)) {
     mismatch = who + ": node rank " + std::to_string(join->node_rank) + " is not one of 1-" +
                std::to_string(nodes_ - 1);

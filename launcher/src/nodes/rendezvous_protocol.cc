@@ -77,6 +77,7 @@ std::string format_join(const JoinRequest& join) {
       {"round", join.round},   {"nproc", join.nproc}, {"host", join.host},
       {"nnodes", join.nnodes}, {"nonce", join.nonce}, {"scope", join.restart_scope}};
   if (!join.proof.empty()) doc["proof"] = join.proof;
+  if (join.max_restarts >= 0) doc["restarts"] = join.max_restarts;
   return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
@@ -86,8 +87,9 @@ std::string join_proof(std::string_view secret, std::string_view host_nonce,
   const std::string round = std::to_string(join.round);
   const std::string nproc = std::to_string(join.nproc);
   const std::string nnodes = std::to_string(join.nnodes);
+  const std::string restarts = std::to_string(join.max_restarts);
   return proof_of_secret(secret, {"join", host_nonce, join.nonce, join.run_id, node, round, nproc,
-                                  join.host, nnodes, join.restart_scope});
+                                  join.host, nnodes, join.restart_scope, restarts});
 }
 
 std::string format_greeting(std::string_view nonce) {
@@ -136,8 +138,11 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   // A join without one (an older ddprun, by its format) is of job scope.
   const auto scope =
       doc->contains("scope") ? string_field(*doc, "scope", 8) : std::optional<std::string>("job");
+  // A join without it: not said, not checked.
+  const auto restarts =
+      doc->contains("restarts") ? int_field(*doc, "restarts", 0, 1000000) : std::optional<int>(-1);
   if (!run || !node || !round || !nproc || !host || !nonce || nonce->empty() || !proof || !nnodes ||
-      !scope || (*scope != "job" && *scope != "rank")) {
+      !scope || (*scope != "job" && *scope != "rank") || !restarts) {
     why = "a join with a missing or malformed field";
     return std::nullopt;
   }
@@ -150,6 +155,7 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
   join.nonce = *nonce;
   join.proof = *proof;
   join.restart_scope = *scope;
+  join.max_restarts = *restarts;
   return join;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ddprun/common/signal_name.h"
+#include "ddprun/contract/env_names.h"
 #include "ddprun/contract/errors.h"
 #include "policy/round.h"
 #include "report/labels.h"
@@ -178,7 +179,11 @@ bool Round::replace(std::size_t child) {
   const std::size_t index = ranks_.size();
   add_child(spec_of_[child]).replacement = true;
   try {
-    ranks_[index].pid = runner_.start(spec(spec_of_[child]));
+    // A replacement from its first instant: it waits for the membership that names it, also
+    // where none was written yet (a node not yet heard from as the round began).
+    ChildSpec started = spec(spec_of_[child]);
+    started.env.push_back(std::string(env::kDdprunReplacement) + "=1");
+    ranks_[index].pid = runner_.start(started);
   } catch (const std::exception& e) {
     drop_last_child();
     not_replaced_ = name + "'s replacement could not be started: " + e.what();

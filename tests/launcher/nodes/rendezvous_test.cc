@@ -28,7 +28,7 @@ namespace ddprun {
 namespace {
 
 TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
-  const JoinRequest join{"run-7", 2, 3, 4, "node3", 5, "n0nce", "pr00f", "rank"};
+  const JoinRequest join{"run-7", 2, 3, 4, "node3", 5, "n0nce", "pr00f", "rank", 3};
   std::string why;
   std::string line = format_join(join);
   ASSERT_EQ(line.back(), '\n');
@@ -44,6 +44,7 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(back->host, "node3");
   EXPECT_EQ(back->nnodes, 5);
   EXPECT_EQ(back->restart_scope, "rank");
+  EXPECT_EQ(back->max_restarts, 3);
   const std::vector<std::string> bad = {
       "",
       "\x01\x02\xff garbage",
@@ -91,7 +92,7 @@ TEST(Rendezvous, ProofsChangeWithTheSecretEitherNonceAndEveryFieldOfTheJoin) {
   EXPECT_EQ(proof, join_proof("secret", "host-nonce", join));
   EXPECT_NE(proof, join_proof("secreT", "host-nonce", join));
   EXPECT_NE(proof, join_proof("secret", "host-nonce2", join));
-  std::vector<JoinRequest> changed(8, join);
+  std::vector<JoinRequest> changed(9, join);
   changed[0].run_id = "run-8";
   changed[1].node_rank = 1;
   changed[2].round = 1;
@@ -100,6 +101,7 @@ TEST(Rendezvous, ProofsChangeWithTheSecretEitherNonceAndEveryFieldOfTheJoin) {
   changed[5].nnodes = 6;
   changed[6].nonce = "peer-nonce2";
   changed[7].restart_scope = "rank";
+  changed[8].max_restarts = 2;
   for (const auto& other : changed) EXPECT_NE(proof, join_proof("secret", "host-nonce", other));
   // The host's proof is not the peer's with the nonces swapped.
   EXPECT_NE(host_proof("secret", "a", "b"), host_proof("secret", "b", "a"));
@@ -432,11 +434,14 @@ TEST(Rendezvous, JoinsThatDisagreeAreRefusedNamingBothValues) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 2, 4);
   std::ostringstream log;
+  host.set_max_restarts(2);
   TestJoin rank_scope = join_of("run-a", "", 1, 2, "w", 4);
   rank_scope.join.restart_scope = "rank";
-  auto refused = join_all(
-      host, port, log,
-      {join_of("run-a", "", 1, 3, "x", 4), join_of("run-a", "", 1, 2, "y", 2), rank_scope});
+  TestJoin fewer_restarts = join_of("run-a", "", 1, 2, "v", 4);
+  fewer_restarts.join.max_restarts = 0;
+  auto refused = join_all(host, port, log,
+                          {join_of("run-a", "", 1, 3, "x", 4), join_of("run-a", "", 1, 2, "y", 2),
+                           rank_scope, fewer_restarts});
   Peer& three_nodes = refused[0];
   Peer& two_workers = refused[1];
   Peer right;
@@ -458,6 +463,10 @@ TEST(Rendezvous, JoinsThatDisagreeAreRefusedNamingBothValues) {
   const std::string scope_why = told(refused[2]);
   EXPECT_NE(scope_why.find("has --restart-scope rank, node 0 has job"), std::string::npos)
       << scope_why;
+  const std::string restarts_why = told(refused[3]);
+  EXPECT_NE(restarts_why.find("has --max-restarts 0, node 0 has 2; every node must allow as many"),
+            std::string::npos)
+      << restarts_why;
   EXPECT_NE(log.str().find("node 0 has 2"), std::string::npos) << log.str();
 }
 

@@ -1231,6 +1231,10 @@ TEST(JobPolicyRankScope, ALostRankIsStartedAgainAloneAndTheOthersAreNeverSignall
   EXPECT_EQ(runner.started[0][3].rank, 1);  // the lost one's spec again
   EXPECT_EQ(runner.started[0][3].local_rank, 1);
   EXPECT_EQ(runner.started[0][3].argv, runner.started[0][1].argv);
+  // Its environment, and that it replaces a lost process (it waits for the membership).
+  std::vector<std::string> env = runner.started[0][1].env;
+  env.emplace_back("DDPRUN_REPLACEMENT=1");
+  EXPECT_EQ(runner.started[0][3].env, env);
   EXPECT_TRUE(runner.sent.empty());  // nobody was stopped
 }
 
