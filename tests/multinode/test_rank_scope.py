@@ -17,6 +17,8 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
   --case spare   3 nodes, --nnodes 2, over ssh: rank 3 SIGKILLs node2's ddprun (and so
                  both of node2's ranks) in its backward at step 12; node 0 starts ranks 2
                  and 3 on the spare node3 as replacements, and ranks 0 and 1 go on
+  --case again   the same on 2 nodes over ssh, with no spare: node 0 starts ranks 2 and 3 on
+                 node2 again (its ddprun alone died; the host answers)
 
   PYTHONPATH=tests tests/multinode/test_rank_scope.py --case byhand|ssh|tree --ddprun BIN \
       --ddp-train BIN --config configs/toy.json
@@ -48,7 +50,7 @@ def write_config(cluster, a, name, kill):
     cfg["diagnostics"] = {"final_params_file": os.path.join(cluster.dir, name + ".params")}
     if kill:
         cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1],
-                                   "kill_node": a.case == "spare"})
+                                   "kill_node": a.case in ("spare", "again")})
     path = os.path.join(cluster.dir, name + ".json")
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -74,7 +76,7 @@ def run_ssh(cluster, a, config, marker, name, failures):
     # ssh: each node keeps a warm spare, which becomes the lost rank; tree: new processes;
     # spare: the job on 2 of the 3 nodes, the third a spare node.
     fanout = {"tree": ["--ssh-fanout", "1"], "ssh": ["--warm-spare"],
-              "spare": ["--nnodes", "2"]}[a.case]
+              "spare": ["--nnodes", "2"], "again": []}[a.case]
     argv = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, *fanout, "--env", "DDPC_MARK", "--nproc-per-node",
             str(NPROC), "--master-port", str(PORT), "--restart-scope", "rank", "--max-restarts",
@@ -91,7 +93,7 @@ def count(text, what):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=["byhand", "ssh", "tree", "spare"], required=True)
+    ap.add_argument("--case", choices=["byhand", "ssh", "tree", "spare", "again"], required=True)
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
@@ -100,7 +102,8 @@ def main():
     nodes = 3 if a.case in ("tree", "spare") else 2
     last = nodes * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
-    if a.case == "spare":
+    moves = a.case in ("spare", "again")
+    if moves:
         kills = (("node2-backward", 3, "backward"),)
     lost = {"node2-backward": "ranks 2, 3"}
 
@@ -128,13 +131,16 @@ def main():
             else:
                 result[f"{name}_s"] = float(line.group(1))
             # A node lost: its ranks start together on the spare node, none alone.
+            where = ("on the spare node node3" if a.case == "spare" else
+                     "there again, with no spare node that fits")
             moved = count(out, "ddprun: node 1 (node2) was lost (its ddprun ended: exit code "
-                          "255); started its 2 rank(s) on the spare node node3")
+                          f"255); started its 2 rank(s) {where}")
             alone = count(out, "started its replacement")
-            if (moved, alone) != ((1, 0) if a.case == "spare" else (0, 1)):
-                failures.append(f"{name}: {alone} replacement(s) alone, {moved} on a spare node")
-            if a.case == "spare" and not re.search(r"ddp-train:\s+3\s+node3\s", out):
-                failures.append(f"{name}: rank 3 did not end on node3")
+            if (moved, alone) != ((1, 0) if moves else (0, 1)):
+                failures.append(f"{name}: {alone} replacement(s) alone, {moved} node(s) moved")
+            host = "node3" if a.case == "spare" else "node2"
+            if moves and not re.search(rf"ddp-train:\s+3\s+{host}\s", out):
+                failures.append(f"{name}: rank 3 did not end on {host}")
             if count(out, "restarting all workers") != 0:
                 failures.append(f"{name}: a full restart")
             spare = count(out, "'s replacement is the warm spare")

@@ -81,6 +81,13 @@ PlanInputs round_inputs(const PlanInputs& inputs, const RoundState& state) {
   return round;
 }
 
+namespace {
+
+// How long ssh may take to reach a lost node again (--rdzv-conf join_timeout when given).
+constexpr double kNodeAgainConnectSeconds = 10;
+
+}  // namespace
+
 SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, RoundState& state,
                        const Environment& env, const std::string& self) {
   return [&options, &job_inputs, &state, &env, self](int node) -> std::optional<SpareNode> {
@@ -90,16 +97,21 @@ SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, Rou
     NodeSlots& place = state.nodes[static_cast<std::size_t>(node)];
     const auto spare = std::find_if(state.spare_nodes.begin(), state.spare_nodes.end(),
                                     [&](const NodeSlots& s) { return s.slots == place.slots; });
-    if (spare == state.spare_nodes.end()) return std::nullopt;
-    place = *spare;
-    state.spare_nodes.erase(spare);
+    // No spare fits: the node itself, reached anew (its ddprun alone may have died).
+    const bool again = spare == state.spare_nodes.end();
+    if (!again) {
+      place = *spare;
+      state.spare_nodes.erase(spare);
+    }
     // The round's plan with the spare in the node's place: the same ranks, port and round.
     const PlanInputs inputs = round_inputs(job_inputs, state);
     const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
     AgentOptions agents = agent_options(options);
     agents.passed_on.emplace_back("--agent-replaces");
+    // A host that is down must not hold the survivors for ssh's own connect timeout.
+    if (again && !agents.join_timeout_s) agents.join_timeout_s = kNodeAgainConnectSeconds;
     for (ChildSpec& agent : agent_launches(agents, inputs, plan, env, self).agents) {
-      if (agent.node_rank == node) return SpareNode{std::move(agent), place.host};
+      if (agent.node_rank == node) return SpareNode{std::move(agent), place.host, again};
     }
     return std::nullopt;
   };
@@ -187,9 +199,10 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
   }
   for (ChildSpec& agent : agents.agents) setup.children.push_back(std::move(agent));
   if (options.log_dir) setup.log_dir = plan.attempt_dir;
-  // --restart-scope rank over ssh: a lost node's ranks go on on a spare node, live.
+  // --restart-scope rank over ssh: a lost node's ranks go on on a spare node (or on the
+  // node itself, reached anew), live.
   if (options.restart_scope == RestartScope::kRank && !options.agent && options.max_restarts > 0 &&
-      inputs.launcher == LauncherKind::kSsh && !state.spare_nodes.empty()) {
+      inputs.launcher == LauncherKind::kSsh) {
     setup.spares = spare_nodes(options, job_inputs, state, env, self);
   }
   return setup;

@@ -57,8 +57,9 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& inputs, Round
                          const std::string& program_path, const std::string& self);
 
 // --restart-scope rank, a head over ssh: the agent that starts node `node`'s ranks on the
-// first spare with as many slots, in this round (SpareNodes). It moves `state` as
-// replace_failed_node does; every reference must outlive the round.
+// first spare with as many slots, in this round (SpareNodes), or, with none, on the node
+// itself again. It moves `state` as replace_failed_node does; every reference must outlive
+// the round.
 SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, RoundState& state,
                        const Environment& env, const std::string& self);
 

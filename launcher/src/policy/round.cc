@@ -208,7 +208,7 @@ bool Round::move_node(std::size_t child) {
   const auto ran =
       std::chrono::duration_cast<std::chrono::milliseconds>(runner_.now() - started_at_[child]);
   if (lost.replacement && ran < policy_.recovery_window) {
-    not_replaced_ = name + ", itself a spare node, was lost " + format_seconds(ran) +
+    not_replaced_ = name + ", itself in a lost node's place, was lost " + format_seconds(ran) +
                     " after its start, during its recovery (the first " +
                     format_seconds(policy_.recovery_window) + ")";
     return false;
@@ -228,16 +228,18 @@ bool Round::move_node(std::size_t child) {
   const std::string how = describe_wait_status(lost.wait_status);
   const std::size_t index = ranks_.size();
   std::string host;
+  bool again = false;
   try {
     std::optional<SpareNode> spare = spares_(lost.node_rank);
     if (!spare) return false;
     host = spare->host;
+    again = spare->again;
     moved_specs_.push_back(std::move(spare->agent));
     add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;
     ranks_[index].pid = runner_.start(spec(spec_of_[index]));
   } catch (const std::exception& e) {
     if (ranks_.size() > index) drop_last_child();
-    not_replaced_ = name + "'s ranks could not be started on a spare node" +
+    not_replaced_ = name + "'s ranks could not be started again" +
                     (host.empty() ? std::string() : " (" + host + ")") + ": " + e.what();
     return false;
   }
@@ -249,8 +251,9 @@ bool Round::move_node(std::size_t child) {
   recoveries_left_ -= spent;
   recoveries_ += spent;
   publish(name + " was lost (its ddprun ended: " + how + "); started its " + std::to_string(ranks) +
-          " rank(s) on the spare node " + host + " (" + std::to_string(recoveries_left()) +
-          " restart(s) left)");
+          " rank(s) " +
+          (again ? "there again, with no spare node that fits" : "on the spare node " + host) +
+          " (" + std::to_string(recoveries_left()) + " restart(s) left)");
   return true;
 }
 

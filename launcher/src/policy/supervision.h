@@ -60,13 +60,14 @@ struct RoundPolicy {
   bool starts_replacements = false;
 };
 
-// --restart-scope rank, a head over ssh with spare nodes: a lost node's ranks again, on a
-// spare node. Given the lost node's rank, `take` returns the agent that starts its ranks
-// there as replacements, and the spare's host, or nullopt when no spare has as many slots.
-// It takes the spare: the job's next rounds keep it in the node's place.
+// --restart-scope rank, a head over ssh: a lost node's ranks again, on a spare node. Given
+// the lost node's rank, it returns the agent that starts its ranks there as replacements,
+// and the spare's host (`again`: no spare fits, the node itself is tried anew), or nullopt
+// when there is none. It takes the spare: the job's next rounds keep it in the node's place.
 struct SpareNode {
   ChildSpec agent;
   std::string host;
+  bool again = false;
 };
 using SpareNodes = std::function<std::optional<SpareNode>(int node)>;
 

@@ -1439,7 +1439,8 @@ struct SpareRun {
   JobRun job;
   int spares_taken = 0;
 };
-SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fits = true) {
+SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fits = true,
+                        bool again = false) {
   settings.round.shutdown_grace = kGrace;
   settings.colour = false;
   SpareRun result;
@@ -1449,8 +1450,9 @@ SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fit
     ++result.spares_taken;
     SpareNode spare;
     spare.agent = worker_and_node1(0).front();
-    spare.agent.host = "node2";
-    spare.host = "node2";
+    spare.agent.host = again ? "node1" : "node2";
+    spare.host = spare.agent.host;
+    spare.again = again;
     return spare;
   };
   std::ostringstream messages;
@@ -1543,6 +1545,25 @@ TEST(JobPolicyRankScope, ALostNodeNeedsARecoveryForEachOfItsRanksAndASpareThatFi
     EXPECT_EQ(runner.started.size(), 2u);
     EXPECT_EQ(runner.started[0].size(), 3u);
   }
+}
+
+TEST(JobPolicyRankScope, WithNoSpareThatFitsALostNodesRanksStartOnItAgain) {
+  FakeRunner runner;
+  lose_node1_at_300ms(runner);
+  runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
+  const SpareRun run = run_with_spare(runner, settings(2), true, /*again=*/true);
+  EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
+  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+  ASSERT_EQ(runner.started[0].size(), 4u);
+  EXPECT_EQ(runner.started[0][3].host, "node1");
+  ASSERT_FALSE(runner.memberships.empty());
+  const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                 [](const auto& m) { return !m.membership.change.empty(); });
+  ASSERT_NE(said, runner.memberships.end());
+  EXPECT_NE(said->membership.change.find("; started its 2 rank(s) there again, with no spare "
+                                         "node that fits (0 restart(s) left)"),
+            std::string::npos)
+      << said->membership.change;
 }
 
 TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
