@@ -18,6 +18,12 @@
                        within kPeerDeadAfterSeconds (10 s, TCP keepalive), so both ddprun
                        exit non-zero within that + the grace + 3 s, node 0 naming node 1,
                        and no worker is left on either node.
+  --case sshcut        node 0's ddprun starts node 1's over ssh (--launcher ssh), and node
+                       1's link is cut while every worker runs: the head ends within ssh's
+                       keepalive (3 s) + the grace + 3 s; node 1's ddprun, whose stdin (its
+                       ssh session) stays open through the cut, takes the silence of the
+                       head's heartbeat on it for a lost head and ends, workers and all,
+                       within kPeerDeadAfterSeconds + the grace + 3 s.
   --case frozen        node 1's ddprun is stopped (SIGSTOP) while every worker runs: its
                        kernel still answers, so only the launchers' heartbeat shows it. Node
                        0 names it and ends within kPeerDeadAfterSeconds + the grace + 3 s;
@@ -44,6 +50,7 @@ import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from simcluster.jobs import check_leftovers, job_env, run_on_cluster  # noqa: E402
+from simcluster.procs import ns_inode, processes_with_marker  # noqa: E402
 
 NPROC = 2
 PORT = 29541
@@ -239,6 +246,43 @@ def case_partition(cluster, a, worker, env, d, failures, result):
         failures.append("node 0 did not name node 1")
 
 
+def case_sshcut(cluster, a, worker, env, d, failures, result):
+    hostfile = os.path.join(cluster.dir, "hostfile2")
+    with open(hostfile, "w") as f:
+        f.write(f"{cluster.nodes[0]}\n{cluster.nodes[1]}\n")
+    argv = [os.path.abspath(a.ddprun), "--run-id", RUN_ID, "--hostfile", hostfile, "--launcher",
+            "ssh", "--ssh-config", cluster.ssh_config, "--nproc-per-node", str(NPROC),
+            "--master-port", str(PORT), "--shutdown-timeout", str(GRACE_S)]
+    for name in ("DDPC_MARK", "DEPART_DIR", "SAVE_S"):
+        argv += ["--env", name]
+    head = Node(cluster, cluster.nodes[0], argv + ["--", "/usr/bin/python3", worker], env)
+    node1_net = ns_inode(cluster.holders[cluster.nodes[1]].pid, "net")
+
+    def on_node1():
+        return [pid for pid, _ in processes_with_marker(env["DDPC_MARK"])
+                if ns_inode(pid, "net") == node1_net]
+
+    if not wait_for(lambda: sum(f.startswith("started.") for f in os.listdir(d)) == 2 * NPROC,
+                    60, "every worker to start", failures):
+        head.join(failures)
+        return
+    cut = cluster.run(cluster.nodes[1], ["ip", "link", "set", "dev", "eth0", "down"], timeout=30)
+    if cut.returncode != 0:
+        failures.append(f"cannot cut node 1's link: {cut.stderr.strip()}")
+    cut_at = time.time()
+    bound = PEER_DEAD_AFTER_S + GRACE_S + 3
+    if wait_for(lambda: not on_node1(), bound, "node 1's ddprun and workers to end", failures):
+        result["cut_to_node1_gone_s"] = round(time.time() - cut_at, 2)
+    head.join(failures)
+    if head.exited_at is not None:
+        result["cut_to_head_exit_s"] = round(head.exited_at - cut_at, 2)
+        if head.exited_at - cut_at > 3 + GRACE_S + 3:
+            failures.append(f"the head exited {head.exited_at - cut_at:.2f} s after the cut")
+    if head.proc.returncode == 0:
+        failures.append("the head exited 0 after losing node 1")
+    cluster.run(cluster.nodes[1], ["ip", "link", "set", "dev", "eth0", "up"], timeout=30)
+
+
 def case_frozen(cluster, a, worker, env, d, failures, result, frozen_rank):
     nodes = [Node(cluster, n, argv_for(a, cluster, i, 2, worker), env)
              for i, n in enumerate(cluster.nodes[:2])]
@@ -309,7 +353,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--case", choices=["failtogether", "notice", "stop", "setup", "partition",
-                                       "frozen", "frozenhead", "suspend"], required=True)
+                                       "sshcut", "frozen", "frozenhead", "suspend"],
+                    required=True)
     a = ap.parse_args()
 
     def body(cluster, result, failures):
@@ -324,14 +369,14 @@ def main():
             extra["KILL_RANK"] = str(3 * NPROC - 1)
         env = job_env(marker, **extra)
         cases = {"failtogether": case_failtogether, "notice": case_notice, "stop": case_stop,
-                 "setup": case_setup, "partition": case_partition,
+                 "setup": case_setup, "partition": case_partition, "sshcut": case_sshcut,
                  "frozen": lambda *args: case_frozen(*args, frozen_rank=1),
                  "frozenhead": lambda *args: case_frozen(*args, frozen_rank=0),
                  "suspend": case_suspend}
         cases[a.case](cluster, a, worker, env, d, failures, result)
         check_leftovers(cluster, marker, failures)
 
-    return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=False)
+    return run_on_cluster(3, body, {"case": a.case, "nodes": 3}, sshd=a.case == "sshcut")
 
 
 if __name__ == "__main__":

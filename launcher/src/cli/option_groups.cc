@@ -364,6 +364,7 @@ void Parser::add_agent() {
       ->group("");
   app.add_flag("--agent-replaces", options.agent_replaces, "Ranks of a lost node, on a spare")
       ->group("");
+  app.add_flag("--head-beats", options.agent_head_beats, "The head beats on stdin")->group("");
 }
 
 }  // namespace ddprun

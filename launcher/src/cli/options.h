@@ -113,6 +113,7 @@ struct Options {
   // --restart-scope rank: this agent starts a lost node's ranks on a spare node, as
   // replacements (its workers wait for the membership that names them).
   bool agent_replaces = false;
+  bool agent_head_beats = false;     // the head beats on stdin: its silence is its loss (ssh)
   std::vector<std::string> program;  // program and its arguments; empty only with doctor
 };
 

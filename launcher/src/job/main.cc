@@ -217,6 +217,7 @@ ProcessRunnerConfig make_runner_config(const Session& s) {
   config.relay.stderr_filters = options.duplicate_stderr_filters;
   config.tag_output = options.tag_output;
   config.head_fd = options.agent_stdin ? STDIN_FILENO : -1;
+  config.head_beats_on_stdin = options.agent_stdin && options.agent_head_beats;
   if (options.stacks) {
     try {
       config.eu_stack = resolve_program("eu-stack", s.env);

@@ -92,7 +92,9 @@ std::vector<std::string> agent_arguments(const AgentOptions& options, const Laun
                                    "--shutdown-timeout",
                                    options.shutdown_timeout};
   if (node != nullptr) {
-    args.insert(args.end(), {"--node-rank", std::to_string(node->node_rank), "--agent-stdin"});
+    // Over ssh: the head beats on its stdin (ChildSpec::heartbeat_on_stdin).
+    args.insert(args.end(),
+                {"--node-rank", std::to_string(node->node_rank), "--agent-stdin", "--head-beats"});
   }
   if (node != nullptr && subtree_last > node->node_rank) {
     // It starts agents of its own: it needs what this ddprun uses to start them. The
@@ -220,6 +222,7 @@ AgentLaunches agent_launches(const AgentOptions& options, const PlanInputs& inpu
       agent.env = own_env;
       agent.hello = agent_hello(forwarded);
       agent.control_nodes = subtree_last - first + 1;
+      agent.heartbeat_on_stdin = true;
       launches.agents.push_back(std::move(agent));
     }
     return launches;

@@ -100,7 +100,7 @@ void ChildSet::reap_standby() {
   standby_end_ = status;
 }
 
-std::size_t ChildSet::start(SpawnSpec spec, const std::string& input, bool keep_stdin) {
+std::size_t ChildSet::start(SpawnSpec spec, const std::string& input, bool keep_stdin, bool beats) {
   Pipe out = make_pipe();
   Pipe err = make_pipe();
   Pipe in = input.empty() ? Pipe{} : make_pipe(/*nonblocking_read=*/false);
@@ -125,6 +125,8 @@ std::size_t ChildSet::start(SpawnSpec spec, const std::string& input, bool keep_
     write_all(in.write_end.get(), input);
     if (keep_stdin) child.stdin_pipe = std::move(in.write_end);
   }
+  child.stdin_beats = beats && child.stdin_pipe.valid();
+  child.beat = watch_.start(child.started_at);
   return children_.size() - 1;
 }
 
@@ -224,16 +226,6 @@ void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
   if (events.output) events.output(index, true, line);
 }
 
-std::size_t ChildSet::running_count() const {
-  return static_cast<std::size_t>(
-      std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.exited; }));
-}
-
-bool ChildSet::output_open() const {
-  return std::any_of(children_.begin(), children_.end(),
-                     [](const Child& c) { return c.out.valid() || c.err.valid() || c.reading; });
-}
-
 void ChildSet::close_output(const ChildEvents& events) {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     if (children_[i].reading) {
@@ -329,19 +321,27 @@ std::optional<SteadyClock::time_point> ChildSet::heartbeat_due() const {
   if (!watch_.on()) return std::nullopt;
   std::optional<SteadyClock::time_point> due;
   for (const Child& child : children_) {
-    if (child.connection < 0) continue;
-    const auto at = watch_.due(child.beat, child.reading);
+    if (!beats(child)) continue;
+    const auto at = watch_.due(child.beat, child.connection >= 0 && child.reading);
     if (!due || at < *due) due = at;
   }
   return due;
 }
 
+void ChildSet::beat(std::size_t index, SteadyClock::time_point now) {
+  Child& child = children_[index];
+  if (child.connection >= 0) {
+    (void)child.outbox.beat(child.connection);
+  } else {
+    (void)send(index, "\n");  // one byte: whole or not at all; a full pipe: a stuck reader
+  }
+  watch_.sent(child.beat, now);
+}
+
 void ChildSet::send_heartbeats() {
   const auto now = SteadyClock::now();
-  for (Child& child : children_) {
-    if (child.connection < 0) continue;
-    (void)child.outbox.beat(child.connection);
-    watch_.sent(child.beat, now);
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (beats(children_[i])) beat(i, now);
   }
 }
 
@@ -351,8 +351,8 @@ void ChildSet::keep_heartbeats(const ChildEvents& events) {
   watch_.turn(now);
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
-    if (child.connection < 0) continue;
-    if (child.reading && watch_.silent(child.beat, now)) {
+    if (!beats(child)) continue;
+    if (child.connection >= 0 && child.reading && watch_.silent(child.beat, now)) {
       if (events.output) {
         events.output(i, true,
                       "ddprun: lost this node's ddprun: not a line from it in " +
@@ -362,11 +362,8 @@ void ChildSet::keep_heartbeats(const ChildEvents& events) {
       }
       end_connection(i, 255 << 8, events);
     }
-    if (watch_.beat_due(child.beat, now)) {
-      // Never waiting: a node that reads nothing has a full socket, and is silent itself.
-      (void)child.outbox.beat(child.connection);
-      watch_.sent(child.beat, now);
-    }
+    // Never waiting: a node that reads nothing has a full socket, and is silent itself.
+    if (watch_.beat_due(child.beat, now)) beat(i, now);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -63,8 +64,11 @@ class ChildSet {
 
   // Starts `spec` (its stdin and output descriptors are set here) and returns its index.
   // With `input`, its stdin is a pipe that starts with `input` and, with `keep_stdin`,
-  // stays open for later messages (stdin_fd); otherwise stdin is /dev/null.
-  std::size_t start(SpawnSpec spec, const std::string& input = {}, bool keep_stdin = false);
+  // stays open for later messages (stdin_fd); otherwise stdin is /dev/null. With `beats`
+  // (and a kept stdin), it is sent the heartbeat there too: an empty line each period (an
+  // ssh agent, which takes its silence for a lost head).
+  std::size_t start(SpawnSpec spec, const std::string& input = {}, bool keep_stdin = false,
+                    bool beats = false);
 
   // A warm spare's stdin pipe holds this much: a rank's whole environment, taken at once.
   static constexpr int kStandbyPipeBytes = 1 << 20;
@@ -108,8 +112,14 @@ class ChildSet {
   // 0 for a connection.
   pid_t pid(std::size_t child) const { return children_.at(child).pid; }
   bool running(std::size_t child) const { return !children_.at(child).exited; }
-  std::size_t running_count() const;
-  bool output_open() const;  // some child's stdout or stderr is still open
+  std::size_t running_count() const {
+    return static_cast<std::size_t>(std::count_if(children_.begin(), children_.end(),
+                                                  [](const Child& c) { return !c.exited; }));
+  }
+  bool output_open() const {  // some child's stdout or stderr is still open
+    return std::any_of(children_.begin(), children_.end(),
+                       [](const Child& c) { return c.out.valid() || c.err.valid() || c.reading; });
+  }
   // Whether the child takes messages (send): its stdin was kept, or it is a connection.
   bool takes_messages(std::size_t child) const {
     const Child& c = children_.at(child);
@@ -151,7 +161,8 @@ class ChildSet {
     std::string line;  // what came of the line not yet whole
     LineEnd line_end;
     std::size_t max_line = 0;
-    PeerBeat beat;      // its heartbeat (a connection)
+    PeerBeat beat;  // its heartbeat (a connection, or a process with `stdin_beats`)
+    bool stdin_beats = false;
     LineOutbox outbox;  // what its socket had no room for yet
   };
   void reap(const ChildEvents& events);
@@ -162,10 +173,16 @@ class ChildSet {
   void pump_connection(std::size_t child, const ChildEvents& events);
   // A connection's end: its streams close and it exits with `wait_status`.
   void end_connection(std::size_t child, int wait_status, const ChildEvents& events);
-  // The next moment a connection is due a heartbeat or is silent too long; then, at it,
-  // sends the heartbeats due and ends the connections silent too long.
+  // The next moment a connection (or a process with stdin_beats) is due a heartbeat or a
+  // connection is silent too long; then, at it, sends the heartbeats due and ends the
+  // connections silent too long.
   std::optional<SteadyClock::time_point> heartbeat_due() const;
   void keep_heartbeats(const ChildEvents& events);
+  // Whether `child` is sent the heartbeat; sending it one now.
+  static bool beats(const Child& child) {
+    return child.connection >= 0 || (child.stdin_beats && !child.exited);
+  }
+  void beat(std::size_t child, SteadyClock::time_point now);
 
   SignalChannel& signals_;
   Guardian* guardian_;

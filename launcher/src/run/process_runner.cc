@@ -297,7 +297,8 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
   } else {
     SpawnSpec process{spec.path, spec.argv, spec.env};
     process.cpus = spec.cpus;
-    child = children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty());
+    child = children_->start(std::move(process), spec.hello, /*keep_stdin=*/!spec.hello.empty(),
+                             spec.heartbeat_on_stdin);
     if (config_.warm_spare && !spec.agent && !spare_spec_) {
       spare_spec_ = SpawnSpec{spec.path, spec.argv, spare_environment(spec.env)};
     }
@@ -393,7 +394,7 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
 
 void ProcessRunner::send_heartbeats() {
   children_->send_heartbeats();
-  if (!head_heartbeat_on()) return;
+  if (!head_heartbeat_on() || config_.head_events_fd < 0) return;
   (void)head_outbox_.beat(config_.head_events_fd);
   head_watch_.sent(head_beat_, RunnerClock::now());
 }
@@ -403,9 +404,13 @@ void ProcessRunner::keep_head_heartbeat() {
   const auto now = RunnerClock::now();
   head_watch_.turn(now);
   if (config_.head_fd >= 0 && head_watch_.silent(head_beat_, now)) {
-    console_->message("ddprun: node 0's ddprun sent nothing in " + config_.heartbeat.silence() +
-                      ", though its host answers (it is stopped, by SIGSTOP or a debugger, "
-                      "or hung)\n");
+    // On a socket the kernel would have ended a connection to a host that is gone; an ssh
+    // agent's stdin stays open through a cut link.
+    console_->message(
+        "ddprun: node 0's ddprun sent nothing in " + config_.heartbeat.silence() +
+        (config_.head_events_fd >= 0
+             ? ", though its host answers (it is stopped, by SIGSTOP or a debugger, or hung)\n"
+             : " (the link to it is down, or it is stopped or hung)\n"));
     ::shutdown(config_.head_fd, SHUT_RDWR);
     config_.head_fd = -1;
     RunnerEvent event;
@@ -415,7 +420,8 @@ void ProcessRunner::keep_head_heartbeat() {
   }
   if (head_watch_.beat_due(head_beat_, now)) {
     // Never waiting: a node 0 that reads nothing has a full socket, and is silent itself.
-    (void)head_outbox_.beat(config_.head_events_fd);
+    // An ssh agent sends none: ssh's keepalive watches the way up.
+    if (config_.head_events_fd >= 0) (void)head_outbox_.beat(config_.head_events_fd);
     head_watch_.sent(head_beat_, now);
   }
 }

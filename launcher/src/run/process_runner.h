@@ -32,6 +32,9 @@ struct ProcessRunnerConfig {
   // (ChildSet::connect) and, on such a node, on its connection to node 0 (head_events_fd
   // set): a node 0 that sends nothing for its `silent_after` is a lost head. Tests shorten it.
   Heartbeat heartbeat = kLaunchersHeartbeat;
+  // An ssh agent whose head sends the heartbeat on its stdin (head_fd): its silence is a
+  // lost head too (ChildSpec::heartbeat_on_stdin); none goes back.
+  bool head_beats_on_stdin = false;
   // The console drain at a round's end (and at exit) goes on while bytes move: it gives up
   // after `console_stall` in which the console took nothing, or after `console_drain_limit`
   // in all; a signal or a message from the head ends it too.
@@ -160,7 +163,9 @@ class ProcessRunner : public Runner {
   // On a node behind the rendezvous: the heartbeat to node 0 when due, and, while its
   // messages are read, the head lost (its connection shut, so the wait for node 0's next
   // word ends too) when it was silent.
-  bool head_heartbeat_on() const { return config_.heartbeat.on() && config_.head_events_fd >= 0; }
+  bool head_heartbeat_on() const {
+    return config_.heartbeat.on() && (config_.head_events_fd >= 0 || config_.head_beats_on_stdin);
+  }
   void keep_head_heartbeat();
   // Every heartbeat this runner sends (to its nodes behind connections, to node 0), now.
   void send_heartbeats();

@@ -61,6 +61,10 @@ struct ChildSpec {
   std::vector<int> cpus;  // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
   bool stdout_to_console = true;  // workers only: agents filter their own workers
   bool stderr_to_console = true;
+  // An agent over ssh: the launchers' heartbeat goes to it on its stdin too (an empty line
+  // each period), and it takes the head's silence for a lost head (a cut link, which only
+  // ssh's own keepalive would notice, on the head's side).
+  bool heartbeat_on_stdin = false;
 };
 
 // Something the runner saw while the policy waited.

@@ -200,6 +200,7 @@ TEST(AgentArguments, CarryTheHeadsDecisionsAndTheProgramAfterDashDash) {
                                              "--node-rank",
                                              "1",
                                              "--agent-stdin",
+                                             "--head-beats",
                                              "--tag-output",
                                              "--",
                                              "--weird",

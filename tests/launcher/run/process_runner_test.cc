@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "ddprun/common/files.h"
 #include "ddprun/common/unique_fd.h"
 #include "nodes/rendezvous.h"
 #include "policy/supervision.h"
@@ -312,6 +313,66 @@ TEST(ProcessRunner, ARunnerThatWasStoppedItselfGivesItsNodesAFreshBound) {
   ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
   EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 255);
   EXPECT_GE(RunnerClock::now() - resumed, kQuickHeartbeat.silent_after);
+}
+
+// An ssh agent is sent the heartbeat on its stdin after its hello (a cut link leaves its
+// stdin open: only the head's silence shows it); an agent without it (srun's) is sent none.
+TEST(ProcessRunner, AnSshAgentIsSentTheHeartbeatOnItsStdin) {
+  QuickRunner quick;
+  ProcessRunner& runner = quick.runner;
+  const support::TempDir dir;
+  for (const bool beats : {true, false}) {
+    ChildSpec agent;
+    agent.agent = true;
+    agent.node_rank = 1;
+    agent.path = "/bin/sh";
+    const std::string file = dir.path() + (beats ? "/beats" : "/none");
+    // Each byte as it comes; after the hello and 6 beats it ends by itself.
+    agent.argv = {"sh", "-c", "exec dd bs=1 count=12 status=none of=\"$0\"", file};
+    agent.hello = "hello\n";
+    agent.heartbeat_on_stdin = beats;
+    runner.start(agent);
+  }
+  std::optional<RunnerEvent> ended;
+  const auto until = RunnerClock::now() + std::chrono::seconds(2);
+  while (!ended && RunnerClock::now() < until) {
+    const RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+    if (event.kind == RunnerEvent::Kind::kExited) ended = event;
+  }
+  ASSERT_TRUE(ended) << "no 6 heartbeats in 2 s (one each 50 ms)";
+  EXPECT_EQ(ended->child, 0u);
+  EXPECT_TRUE(WIFEXITED(ended->wait_status) && WEXITSTATUS(ended->wait_status) == 0);
+  EXPECT_EQ(read_file(dir.path() + "/beats"), "hello\n\n\n\n\n\n\n");
+  EXPECT_EQ(read_file(dir.path() + "/none"), "hello\n") << "srun's agents: no beats";
+  runner.signal(1, SIGKILL);
+  while (runner.wait(RunnerClock::now() + std::chrono::milliseconds(100)).kind !=
+         RunnerEvent::Kind::kExited) {
+  }
+}
+
+// An ssh agent whose head sends nothing on its stdin (the link cut, the head stopped) takes
+// it for a lost head; one whose head beats does not, and sends nothing back (ssh's own
+// keepalive watches that way). An agent not told that its head beats (srun's) waits on.
+TEST(ProcessRunner, AnSshAgentWhoseHeadSendsNothingTakesItForLost) {
+  SignalChannel signals;
+  Guardian guardian;
+  for (const int head : {0, 1, 2}) {  // silent; beating; silent, to an agent not told
+    const Connection link;            // `theirs` is the head's end here
+    ProcessRunnerConfig config;
+    config.heartbeat = kQuickHeartbeat;
+    config.head_fd = link.ours.get();
+    config.head_beats_on_stdin = head != 2;
+    ProcessRunner runner(signals, guardian, config);
+    const auto until = RunnerClock::now() + std::chrono::milliseconds(1500);
+    std::optional<RunnerEvent> lost;
+    while (!lost && RunnerClock::now() < until) {
+      if (head == 1) link.say("\n");
+      const RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+      if (event.kind == RunnerEvent::Kind::kHeadLost) lost = event;
+    }
+    EXPECT_EQ(lost.has_value(), head == 0) << "head " << head;
+    EXPECT_EQ(link.heard(), "") << "head " << head;
+  }
 }
 
 // On a node behind the rendezvous: a node 0 that sends nothing (its ddprun stopped) is a
