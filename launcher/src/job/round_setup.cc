@@ -111,7 +111,7 @@ SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, Rou
     // A host that is down must not hold the survivors for ssh's own connect timeout.
     if (again && !agents.join_timeout_s) agents.join_timeout_s = kNodeAgainConnectSeconds;
     for (ChildSpec& agent : agent_launches(agents, inputs, plan, env, self).agents) {
-      if (agent.node_rank == node) return SpareNode{std::move(agent), place.host, again};
+      if (agent.node_rank == node) return SpareNode{std::move(agent), again};
     }
     return std::nullopt;
   };

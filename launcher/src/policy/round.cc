@@ -232,7 +232,7 @@ bool Round::move_node(std::size_t child) {
   try {
     std::optional<SpareNode> spare = spares_(lost.node_rank);
     if (!spare) return false;
-    host = spare->host;
+    host = spare->agent.host;
     again = spare->again;
     moved_specs_.push_back(std::move(spare->agent));
     add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;

@@ -61,12 +61,11 @@ struct RoundPolicy {
 };
 
 // --restart-scope rank, a head over ssh: a lost node's ranks again, on a spare node. Given
-// the lost node's rank, it returns the agent that starts its ranks there as replacements,
-// and the spare's host (`again`: no spare fits, the node itself is tried anew), or nullopt
-// when there is none. It takes the spare: the job's next rounds keep it in the node's place.
+// the lost node's rank, it returns the agent that starts its ranks there (on agent.host) as
+// replacements (`again`: no spare fits, the node itself is tried anew), or nullopt when
+// there is none. It takes the spare: the job's next rounds keep it in the node's place.
 struct SpareNode {
   ChildSpec agent;
-  std::string host;
   bool again = false;
 };
 using SpareNodes = std::function<std::optional<SpareNode>(int node)>;

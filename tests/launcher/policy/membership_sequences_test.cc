@@ -193,7 +193,7 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
     if (node != 1) throw std::logic_error("a spare asked for node " + std::to_string(node));
     if (spares_left == 0) return std::nullopt;
     --spares_left;
-    SpareNode taken{children[kAgent], kSpareHost};
+    SpareNode taken{children[kAgent]};
     taken.agent.host = kSpareHost;
     return taken;
   };

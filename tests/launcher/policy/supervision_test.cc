@@ -1451,7 +1451,6 @@ SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fit
     SpareNode spare;
     spare.agent = worker_and_node1(0).front();
     spare.agent.host = again ? "node1" : "node2";
-    spare.host = spare.agent.host;
     spare.again = again;
     return spare;
   };
