@@ -19,6 +19,10 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
                  and 3 on the spare node3 as replacements, and ranks 0 and 1 go on
   --case again   the same on 2 nodes over ssh, with no spare: node 0 starts ranks 2 and 3 on
                  node2 again (its ddprun alone died; the host answers)
+  --case rejoin  byhand, 2 nodes: rank 3 SIGKILLs node2's ddprun in its backward at step 12;
+                 the test starts node2's ddprun again with the same command once the first
+                 has ended, and it joins the running round: ranks 2 and 3 go on there as
+                 replacements while ranks 0 and 1 go on
 
   PYTHONPATH=tests tests/multinode/test_rank_scope.py --case byhand|ssh|tree --ddprun BIN \
       --ddp-train BIN --config configs/toy.json
@@ -45,12 +49,12 @@ def write_config(cluster, a, name, kill):
         cfg = json.load(f)
     cfg["train"]["epochs"] = 2
     # byhand: flat gloo; ssh, tree: hierarchical (shared memory on each node, gloo between).
-    cfg["runtime"].update({"recovery": "peer", "shared_memory": a.case != "byhand",
+    cfg["runtime"].update({"recovery": "peer", "shared_memory": a.case not in ("byhand", "rejoin"),
                            "bucket_cap_mb": 0.0002, "timeout_s": 30})
     cfg["diagnostics"] = {"final_params_file": os.path.join(cluster.dir, name + ".params")}
     if kill:
         cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1],
-                                   "kill_node": a.case in ("spare", "again")})
+                                   "kill_node": a.case in ("spare", "again", "rejoin")})
     path = os.path.join(cluster.dir, name + ".json")
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -58,8 +62,7 @@ def write_config(cluster, a, name, kill):
 
 
 def run_byhand(cluster, a, config, marker, name, failures):
-    procs = {}
-    for i, node in enumerate(cluster.nodes):
+    def start(i, node):
         argv = [os.path.abspath(a.ddprun), "--nnodes", str(len(cluster.nodes)), "--node-rank",
                 str(i), "--master-addr", cluster.nodes[0], "--master-port", str(PORT),
                 "--nproc-per-node", str(NPROC), "--restart-scope", "rank", "--max-restarts", "2",
@@ -67,9 +70,26 @@ def run_byhand(cluster, a, config, marker, name, failures):
         runtime = os.path.join(cluster.dir, f"runtime{i}")
         os.makedirs(runtime, mode=0o700, exist_ok=True)
         env = job_env(marker, HOME=os.path.join(cluster.dir, "home"), XDG_RUNTIME_DIR=runtime)
-        procs[node] = cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-    return "".join(wait_for_nodes(procs, failures, f"{name}: ").values())
+        return cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+
+    procs = {node: start(i, node) for i, node in enumerate(cluster.nodes)}
+    first = ""
+    if a.case == "rejoin" and name != "base":
+        # node2's ddprun is killed by its rank 3 (diagnostics.kill_node); once it has ended,
+        # the same command again, as a user (or the node's supervisor) would.
+        last = cluster.nodes[-1]
+        try:
+            first, _ = procs[last].communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            procs[last].kill()
+            first, _ = procs[last].communicate()
+        print(f"--- {name}: {last}'s first ddprun: exit {procs[last].returncode}\n{first}")
+        if procs[last].returncode != -9:
+            failures.append(f"{name}: {last}'s first ddprun exited {procs[last].returncode}, "
+                            "not killed by SIGKILL")
+        procs[last] = start(len(cluster.nodes) - 1, last)
+    return first + "".join(wait_for_nodes(procs, failures, f"{name}: ").values())
 
 
 def run_ssh(cluster, a, config, marker, name, failures):
@@ -93,16 +113,17 @@ def count(text, what):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=["byhand", "ssh", "tree", "spare", "again"], required=True)
+    ap.add_argument("--case", choices=["byhand", "ssh", "tree", "spare", "again", "rejoin"],
+                    required=True)
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
     a = ap.parse_args()
-    run = run_byhand if a.case == "byhand" else run_ssh
+    run = run_byhand if a.case in ("byhand", "rejoin") else run_ssh
     nodes = 3 if a.case in ("tree", "spare") else 2
     last = nodes * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
-    moves = a.case in ("spare", "again")
+    moves = a.case in ("spare", "again", "rejoin")
     if moves:
         kills = (("node2-backward", 3, "backward"),)
     lost = {"node2-backward": "ranks 2, 3"}
@@ -131,10 +152,16 @@ def main():
             else:
                 result[f"{name}_s"] = float(line.group(1))
             # A node lost: its ranks start together on the spare node, none alone.
-            where = ("on the spare node node3" if a.case == "spare" else
-                     "there again, with no spare node that fits")
+            where = {"spare": "; started its 2 rank(s) on the spare node node3",
+                     "again": "; started its 2 rank(s) there again, with no spare node that fits",
+                     "rejoin": "; its 2 rank(s) go on where its ddprun joins again (start it "
+                               "with the same options, on node2 or another host, within 600 s)",
+                     }.get(a.case, "")
             moved = count(out, "ddprun: node 1 (node2) was lost (its ddprun ended: exit code "
-                          f"255); started its 2 rank(s) {where}")
+                          f"255){where}")
+            if a.case == "rejoin" and count(out, "ddprun: node 1 (node2) joined again: its "
+                                                 "ranks go on there (was node2)") != 1:
+                failures.append(f"{name}: node 0 did not say once that node 1 joined again")
             alone = count(out, "started its replacement")
             if (moved, alone) != ((1, 0) if moves else (0, 1)):
                 failures.append(f"{name}: {alone} replacement(s) alone, {moved} node(s) moved")
@@ -156,7 +183,8 @@ def main():
                 failures.append(f"{name}: the final parameters are not bit-identical to the "
                                 "uninterrupted run's")
 
-    return run_on_cluster(nodes, body, {"case": a.case, "nodes": nodes}, sshd=a.case != "byhand")
+    return run_on_cluster(nodes, body, {"case": a.case, "nodes": nodes},
+                          sshd=a.case not in ("byhand", "rejoin"))
 
 
 if __name__ == "__main__":

@@ -295,6 +295,12 @@ int run_rounds(const Session& s, const RunContext& run, bool meet) {
     round_state.fixed_port = false;
   }
   ProcessRunner runner(run.signals, run.guardian, run.runner_config);
+  // --restart-scope rank: a node lost during a round may join it again, live.
+  std::optional<RejoinsDuringRound> rejoins;
+  if (rendezvous && s.options.restart_scope == RestartScope::kRank && s.options.max_restarts > 0) {
+    rejoins.emplace(*rendezvous, runner.messages());
+    runner.set_round_joins(&*rejoins);
+  }
   std::optional<ReportFile> report;  // --report: node 0's view of the job, round by round
   if (writes_report(s.options, s.inputs)) {
     const double inputs_seconds =
@@ -315,7 +321,7 @@ int run_rounds(const Session& s, const RunContext& run, bool meet) {
     runner.set_restarts_spent(round_state.restarts_spent());
     if (rendezvous) {
       gather_into_round(setup, *rendezvous, round, round_state.master_port, s.options, run.signals,
-                        runner, run.runner_config.detach_on_hangup);
+                        runner, run.runner_config.detach_on_hangup, rejoins ? &*rejoins : nullptr);
     }
     return setup;
   };

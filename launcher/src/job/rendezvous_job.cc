@@ -51,7 +51,7 @@ void open_rendezvous(std::optional<RendezvousHost>& host, const Options& options
 
 void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int workers_port,
                        const Options& options, SignalChannel& signals, ProcessRunner& runner,
-                       bool hangup_detaches) {
+                       bool hangup_detaches, RejoinsDuringRound* rejoins) {
   const auto serve = [&](const std::string& gathering) {
     return runner.serve_between_rounds(round, gathering);
   };
@@ -64,6 +64,61 @@ void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int w
     return;
   }
   add_peer_nodes(setup, host, round, workers_port);
+  if (rejoins != nullptr) {
+    rejoins->begin_round(round, workers_port);
+    setup.spares = rejoins->places(rendezvous_join_timeout(options));
+  }
+}
+
+namespace {
+
+// Node 0's child for `peer` in `round`: its connection, whose first line starts the round.
+ChildSpec peer_child(JoinedPeer& peer, RendezvousHost& host, int round, int workers_port,
+                     bool replaces) {
+  ChildSpec node;
+  node.agent = true;
+  node.node_rank = peer.join.node_rank;
+  node.host = printable(peer.join.host, 64);  // the network's word: escaped for the console
+  node.hello = format_round_start({round, workers_port, peer.join.node_rank, replaces});
+  node.connection = peer.socket.get();
+  node.connection_line_end = [&peer, &host](std::string& line) {
+    return peer_round_line(peer, line, host.gathering());
+  };
+  node.connection_max_line = kMaxPeerLine;
+  node.control_nodes = 1;  // --status and --stacks reach the node on its connection
+  host.gathering().on(GatherEvent::of(GatherEvent::Kind::kRoundStarted, peer.join.node_rank));
+  return node;
+}
+
+}  // namespace
+
+SpareNodes RejoinsDuringRound::places(std::chrono::milliseconds window) {
+  return [this, window](int node) -> std::optional<SpareNode> {
+    for (const JoinedPeer* peer : host_.peers()) {
+      if (peer->join.node_rank != node) continue;
+      SpareNode place;
+      place.again = true;
+      place.agent.agent = true;
+      place.agent.node_rank = node;
+      place.agent.host = printable(peer->join.host, 64);
+      place.agent.control_nodes = 1;
+      place.agent.join_by = RunnerClock::now() + window;
+      return place;
+    }
+    return std::nullopt;
+  };
+}
+
+std::vector<ChildSpec> RejoinsDuringRound::take(int fd) {
+  std::vector<ChildSpec> joined;
+  for (const int node : host_.serve_round_joins(fd, log_)) {
+    for (JoinedPeer* peer : host_.peers()) {
+      if (peer->join.node_rank == node) {
+        joined.push_back(peer_child(*peer, host_, round_, workers_port_, /*replaces=*/true));
+      }
+    }
+  }
+  return joined;
 }
 
 SecretSource secret_read_once(const Environment& env) {
@@ -86,19 +141,7 @@ int this_node_nproc(const Options& options, const PlanInputs& inputs, const Envi
 void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int workers_port) {
   const auto peers = host.peers();
   for (JoinedPeer* peer : peers) {
-    ChildSpec node;
-    node.agent = true;
-    node.node_rank = peer->join.node_rank;
-    node.host = peer->join.host;
-    node.hello = format_round_start({round, workers_port, peer->join.node_rank});
-    node.connection = peer->socket.get();
-    node.connection_line_end = [peer, &host](std::string& line) {
-      return peer_round_line(*peer, line, host.gathering());
-    };
-    node.connection_max_line = kMaxPeerLine;
-    node.control_nodes = 1;  // --status and --stacks reach the node on its connection
-    host.gathering().on(GatherEvent::of(GatherEvent::Kind::kRoundStarted, peer->join.node_rank));
-    setup.children.push_back(std::move(node));
+    setup.children.push_back(peer_child(*peer, host, round, workers_port, /*replaces=*/false));
   }
   if (!peers.empty()) {
     // The start-up's rendezvous phase, once: how long the nodes took to come, and the last.
@@ -240,6 +283,16 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     runner.set_restarts_spent(start.round);  // as this round's run line counts them
     JobSettings settings = job.settings;
     settings.agent = true;  // one round: node 0 decides on the next
+    // Joined during the round in this node's lost place: its workers are replacements, which
+    // wait for the membership that names them (as on a spare over ssh, --agent-replaces).
+    Options options = job.options;
+    options.agent_replaces = start.replaces;
+    settings.round.starts_replacements = start.replaces;
+    if (start.replaces) {
+      runner.messages()
+          << "ddprun: joined round " << start.round << " as node " << node
+          << " in its lost place: its ranks start as replacements (DDPRUN_REPLACEMENT=1)\n";
+    }
     // --restart-scope rank: this node replaces its own ranks; node 0 keeps the budget.
     settings.max_restarts = std::max(0, job.options.max_restarts - start.round);
     settings.round.node_rank = node;
@@ -248,7 +301,7 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
       code = run_job(
           runner, settings,
           [&](int, const RoundResult*) {
-            return prepare_round(job.options, job.inputs, state, job.env, start.round, nullptr,
+            return prepare_round(options, job.inputs, state, job.env, start.round, nullptr,
                                  job.program_path, job.self);
           },
           runner.messages());

@@ -16,6 +16,7 @@
 #include "policy/supervision.h"
 #include "run/process.h"
 #include "run/process_runner.h"
+#include "run/round_joins.h"
 
 namespace ddprun {
 
@@ -55,6 +56,33 @@ int this_node_nproc(const Options& options, const PlanInputs& inputs, const Envi
 // connections refused so far.
 void add_peer_nodes(RoundSetup& setup, RendezvousHost& host, int round, int workers_port);
 
+// Node 0 under --restart-scope rank: a lost node's ddprun started again joins the running
+// round in its place (RendezvousHost::await_in_round); what joined becomes the connection
+// child that awaits it (ProcessRunner::set_round_joins), its round start saying `replaces`.
+class RejoinsDuringRound final : public RoundJoins {
+ public:
+  RejoinsDuringRound(RendezvousHost& host, std::ostream& log) : host_(host), log_(log) {}
+  // The round now running, and its workers' master port.
+  void begin_round(int round, int workers_port) {
+    round_ = round;
+    workers_port_ = workers_port;
+  }
+  // Where a lost node's ranks go on (Round::move_node): its own place, awaited for `window`.
+  SpareNodes places(std::chrono::milliseconds window);
+
+  void await(int node) override { host_.await_in_round(node, round_); }
+  void forget(int node) override { host_.forget_in_round(node); }
+  void watch(std::vector<int>& fds) const override { host_.round_join_fds(fds); }
+  std::optional<RunnerClock::time_point> due() const override { return host_.round_join_due(); }
+  std::vector<ChildSpec> take(int fd) override;
+
+ private:
+  RendezvousHost& host_;
+  std::ostream& log_;
+  int round_ = 0;
+  int workers_port_ = 0;
+};
+
 // How long the nodes may take to come before a round (--rdzv-conf join_timeout, 600 s).
 std::chrono::milliseconds rendezvous_join_timeout(const Options& options);
 
@@ -67,9 +95,11 @@ void open_rendezvous(std::optional<RendezvousHost>& host, const Options& options
 // Node 0 before `round`: gathers the other nodes (gather_nodes, for `options`'
 // join_timeout) while `runner` answers the job's handle, then adds them to `setup` with
 // the round's `workers_port` (add_peer_nodes); a job that ends meanwhile is `setup`'s end.
+// With `rejoins` (--restart-scope rank with restarts), a node lost during the round may join
+// it again, within the join timeout.
 void gather_into_round(RoundSetup& setup, RendezvousHost& host, int round, int workers_port,
                        const Options& options, SignalChannel& signals, ProcessRunner& runner,
-                       bool hangup_detaches);
+                       bool hangup_detaches, RejoinsDuringRound* rejoins = nullptr);
 
 // Another node: the job's token, read once, when node 0 first answers (node 0 makes the
 // token file before it listens); a warning when there is none goes to stderr.

@@ -43,6 +43,7 @@
 #include <functional>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,9 @@ struct RoundStart {
   int round = 0;
   int master_port = 0;
   int node_rank = 0;  // the peer's, as the host placed it
+  // The peer joined during the round in a lost node's place (--restart-scope rank): its
+  // first workers are replacements, which wait for the membership that names them.
+  bool replaces = false;
 };
 std::string format_round_start(const RoundStart& start);
 std::optional<RoundStart> parse_round_start(std::string_view line);
@@ -169,6 +173,21 @@ class RendezvousHost {
   // Who joined and who is awaited, for a status answer: "joined: 1 (n2); awaited: 2",
   // with "; refused connections: N" once there are any.
   std::string describe() const;
+  // During round `round` under --restart-scope rank: node `node` was lost, and its ddprun,
+  // started again (by hand, by the scheduler, on its host or another), may join the round in
+  // its place until forget_in_round. Such a join is checked as any other, its earlier
+  // connection is shut (and closed at the next gather), and serve_round_joins returns it; a
+  // join for a node the round does not await is kept for the next gather, unanswered.
+  void await_in_round(int node, int round);
+  void forget_in_round(int node);
+  // While a node is awaited: the descriptors to watch (the listener, joins under way), and
+  // when a join under way runs out of time (kJoinReadTimeout); nothing otherwise.
+  void round_join_fds(std::vector<int>& fds) const;
+  std::optional<RendezvousClock::time_point> round_join_due() const;
+  // `fd` (one of round_join_fds', or -1 when round_join_due passed) is ready: reads it and
+  // returns the nodes that joined the round since (peers() has their connections). Bad joins
+  // are refused and logged as in a gather. Throws ConfigError as gather does on EMFILE.
+  std::vector<int> serve_round_joins(int fd, std::ostream& log);
   int port() const noexcept { return port_; }
   // When node 0 began to listen: the start of the launchers' rendezvous.
   RendezvousClock::time_point listening_since() const noexcept { return listening_since_; }
@@ -181,8 +200,16 @@ class RendezvousHost {
   // The heartbeat at `now`: sent to every joined node when due, and the nodes silent too
   // long dropped (logged).
   void keep_heartbeats(int round, RendezvousClock::time_point now, std::ostream& log);
-  void take_join(std::size_t pending, int round, std::ostream& log);
-  void drop(std::size_t node);  // it left (it may join again)
+  struct Pending;
+  void take_join(Pending& pending, int round, std::ostream& log);
+  // A pending connection's bytes; its join taken when whole (during a round: parked unless
+  // the round awaits its node).
+  void read_pending(Pending& pending, int round, std::ostream& log);
+  bool awaited_join(const Pending& pending) const;
+  void accept_connections(std::ostream& log);  // new connections, greeted
+  void expire_pending(std::ostream& log);      // joins that did not come in time: refused
+  void end_round_joins();                      // the round is over: nothing awaited
+  void drop(std::size_t node);                 // it left (it may join again)
   void refuse(std::ostream& log, const std::string& why);
   void order_by_host();
 
@@ -203,7 +230,15 @@ class RendezvousHost {
     std::string nonce;  // the greeting's
     std::string buffer;
     RendezvousClock::time_point until;
+    bool parked = false;  // a whole join that came during a round, for the next gather
   };
+  // The round during which lost nodes are awaited (await_in_round), those nodes, the ones
+  // that joined since serve_round_joins last said, and the sockets of the connections they
+  // replaced (kept open until the round's end).
+  std::optional<int> running_round_;
+  std::set<int> awaited_;
+  std::vector<int> rejoined_;
+  std::vector<UniqueFd> retired_;
   std::vector<Pending> pending_;
   std::vector<std::optional<JoinedPeer>> joined_;  // by node rank; 0 is this node
   Gathering gathering_;                            // the decisions on joined_

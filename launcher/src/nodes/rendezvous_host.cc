@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
@@ -145,8 +146,15 @@ bool RendezvousHost::read_connected(JoinedPeer& peer, std::optional<NodeEvent>& 
 RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time_point deadline,
                                                 int interrupt_fd, std::ostream& log,
                                                 NodeEvent& ended, int control_fd) {
-  // Every node may connect at once (srun starts them together): all are let wait.
-  const std::size_t max_pending = std::max(kMaxPending, 2 * static_cast<std::size_t>(nodes_));
+  end_round_joins();
+  // Joins that came during the last round for a node it did not await: taken now.
+  for (Pending& p : pending_) {
+    if (!p.parked) continue;
+    p.parked = false;
+    take_join(p, round, log);
+    p.fd.reset();  // closed, or moved into joined_
+  }
+  std::erase_if(pending_, [](const Pending& p) { return !p.fd.valid(); });
   // The nodes kept from earlier rounds are read in full once, then those that poll says
   // sent something: one that left is dropped (it may join again); one stopped or noticed
   // meanwhile ends the job. (Never every node on every wake: 1,000 joins would cost a
@@ -215,6 +223,7 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       fds.push_back({p.fd.get(), POLLIN, 0});
       wake = std::min(wake, p.until);
     }
+    const std::size_t polled_pending = pending_.size();
     const std::size_t first_joined = fds.size();
     std::vector<std::size_t> polled_nodes;
     for (std::size_t node = 1; node < joined_.size(); ++node) {
@@ -231,71 +240,139 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     // What came with the interruption is read first: nothing waits on it.
     const bool interrupted = ready > 0 && (fds[1].revents != 0 || fds[2].revents != 0);
     // Read what came on the pending connections, in the order polled.
-    for (std::size_t k = 0; ready > 0 && k < pending_.size(); ++k) {
-      if (fds[k + 3].revents == 0) continue;
-      Pending& p = pending_[k];
-      char chunk[512];
-      const ssize_t got = ::recv(p.fd.get(), chunk, sizeof chunk, 0);
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (got <= 0) {
-        p.fd.reset();
-        continue;
-      }
-      p.buffer.append(chunk, static_cast<std::size_t>(got));
-      if (p.buffer.find('\n') != std::string::npos) {
-        take_join(k, round, log);
-        p.fd.reset();  // closed, or moved into joined_
-      } else if (p.buffer.size() > kMaxJoinBytes) {
-        refuse(log, "a line longer than " + std::to_string(kMaxJoinBytes) + " bytes");
-        p.fd.reset();
-      }
+    for (std::size_t k = 0; ready > 0 && k < polled_pending; ++k) {
+      if (fds[k + 3].revents != 0) read_pending(pending_[k], round, log);
     }
-    // New connections (the listener is non-blocking), at most kAcceptsPerTurn a turn: a
-    // flood of connections must not keep the loop from its heartbeats and the joined nodes.
-    if (ready > 0 && fds[0].revents != 0) {
-      for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
-        const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-          if (errno == EMFILE || errno == ENFILE) {
-            // Another process's share of the system, or descriptors held elsewhere: every
-            // node that came learns why, and none waits for a round that cannot start.
-            const std::string what = "node 0's ddprun ran out of file descriptors while " +
-                                     std::to_string(nodes_ - 1) + " nodes joined (" +
-                                     descriptor_limit() + ")";
-            end_job({kExitLauncherError, what});
-            throw ConfigError(what, "raise the limit (ulimit -n) on node 0: it needs one per " +
-                                        std::string("node and a few dozen of its own"));
-          }
-          break;
-        }
-        if (pending_.size() >= max_pending) {
-          const auto oldest = std::min_element(
-              pending_.begin(), pending_.end(),
-              [](const Pending& a, const Pending& b) { return a.until < b.until; });
-          pending_.erase(oldest);
-          refuse(log, "more than " + std::to_string(max_pending) +
-                          " connections without a join: the oldest is closed");
-        }
-        // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
-        // short line fits; one that does not is no client).
-        // A joined node's host dying, or its link cut, ends the connection (net.h): the
-        // node has left, and every other node hears of it.
-        keep_alive(fd);
-        Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
-        if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
-      }
-    }
-    const auto later = RendezvousClock::now();
-    for (Pending& p : pending_) {
-      if (p.fd.valid() && later >= p.until) {
-        refuse(log,
-               "no complete join within " + std::to_string(kJoinReadTimeout.count() / 1000) + " s");
-        p.fd.reset();
-      }
-    }
-    std::erase_if(pending_, [](const Pending& p) { return !p.fd.valid(); });
+    if (ready > 0 && fds[0].revents != 0) accept_connections(log);
+    expire_pending(log);
     if (interrupted) return Gathered::kInterrupted;
   }
+}
+
+void RendezvousHost::read_pending(Pending& p, int round, std::ostream& log) {
+  char chunk[512];
+  const ssize_t got = ::recv(p.fd.get(), chunk, sizeof chunk, 0);
+  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (got <= 0) {
+    p.fd.reset();
+    return;
+  }
+  p.buffer.append(chunk, static_cast<std::size_t>(got));
+  if (p.buffer.find('\n') != std::string::npos) {
+    if (running_round_ && !awaited_join(p)) {
+      p.parked = true;  // a join for the next gather: the round runs without it
+      return;
+    }
+    take_join(p, round, log);
+    p.fd.reset();  // closed, or moved into joined_
+  } else if (p.buffer.size() > kMaxJoinBytes) {
+    refuse(log, "a line longer than " + std::to_string(kMaxJoinBytes) + " bytes");
+    p.fd.reset();
+  }
+}
+
+bool RendezvousHost::awaited_join(const Pending& p) const {
+  std::string why;
+  const auto join = parse_join(std::string_view(p.buffer).substr(0, p.buffer.find('\n')), why);
+  // What is not a join is refused at once, as in a gather.
+  if (!join) return true;
+  return join->node_rank == -1 ? !awaited_.empty() : awaited_.count(join->node_rank) > 0;
+}
+
+void RendezvousHost::accept_connections(std::ostream& log) {
+  // Every node may connect at once (srun starts them together): all are let wait.
+  const std::size_t max_pending = std::max(kMaxPending, 2 * static_cast<std::size_t>(nodes_));
+  // New connections (the listener is non-blocking), at most kAcceptsPerTurn a turn: a
+  // flood of connections must not keep the loop from its heartbeats and the joined nodes.
+  for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
+    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        // Another process's share of the system, or descriptors held elsewhere: every
+        // node that came learns why, and none waits for a round that cannot start.
+        const std::string what = "node 0's ddprun ran out of file descriptors while " +
+                                 std::to_string(nodes_ - 1) + " nodes joined (" +
+                                 descriptor_limit() + ")";
+        end_job({kExitLauncherError, what});
+        throw ConfigError(what, "raise the limit (ulimit -n) on node 0: it needs one per " +
+                                    std::string("node and a few dozen of its own"));
+      }
+      return;
+    }
+    if (pending_.size() >= max_pending) {
+      const auto oldest =
+          std::min_element(pending_.begin(), pending_.end(),
+                           [](const Pending& a, const Pending& b) { return a.until < b.until; });
+      pending_.erase(oldest);
+      refuse(log, "more than " + std::to_string(max_pending) +
+                      " connections without a join: the oldest is closed");
+    }
+    // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
+    // short line fits; one that does not is no client).
+    // A joined node's host dying, or its link cut, ends the connection (net.h): the
+    // node has left, and every other node hears of it.
+    keep_alive(fd);
+    Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
+    if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
+  }
+}
+
+void RendezvousHost::expire_pending(std::ostream& log) {
+  const auto now = RendezvousClock::now();
+  for (Pending& p : pending_) {
+    if (p.fd.valid() && !p.parked && now >= p.until) {
+      refuse(log,
+             "no complete join within " + std::to_string(kJoinReadTimeout.count() / 1000) + " s");
+      p.fd.reset();
+    }
+  }
+  std::erase_if(pending_, [](const Pending& p) { return !p.fd.valid(); });
+}
+
+void RendezvousHost::await_in_round(int node, int round) {
+  running_round_ = round;
+  awaited_.insert(node);
+}
+
+void RendezvousHost::forget_in_round(int node) {
+  awaited_.erase(node);
+}
+
+void RendezvousHost::round_join_fds(std::vector<int>& fds) const {
+  if (awaited_.empty()) return;
+  fds.push_back(listener_.get());
+  for (const Pending& p : pending_) {
+    if (!p.parked) fds.push_back(p.fd.get());
+  }
+}
+
+std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() const {
+  std::optional<RendezvousClock::time_point> due;
+  if (awaited_.empty()) return due;
+  for (const Pending& p : pending_) {
+    if (!p.parked && (!due || p.until < *due)) due = p.until;
+  }
+  return due;
+}
+
+std::vector<int> RendezvousHost::serve_round_joins(int fd, std::ostream& log) {
+  if (!running_round_ || awaited_.empty()) return {};
+  if (fd == listener_.get()) {
+    accept_connections(log);
+  } else {
+    for (Pending& p : pending_) {
+      if (fd >= 0 && p.fd.get() == fd && !p.parked) read_pending(p, *running_round_, log);
+    }
+  }
+  expire_pending(log);
+  return std::exchange(rejoined_, {});
+}
+
+void RendezvousHost::end_round_joins() {
+  running_round_.reset();
+  awaited_.clear();
+  rejoined_.clear();
+  retired_.clear();  // the round's children that read them are gone
 }
 
 void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include <sys/socket.h>
+
 #include "ddprun/contract/errors.h"
 #include "nodes/rendezvous.h"
 #include "nodes/rendezvous_io.h"
@@ -75,8 +77,7 @@ void RendezvousHost::refuse(std::ostream& log, const std::string& why) {
   }
 }
 
-void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) {
-  Pending& p = pending_[index];
+void RendezvousHost::take_join(Pending& p, int round, std::ostream& log) {
   const auto newline = p.buffer.find('\n');
   const auto refuse = [&](const std::string& why) { this->refuse(log, why); };
   std::string why;
@@ -147,7 +148,9 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
                " node 0's?)";
   }
   int place = join->node_rank;
-  if (mismatch.empty() && place == -1) {  // by order of arrival: the lowest rank still free
+  if (mismatch.empty() && place == -1 && running_round_) {
+    place = *awaited_.begin();                   // during a round: the lowest lost node's place
+  } else if (mismatch.empty() && place == -1) {  // by order of arrival: the lowest rank still free
     place = 1;
     while (place < nodes_ && joined_[static_cast<std::size_t>(place)]) ++place;
     if (place == nodes_) mismatch = who + " joined, but every node rank is taken";
@@ -159,7 +162,17 @@ void RendezvousHost::take_join(std::size_t index, int round, std::ostream& log) 
     return;
   }
   auto& slot = joined_[static_cast<std::size_t>(place)];
-  if (slot) {
+  if (running_round_) {
+    // A lost node's ddprun again, in the running round: the lost connection's socket stays
+    // open (shut) until the round's end, so that its number is no one else's while the
+    // round's children know it.
+    if (slot) {
+      ::shutdown(slot->socket.get(), SHUT_RDWR);
+      retired_.push_back(std::move(slot->socket));
+    }
+    awaited_.erase(place);
+    rejoined_.push_back(place);
+  } else if (slot) {
     log << "ddprun: rendezvous: node " << place << " (" << printable_host(join->host)
         << ") joined again; its earlier connection is closed\n";
   } else if (round > 0) {

@@ -160,10 +160,10 @@ std::optional<JoinRequest> parse_join(std::string_view line, std::string& why) {
 }
 
 std::string format_round_start(const RoundStart& start) {
-  return nlohmann::json{
-             {"round", start.round}, {"master_port", start.master_port}, {"node", start.node_rank}}
-             .dump() +
-         "\n";
+  nlohmann::json doc{
+      {"round", start.round}, {"master_port", start.master_port}, {"node", start.node_rank}};
+  if (start.replaces) doc["replaces"] = true;  // said only when true: the line stays as it was
+  return doc.dump() + "\n";
 }
 
 std::optional<RoundStart> parse_round_start(std::string_view line) {
@@ -173,7 +173,9 @@ std::optional<RoundStart> parse_round_start(std::string_view line) {
   const auto port = int_field(*doc, "master_port", 1, 65535);
   const auto node = int_field(*doc, "node", 1, 1 << 20);
   if (!round || !port || !node) return std::nullopt;
-  return RoundStart{*round, *port, *node};
+  const auto replaces = doc->find("replaces");
+  if (replaces != doc->end() && !replaces->is_boolean()) return std::nullopt;
+  return RoundStart{*round, *port, *node, replaces != doc->end() && replaces->get<bool>()};
 }
 
 std::string format_exit_report(int code) {

@@ -229,11 +229,13 @@ bool Round::move_node(std::size_t child) {
   const std::size_t index = ranks_.size();
   std::string host;
   bool again = false;
+  std::optional<RunnerClock::duration> awaited;  // a per-node launcher to join again
   try {
     std::optional<SpareNode> spare = spares_(lost.node_rank);
     if (!spare) return false;
     host = spare->agent.host;
     again = spare->again;
+    if (spare->agent.join_by) awaited = *spare->agent.join_by - runner_.now();
     moved_specs_.push_back(std::move(spare->agent));
     add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;
     ranks_[index].pid = runner_.start(spec(spec_of_[index]));
@@ -250,10 +252,15 @@ bool Round::move_node(std::size_t child) {
   parts_.erase(part);
   recoveries_left_ -= spent;
   recoveries_ += spent;
-  publish(name + " was lost (its ddprun ended: " + how + "); started its " + std::to_string(ranks) +
-          " rank(s) " +
-          (again ? "there again, with no spare node that fits" : "on the spare node " + host) +
-          " (" + std::to_string(recoveries_left()) + " restart(s) left)");
+  const std::string where =
+      awaited ? "; its " + std::to_string(ranks) + " rank(s) go on where its ddprun joins again " +
+                    "(start it with the same options, on " + host + " or another host, within " +
+                    format_seconds(std::chrono::ceil<std::chrono::seconds>(*awaited)) + ")"
+      : again ? "; started its " + std::to_string(ranks) +
+                    " rank(s) there again, with no spare node that fits"
+              : "; started its " + std::to_string(ranks) + " rank(s) on the spare node " + host;
+  publish(name + " was lost (its ddprun ended: " + how + ")" + where + " (" +
+          std::to_string(recoveries_left()) + " restart(s) left)");
   return true;
 }
 

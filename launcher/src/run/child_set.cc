@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
@@ -24,7 +25,7 @@ ChildSet::~ChildSet() {
     if (child.connection >= 0 && child.outbox.unsent() > 0) {
       ::shutdown(child.connection, SHUT_RDWR);
     }
-    if (child.exited || child.connection >= 0) continue;
+    if (child.exited || child.pid == 0) continue;
     kill_and_wait(child);
   }
   if (standby_) kill_and_wait(*standby_);
@@ -146,6 +147,42 @@ std::size_t ChildSet::connect(int socket, const std::string& hello, LineEnd line
   return children_.size() - 1;
 }
 
+std::size_t ChildSet::await_connection(SteadyClock::time_point until) {
+  Child& child = children_.emplace_back();
+  child.pid = 0;
+  child.started_at = SteadyClock::now();
+  child.await_until = until;
+  return children_.size() - 1;
+}
+
+void ChildSet::attach(std::size_t index, int socket, const std::string& hello, LineEnd line_end,
+                      std::size_t max_line) {
+  Child& child = children_.at(index);
+  if (!awaiting(index)) throw std::logic_error("attach: the child awaits no connection");
+  child.await_until.reset();
+  child.connection = socket;
+  child.reading = true;
+  child.line_end = std::move(line_end);
+  child.max_line = max_line;
+  child.beat = watch_.start(SteadyClock::now());
+  (void)send(index, hello);
+}
+
+void ChildSet::end_overdue_awaits(const ChildEvents& events) {
+  const auto now = SteadyClock::now();
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (!awaiting(i) || now < *children_[i].await_until) continue;
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(*children_[i].await_until -
+                                                                         children_[i].started_at);
+    if (events.output) {
+      events.output(i, true,
+                    "ddprun: this node's ddprun did not join again within " +
+                        std::to_string(waited.count()) + " s\n");
+    }
+    end_connection(i, 255 << 8, events);
+  }
+}
+
 bool ChildSet::send(std::size_t index, std::string_view message) {
   Child& child = children_.at(index);
   ssize_t written = -1;
@@ -168,7 +205,7 @@ bool ChildSet::send(std::size_t index, std::string_view message) {
 void ChildSet::kill(std::size_t index, const ChildEvents& events) {
   Child& child = children_.at(index);
   if (child.exited) return;
-  if (child.connection < 0) {
+  if (child.pid != 0) {
     signal_group(child.pid, SIGKILL);
     return;
   }
@@ -206,12 +243,18 @@ void ChildSet::pump_connection(std::size_t index, const ChildEvents& events) {
                     "ddprun: lost the connection to this node's ddprun: " + why + "\n");
     }
     end_connection(index, 255 << 8, events);
+    // Nothing is written on it again: the rendezvous closes a lost node's socket when the
+    // node joins again, and its number may then be another's.
+    child.connection = -1;
     return;
   }
   child.beat.heard_at = SteadyClock::now();
   child.line.append(buffer_.data(), static_cast<std::size_t>(got));
   if (child.line.back() != '\n') {
-    if (child.line.size() > child.max_line) end_connection(index, 255 << 8, events);
+    if (child.line.size() > child.max_line) {
+      end_connection(index, 255 << 8, events);
+      child.connection = -1;  // not a ddprun: nothing more is said to it
+    }
     return;
   }
   child.line.pop_back();
@@ -276,6 +319,11 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
   if (events.read_interest) events.read_interest(inputs);
   for (const int fd : inputs) fds.push_back({fd, POLLIN, 0});
   if (const auto due = heartbeat_due(); due && (!deadline || *due < *deadline)) deadline = due;
+  for (const Child& child : children_) {
+    if (child.await_until && !child.exited && (!deadline || *child.await_until < *deadline)) {
+      deadline = child.await_until;
+    }
+  }
   int timeout_ms = -1;
   if (deadline) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - SteadyClock::now());
@@ -315,6 +363,7 @@ void ChildSet::wait_once(std::optional<SteadyClock::time_point> deadline, int ex
     if (fds[k].revents != 0 && events.readable) events.readable(fds[k].fd);
   }
   keep_heartbeats(events);
+  end_overdue_awaits(events);
 }
 
 std::optional<SteadyClock::time_point> ChildSet::heartbeat_due() const {
@@ -371,7 +420,7 @@ void ChildSet::reap(const ChildEvents& events) {
   reap_standby();
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
-    if (child.exited || child.connection >= 0) continue;
+    if (child.exited || child.pid == 0) continue;
     int status = 0;
     rusage usage{};
     pid_t pid = 0;

@@ -103,6 +103,25 @@ class ChildSet {
   using LineEnd = std::function<std::optional<int>(std::string& line)>;
   std::size_t connect(int socket, const std::string& hello, LineEnd line_end, std::size_t max_line);
 
+  // A connection still to come: a lost node's ddprun that may join again during the round
+  // (--restart-scope rank, per-node launchers). It is a child with no process and no socket
+  // (pid 0) until attach() gives it one; at `until` it ends with exit 255, saying so as its
+  // stderr, and kill() ends it at once as if killed.
+  std::size_t await_connection(SteadyClock::time_point until);
+  // Whether `child` is a connection still to come (await_connection), not yet attached or ended.
+  bool awaiting(std::size_t child) const {
+    const Child& c = children_.at(child);
+    return c.await_until.has_value() && !c.exited;
+  }
+  // Ends the awaited `child` with `wait_status` (a stop or a notice: the round takes no join).
+  void end_await(std::size_t child, int wait_status, const ChildEvents& events) {
+    if (awaiting(child)) end_connection(child, wait_status, events);
+  }
+  // Makes the awaited `child` the connection `socket`, from here on as connect() says
+  // (`hello` first, then read a line at a time). The child's time counts from its await.
+  void attach(std::size_t child, int socket, const std::string& hello, LineEnd line_end,
+              std::size_t max_line);
+
   // The connections' heartbeat (kLaunchersHeartbeat unless set; tests shorten it).
   void set_heartbeat(Heartbeat heartbeat) { watch_ = HeartbeatWatch(heartbeat); }
   // Sends every connection its heartbeat now: before and after something that holds up
@@ -149,7 +168,7 @@ class ChildSet {
 
  private:
   struct Child {
-    pid_t pid = -1;  // 0: a connection
+    pid_t pid = -1;  // 0: a connection (or one still to come)
     bool exited = false;
     SteadyClock::time_point started_at;
     UniqueFd out;
@@ -164,6 +183,8 @@ class ChildSet {
     PeerBeat beat;  // its heartbeat (a connection, or a process with `stdin_beats`)
     bool stdin_beats = false;
     LineOutbox outbox;  // what its socket had no room for yet
+    // A connection still to come (await_connection): until when; reset once attached.
+    std::optional<SteadyClock::time_point> await_until;
   };
   void reap(const ChildEvents& events);
   void reap_standby();
@@ -177,6 +198,8 @@ class ChildSet {
   // connection is silent too long; then, at it, sends the heartbeats due and ends the
   // connections silent too long.
   std::optional<SteadyClock::time_point> heartbeat_due() const;
+  // The awaited connections whose time is up end (exit 255).
+  void end_overdue_awaits(const ChildEvents& events);
   void keep_heartbeats(const ChildEvents& events);
   // Whether `child` is sent the heartbeat; sending it one now.
   static bool beats(const Child& child) {

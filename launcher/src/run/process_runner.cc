@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <stdexcept>
 
 #include "ddprun/common/files.h"
 #include "ddprun/contract/errors.h"
@@ -32,6 +33,13 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     relay_->feed(child, is_stderr, data);
   };
   events_.exited = [this](std::size_t child, const ChildExit& exit) {
+    // A node awaited in vain (its time up, or the round stopping): no join is taken for it.
+    const auto awaited = std::find_if(awaiting_.begin(), awaiting_.end(),
+                                      [child](const auto& entry) { return entry.second == child; });
+    if (awaited != awaiting_.end()) {
+      if (joins_ != nullptr) joins_->forget(awaited->first);
+      awaiting_.erase(awaited);
+    }
     specs_.at(child).exited = true;
     specs_.at(child).wait_status = exit.wait_status;
     RunnerEvent event;
@@ -71,6 +79,9 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     }
     for (const UniqueFd& peer : attached_) fds.push_back(peer.get());
     if (first_steps_ && first_steps_->fd() >= 0) fds.push_back(first_steps_->fd());
+    join_fds_.clear();
+    if (joins_ != nullptr && !awaiting_.empty()) joins_->watch(join_fds_);
+    fds.insert(fds.end(), join_fds_.begin(), join_fds_.end());
   };
   events_.readable = [this](int fd) {
     if (first_steps_ && fd == first_steps_->fd()) {
@@ -79,6 +90,10 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     }
     if (config_.control != nullptr && fd == config_.control->fd()) {
       serve_control();
+      return;
+    }
+    if (std::find(join_fds_.begin(), join_fds_.end(), fd) != join_fds_.end()) {
+      take_joins(fd);
       return;
     }
     // An attached console said something or left: it only ever listens, so it is let go.
@@ -183,6 +198,8 @@ void ProcessRunner::drain_console(std::chrono::milliseconds stall) {
 }
 
 void ProcessRunner::start_fresh() {
+  awaiting_.clear();
+  join_fds_.clear();
   children_ = std::make_unique<ChildSet>(signals_, &guardian_);
   children_->set_heartbeat(config_.heartbeat);
   relay_ = std::make_unique<OutputRelay>(config_.relay, *console_);
@@ -289,7 +306,12 @@ pid_t ProcessRunner::start(const ChildSpec& spec) {
     ::unlink(membership_file_.c_str());  // an earlier run's is no membership of this one
   }
   std::size_t child = 0;
-  if (spec.connection >= 0) {
+  if (spec.join_by) {
+    if (joins_ == nullptr) throw std::logic_error("a child awaits a join, but none is taken");
+    child = children_->await_connection(*spec.join_by);
+    awaiting_[spec.node_rank] = child;
+    joins_->await(spec.node_rank);
+  } else if (spec.connection >= 0) {
     child = children_->connect(spec.connection, spec.hello, spec.connection_line_end,
                                spec.connection_max_line);
   } else if (const auto spare = config_.warm_spare ? take_spare(spec) : std::nullopt) {
@@ -329,8 +351,31 @@ std::optional<TraceSnapshot> ProcessRunner::trace(std::size_t child) {
                                   .count()};
 }
 
+void ProcessRunner::take_joins(int fd) {
+  for (const ChildSpec& joined : joins_->take(fd)) {
+    const auto awaited = awaiting_.find(joined.node_rank);
+    if (awaited == awaiting_.end() || !children_->awaiting(awaited->second)) continue;
+    const std::size_t child = awaited->second;
+    awaiting_.erase(awaited);
+    children_->attach(child, joined.connection, joined.hello, joined.connection_line_end,
+                      joined.connection_max_line);
+    Child& kept = specs_.at(child);
+    messages_ << "ddprun: node " << joined.node_rank << " (" << joined.host
+              << ") joined again: its ranks go on there (was " << kept.host << ")\n";
+    kept.host = joined.host;
+  }
+}
+
 void ProcessRunner::signal(std::size_t child, int sig) {
   const pid_t pid = children_->pid(child);
+  if (children_->awaiting(child)) {
+    // No node behind it yet: a stop or a notice ends the wait, as the node's ddprun would have
+    // ended (a notice: drained, with nothing to save; a stop: 128 + it; SIGKILL: killed).
+    const bool notice = sig == SIGUSR1 || sig == SIGUSR2;
+    children_->end_await(
+        child, sig == SIGKILL ? SIGKILL : (notice ? kExitPreempted : 128 + sig) << 8, events_);
+    return;
+  }
   if (sig == SIGKILL) {
     // A node behind a connection is told to end its workers at once; its round then ends
     // without node 0 (which reads its late exit report before the next round).
@@ -387,7 +432,11 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
     const auto due = head_watch_.due(head_beat_, config_.head_fd >= 0);
     if (!deadline || due < *deadline) deadline = due;
   }
+  std::optional<RunnerClock::time_point> joins_due;
+  if (joins_ != nullptr && !awaiting_.empty()) joins_due = joins_->due();
+  if (joins_due && (!deadline || *joins_due < *deadline)) deadline = joins_due;
   children_->wait_once(deadline, config_.head_fd, events_);
+  if (joins_due && RunnerClock::now() >= *joins_due) take_joins(-1);
   keep_head_heartbeat();
   relay_->release_folded(RunnerClock::now());
 }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -17,6 +18,7 @@
 #include "run/child_set.h"
 #include "run/control_socket.h"
 #include "run/first_steps.h"
+#include "run/round_joins.h"
 #include "run/runner.h"
 
 namespace ddprun {
@@ -142,6 +144,10 @@ class ProcessRunner : public Runner {
   bool detached() const noexcept { return detached_; }
   // Tells every attached console (--attach) the job's exit code and lets it go.
   void release_attached(int exit_code);
+  // Node 0 of per-node launchers under --restart-scope rank: where a lost node's ddprun
+  // joins again during a round (a child started with ChildSpec::join_by awaits it). Must
+  // outlive the runner's rounds; null: none.
+  void set_round_joins(RoundJoins* joins) noexcept { joins_ = joins; }
 
  private:
   // Writes what waits for the console while it takes bytes, giving up after `stall`
@@ -251,6 +257,13 @@ class ProcessRunner : public Runner {
   RunnerClock::time_point spare_started_at_;
   std::string spare_note_;  // said at the next wait: the spare took a rank
   ChildEvents events_;
+  // Children awaiting a lost node's ddprun (ChildSpec::join_by), by node rank, and the
+  // descriptors the joins were watched on in the last turn.
+  RoundJoins* joins_ = nullptr;
+  std::map<int, std::size_t> awaiting_;
+  std::vector<int> join_fds_;
+  // The joins that came: each attached to the child that awaits its node.
+  void take_joins(int fd);
   LineSplitter head_lines_{kMaxAgentLine};  // the membership over many nodes is one line
   LineOutbox head_outbox_;  // lines to node 0 (head_events_fd): never torn by a heartbeat
   HeartbeatWatch head_watch_{config_.heartbeat};  // the heartbeat with node 0

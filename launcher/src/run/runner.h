@@ -58,6 +58,10 @@ struct ChildSpec {
   int connection = -1;
   std::function<std::optional<int>(std::string& line)> connection_line_end;
   std::size_t connection_max_line = 0;
+  // An agent still to come (--restart-scope rank, per-node launchers): a lost node's ddprun
+  // started again joins the round by this time, and the runner's RoundJoins makes it this
+  // child; otherwise the child ends with exit 255 then. Set with `node_rank` and `host`.
+  std::optional<std::chrono::steady_clock::time_point> join_by;
   std::vector<int> cpus;  // workers with --numa-binding/--cpu-bind: their CPUs; empty: ddprun's
   bool stdout_to_console = true;  // workers only: agents filter their own workers
   bool stderr_to_console = true;

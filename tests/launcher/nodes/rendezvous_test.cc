@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -70,6 +71,16 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(parse_round_start(R"({"round": 2, "master_port": 41000, "node": 3})")->node_rank, 3);
   EXPECT_FALSE(parse_round_start(R"({"round": 2, "master_port": 70000, "node": 1})"));
   EXPECT_FALSE(parse_round_start(R"({"round": 2, "master_port": 41000, "node": 0})"));
+  EXPECT_FALSE(parse_round_start(R"({"round": 2, "master_port": 41000, "node": 1})")->replaces);
+  EXPECT_TRUE(
+      parse_round_start(R"({"round": 2, "master_port": 41000, "node": 1, "replaces": true})")
+          ->replaces);
+  EXPECT_FALSE(
+      parse_round_start(R"({"round": 2, "master_port": 41000, "node": 1, "replaces": 1})"));
+  std::string replacing = format_round_start({3, 41000, 2, true});
+  replacing.pop_back();
+  EXPECT_TRUE(parse_round_start(replacing)->replaces);
+  EXPECT_EQ(format_round_start({3, 41000, 2}).find("replaces"), std::string::npos);
   EXPECT_EQ(parse_exit_report(R"({"exit": 75})"), 75);
   EXPECT_FALSE(parse_exit_report(R"({"exit": 300})"));
   EXPECT_FALSE(parse_exit_report("exit 3"));
@@ -426,6 +437,85 @@ TEST(Rendezvous, ANodeThatLeavesBeforeTheRoundIsDroppedAndMayJoinAgain) {
   second.join();
   ASSERT_TRUE(back.word && back.word->start) << back.error << log.str();
   ASSERT_TRUE(node2.word && node2.word->start) << node2.error;
+}
+
+// Serves the joins of a running round (as node 0's runner does, RejoinsDuringRound) until
+// `done` holds; returns the nodes that joined it.
+std::vector<int> serve_round_until(RendezvousHost& host, std::ostringstream& log,
+                                   const std::function<bool()>& done) {
+  std::vector<int> joined;
+  const auto until = RendezvousClock::now() + std::chrono::seconds(10);
+  while (!done() && RendezvousClock::now() < until) {
+    std::vector<int> fds;
+    host.round_join_fds(fds);
+    std::vector<pollfd> polled;
+    for (const int fd : fds) polled.push_back({fd, POLLIN, 0});
+    if (::poll(polled.data(), polled.size(), 50) <= 0) {
+      for (const int node : host.serve_round_joins(-1, log)) joined.push_back(node);
+      continue;
+    }
+    for (const pollfd& p : polled) {
+      if (p.revents == 0) continue;
+      for (const int node : host.serve_round_joins(p.fd, log)) joined.push_back(node);
+    }
+  }
+  return joined;
+}
+
+// --restart-scope rank: node 2 is lost during round 0 and its ddprun, started again, joins the
+// running round in its place; a join without the secret for it is refused, and a join for
+// node 1 (which runs) waits unanswered for the next gather, where it replaces node 1.
+TEST(Rendezvous, ALostNodesDdprunJoinsTheRunningRoundInItsPlaceAndNoOtherDoes) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "s3cret", 3, 1);
+  std::ostringstream log;
+  std::vector<Peer> first(2);
+  std::thread one(
+      [&] { run_peer(port, join_of("run-a", "s3cret", 1, 3, "one"), first[0], false); });
+  std::thread two(
+      [&] { run_peer(port, join_of("run-a", "s3cret", 2, 3, "two"), first[1], false); });
+  NodeEvent ended;
+  ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  one.join();
+  two.join();
+  start_round(host, 0, 41000);
+  std::vector<int> fds;
+  host.round_join_fds(fds);
+  EXPECT_TRUE(fds.empty());  // nothing awaited: the round takes no join
+  first[1].socket.reset();   // node 2's ddprun dies
+  host.await_in_round(2, 0);
+  const int refused = host.refused();
+  Peer forger;
+  std::thread forged([&] { run_peer(port, join_of("run-a", "wrong", 2, 3, "forger"), forger); });
+  Peer early;  // node 1 again, while node 1 runs: for the next gather
+  std::thread early_join([&] { run_peer(port, join_of("run-a", "s3cret", 1, 3, "early"), early); });
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.refused() > refused; }).empty());
+  forged.join();
+  EXPECT_FALSE(forger.socket.valid());
+  Peer back;
+  std::thread rejoin([&] { run_peer(port, join_of("run-a", "s3cret", 2, 3, "back"), back); });
+  const auto rejoined =
+      serve_round_until(host, log, [&] { return host.peers()[1]->join.host == "back"; });
+  EXPECT_EQ(rejoined, std::vector<int>{2}) << log.str();
+  EXPECT_EQ(host.peers()[0]->join.host, "one");  // node 1 runs on, its connection untouched
+  EXPECT_EQ(host.peers()[1]->join.node_rank, 2);
+  send_text(host.peers()[1]->socket.get(), format_round_start({0, 41000, 2, true}));
+  rejoin.join();
+  ASSERT_TRUE(back.word && back.word->start) << back.error << log.str();
+  EXPECT_TRUE(back.word->start->replaces);
+  host.forget_in_round(2);
+  fds.clear();
+  host.round_join_fds(fds);
+  EXPECT_TRUE(fds.empty());
+  EXPECT_FALSE(early.word) << "a join for a running node was answered during the round";
+  // The next gather takes node 1's join that waited: it replaces node 1's connection.
+  ASSERT_EQ(gather(host, 1, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  EXPECT_EQ(host.peers()[0]->join.host, "early");
+  start_round(host, 1, 41001);
+  early_join.join();
+  ASSERT_TRUE(early.word && early.word->start) << early.error << log.str();
+  EXPECT_EQ(early.word->start->round, 1);
+  EXPECT_FALSE(early.word->start->replaces);
 }
 
 // Nodes started with other node or worker counts are refused, each told why with both

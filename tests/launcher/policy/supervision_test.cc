@@ -1440,7 +1440,8 @@ struct SpareRun {
   int spares_taken = 0;
 };
 SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fits = true,
-                        bool again = false) {
+                        bool again = false,
+                        std::optional<std::chrono::milliseconds> awaited = std::nullopt) {
   settings.round.shutdown_grace = kGrace;
   settings.colour = false;
   SpareRun result;
@@ -1452,6 +1453,7 @@ SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fit
     spare.agent = worker_and_node1(0).front();
     spare.agent.host = again ? "node1" : "node2";
     spare.again = again;
+    if (awaited) spare.agent.join_by = runner.now() + *awaited;
     return spare;
   };
   std::ostringstream messages;
@@ -1561,6 +1563,29 @@ TEST(JobPolicyRankScope, WithNoSpareThatFitsALostNodesRanksStartOnItAgain) {
   ASSERT_NE(said, runner.memberships.end());
   EXPECT_NE(said->membership.change.find("; started its 2 rank(s) there again, with no spare "
                                          "node that fits (0 restart(s) left)"),
+            std::string::npos)
+      << said->membership.change;
+}
+
+// Per-node launchers: the lost node's place awaits its ddprun's join (the runner attaches it);
+// the line says where its ranks go on and for how long.
+TEST(JobPolicyRankScope, ALostPerNodeLaunchersRanksGoOnWhereItsDdprunJoinsAgain) {
+  FakeRunner runner;
+  lose_node1_at_300ms(runner);
+  runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
+  const SpareRun run =
+      run_with_spare(runner, settings(2), true, /*again=*/true, std::chrono::seconds(600));
+  EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
+  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+  ASSERT_EQ(runner.started[0].size(), 4u);
+  EXPECT_TRUE(runner.started[0][3].join_by.has_value());
+  const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                 [](const auto& m) { return !m.membership.change.empty(); });
+  ASSERT_NE(said, runner.memberships.end());
+  EXPECT_NE(said->membership.change.find(
+                "node 1 (node1) was lost (its ddprun ended: exit code 255); its 2 rank(s) go on "
+                "where its ddprun joins again (start it with the same options, on node1 or "
+                "another host, within 600 s) (0 restart(s) left)"),
             std::string::npos)
       << said->membership.change;
 }

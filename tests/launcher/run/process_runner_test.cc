@@ -15,15 +15,18 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "ddprun/common/files.h"
 #include "ddprun/common/unique_fd.h"
+#include "ddprun/contract/errors.h"
 #include "nodes/rendezvous.h"
 #include "policy/supervision.h"
 #include "report/control.h"
 #include "run/process.h"
+#include "run/round_joins.h"
 #include "temp_dir.h"
 
 namespace ddprun {
@@ -288,6 +291,119 @@ TEST(ProcessRunner, ANodeThatSendsNothingIsLostAndOneThatSendsHeartbeatsIsNot) {
   }
   EXPECT_GE(heartbeats_in(stopped.heard()), 5);
   EXPECT_GE(heartbeats_in(heard_by_alive), 10);
+}
+
+// Where a lost node's ddprun joins again, for the runner alone: a pipe stands for the
+// rendezvous's listener, and each byte written to it is one join of node 1, behind `link`.
+class PipeJoins final : public RoundJoins {
+ public:
+  PipeJoins(int socket, JoinedPeer& peer, Gathering& gathering)
+      : socket_(socket), peer_(peer), gathering_(gathering) {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
+    read_end_ = UniqueFd(fds[0]);
+    write_end_ = UniqueFd(fds[1]);
+  }
+  void join() const { ASSERT_EQ(::write(write_end_.get(), "j", 1), 1); }
+  void await(int node) override { awaited.push_back(node); }
+  void forget(int node) override { forgotten.push_back(node); }
+  void watch(std::vector<int>& fds) const override { fds.push_back(read_end_.get()); }
+  std::optional<RunnerClock::time_point> due() const override { return std::nullopt; }
+  std::vector<ChildSpec> take(int fd) override {
+    char byte = 0;
+    if (fd != read_end_.get() || ::read(fd, &byte, 1) != 1) return {};
+    ChildSpec joined = node_behind(peer_, socket_, gathering_);
+    joined.host = "node9";
+    joined.hello = format_round_start({0, 29500, 1, true});
+    return {joined};
+  }
+  std::vector<int> awaited;
+  std::vector<int> forgotten;
+
+ private:
+  int socket_;
+  JoinedPeer& peer_;
+  Gathering& gathering_;
+  UniqueFd read_end_;
+  UniqueFd write_end_;
+};
+
+// A child that awaits a lost node's ddprun has no process (pid 0: nothing is signalled or
+// reaped for it); the join that comes is attached to it, told it replaces the node, and read
+// as any node behind a connection; one that does not come ends it with 255 at its time; a
+// stop ends the wait at once.
+TEST(ProcessRunner, ALostNodeAwaitedInTheRoundIsTheConnectionThatJoinsForIt) {
+  QuickRunner quick;
+  ProcessRunner& runner = quick.runner;
+  const Connection link;
+  JoinedPeer peer;
+  Gathering gathering(2);
+  PipeJoins joins(link.ours.get(), peer, gathering);
+  runner.set_round_joins(&joins);
+  ChildSpec awaited;
+  awaited.agent = true;
+  awaited.node_rank = 1;
+  awaited.host = "node2";
+  awaited.control_nodes = 1;
+  awaited.join_by = RunnerClock::now() + std::chrono::seconds(30);
+  EXPECT_EQ(runner.start(awaited), 0);
+  EXPECT_EQ(joins.awaited, std::vector<int>{1});
+  // A notice: no one to tell yet (and nothing sent to pid 0's group); the wait ends, drained.
+  runner.signal(0, SIGUSR1);
+  RunnerEvent event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(200));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == kExitPreempted);
+  EXPECT_EQ(joins.forgotten, std::vector<int>{1});
+  awaited.join_by = RunnerClock::now() + std::chrono::seconds(30);
+  runner.start(awaited);  // child 1: a stop ends it as the node's ddprun would have ended
+  runner.signal(1, SIGTERM);
+  event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(200));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 128 + SIGTERM);
+  EXPECT_EQ(joins.forgotten, (std::vector<int>{1, 1}));
+
+  // Awaited again: this time it joins, and its lines are read until its exit report.
+  awaited.join_by = RunnerClock::now() + std::chrono::seconds(30);
+  runner.start(awaited);
+  event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+  EXPECT_EQ(event.kind, RunnerEvent::Kind::kDeadline);  // nothing joined: it waits
+  joins.join();
+  event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(300));
+  EXPECT_EQ(event.kind, RunnerEvent::Kind::kDeadline);
+  std::string start = link.heard();
+  ASSERT_NE(start.find('\n'), std::string::npos);
+  EXPECT_EQ(start.substr(0, start.find('\n') + 1), format_round_start({0, 29500, 1, true}));
+  link.say(format_exit_report(0));
+  event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_EQ(event.child, 2u);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 0);
+  EXPECT_EQ(joins.forgotten, (std::vector<int>{1, 1}));  // taken: nothing more to forget
+
+  // Awaited once more, for 300 ms: no join comes, and it ends as a node lost.
+  awaited.join_by = RunnerClock::now() + std::chrono::milliseconds(300);
+  runner.start(awaited);
+  const auto began = RunnerClock::now();
+  event = runner.wait(RunnerClock::now() + std::chrono::seconds(10));
+  ASSERT_EQ(event.kind, RunnerEvent::Kind::kExited);
+  EXPECT_EQ(event.child, 3u);
+  EXPECT_TRUE(WIFEXITED(event.wait_status) && WEXITSTATUS(event.wait_status) == 255);
+  EXPECT_GE(RunnerClock::now() - began, std::chrono::milliseconds(250));
+  EXPECT_EQ(joins.forgotten, (std::vector<int>{1, 1, 1}));
+  joins.join();  // a join after the wait ended attaches to nothing
+  event = runner.wait(RunnerClock::now() + std::chrono::milliseconds(100));
+  EXPECT_EQ(event.kind, RunnerEvent::Kind::kDeadline);
+  EXPECT_FALSE(runner.output_open());
+}
+
+// A child that awaits a join needs someone to take it: without, its start is a bug.
+TEST(ProcessRunner, AJoinAwaitedWithNoRoundJoinsIsRefused) {
+  QuickRunner quick;
+  ChildSpec awaited;
+  awaited.agent = true;
+  awaited.node_rank = 1;
+  awaited.join_by = RunnerClock::now() + std::chrono::seconds(1);
+  EXPECT_THROW(quick.runner.start(awaited), std::logic_error);
 }
 
 // A whole job suspended and resumed (Slurm's suspend, Ctrl-Z): node 0 itself was stopped
