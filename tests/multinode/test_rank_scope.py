@@ -23,6 +23,8 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
                  the test starts node2's ddprun again with the same command once the first
                  has ended, and it joins the running round: ranks 2 and 3 go on there as
                  replacements while ranks 0 and 1 go on
+  --case elsewhere  the same on 3 nodes with the job on node1 and node2 (--nnodes 2): node2's
+                 place is taken by a ddprun started on node3 with --node-rank 1
 
   PYTHONPATH=tests tests/multinode/test_rank_scope.py --case byhand|ssh|tree --ddprun BIN \
       --ddp-train BIN --config configs/toy.json
@@ -42,6 +44,8 @@ from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
 
 NPROC = 2
 PORT = 29541
+BYHAND = ("byhand", "rejoin", "elsewhere")  # one ddprun per node, started by the test
+MOVES = ("spare", "again", "rejoin", "elsewhere")  # a node's ddprun is lost, not one rank
 
 
 def write_config(cluster, a, name, kill):
@@ -49,12 +53,12 @@ def write_config(cluster, a, name, kill):
         cfg = json.load(f)
     cfg["train"]["epochs"] = 2
     # byhand: flat gloo; ssh, tree: hierarchical (shared memory on each node, gloo between).
-    cfg["runtime"].update({"recovery": "peer", "shared_memory": a.case not in ("byhand", "rejoin"),
+    cfg["runtime"].update({"recovery": "peer", "shared_memory": a.case not in BYHAND,
                            "bucket_cap_mb": 0.0002, "timeout_s": 30})
     cfg["diagnostics"] = {"final_params_file": os.path.join(cluster.dir, name + ".params")}
     if kill:
         cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1],
-                                   "kill_node": a.case in ("spare", "again", "rejoin")})
+                                   "kill_node": a.case in MOVES})
     path = os.path.join(cluster.dir, name + ".json")
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -62,33 +66,38 @@ def write_config(cluster, a, name, kill):
 
 
 def run_byhand(cluster, a, config, marker, name, failures):
+    job_nodes = cluster.nodes[:2]  # elsewhere: node3 is left for node2's place
+
     def start(i, node):
-        argv = [os.path.abspath(a.ddprun), "--nnodes", str(len(cluster.nodes)), "--node-rank",
+        argv = [os.path.abspath(a.ddprun), "--nnodes", str(len(job_nodes)), "--node-rank",
                 str(i), "--master-addr", cluster.nodes[0], "--master-port", str(PORT),
                 "--nproc-per-node", str(NPROC), "--restart-scope", "rank", "--max-restarts", "2",
                 "--shutdown-timeout", "5", "--", os.path.abspath(a.ddp_train), "--config", config]
-        runtime = os.path.join(cluster.dir, f"runtime{i}")
+        runtime = os.path.join(cluster.dir, f"runtime-{node}")
         os.makedirs(runtime, mode=0o700, exist_ok=True)
         env = job_env(marker, HOME=os.path.join(cluster.dir, "home"), XDG_RUNTIME_DIR=runtime)
         return cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
 
-    procs = {node: start(i, node) for i, node in enumerate(cluster.nodes)}
+    procs = {node: start(i, node) for i, node in enumerate(job_nodes)}
     first = ""
-    if a.case == "rejoin" and name != "base":
+    if a.case in ("rejoin", "elsewhere") and name != "base":
         # node2's ddprun is killed by its rank 3 (diagnostics.kill_node); once it has ended,
-        # the same command again, as a user (or the node's supervisor) would.
-        last = cluster.nodes[-1]
+        # the same command again (on node3: with node2's --node-rank), as a user or the
+        # node's supervisor would.
+        lost = job_nodes[-1]
         try:
-            first, _ = procs[last].communicate(timeout=150)
+            first, _ = procs[lost].communicate(timeout=150)
         except subprocess.TimeoutExpired:
-            procs[last].kill()
-            first, _ = procs[last].communicate()
-        print(f"--- {name}: {last}'s first ddprun: exit {procs[last].returncode}\n{first}")
-        if procs[last].returncode != -9:
-            failures.append(f"{name}: {last}'s first ddprun exited {procs[last].returncode}, "
+            procs[lost].kill()
+            first, _ = procs[lost].communicate()
+        print(f"--- {name}: {lost}'s first ddprun: exit {procs[lost].returncode}\n{first}")
+        if procs[lost].returncode != -9:
+            failures.append(f"{name}: {lost}'s first ddprun exited {procs[lost].returncode}, "
                             "not killed by SIGKILL")
-        procs[last] = start(len(cluster.nodes) - 1, last)
+        del procs[lost]
+        place = cluster.nodes[-1]
+        procs[place] = start(len(job_nodes) - 1, place)
     return first + "".join(wait_for_nodes(procs, failures, f"{name}: ").values())
 
 
@@ -113,17 +122,17 @@ def count(text, what):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=["byhand", "ssh", "tree", "spare", "again", "rejoin"],
-                    required=True)
+    ap.add_argument("--case", required=True,
+                    choices=["byhand", "ssh", "tree", "spare", "again", "rejoin", "elsewhere"])
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
     a = ap.parse_args()
-    run = run_byhand if a.case in ("byhand", "rejoin") else run_ssh
-    nodes = 3 if a.case in ("tree", "spare") else 2
-    last = nodes * NPROC - 1
+    run = run_byhand if a.case in BYHAND else run_ssh
+    nodes = 3 if a.case in ("tree", "spare", "elsewhere") else 2
+    last = (2 if a.case == "elsewhere" else nodes) * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
-    moves = a.case in ("spare", "again", "rejoin")
+    moves = a.case in MOVES
     if moves:
         kills = (("node2-backward", 3, "backward"),)
     lost = {"node2-backward": "ranks 2, 3"}
@@ -156,18 +165,23 @@ def main():
                      "again": "; started its 2 rank(s) there again, with no spare node that fits",
                      "rejoin": "; its 2 rank(s) go on where its ddprun joins again (start it "
                                "with the same options, on node2 or another host, within 600 s)",
-                     }.get(a.case, "")
+                     }
+            where["elsewhere"] = where["rejoin"]
             moved = count(out, "ddprun: node 1 (node2) was lost (its ddprun ended: exit code "
-                          f"255){where}")
-            if a.case == "rejoin" and count(out, "ddprun: node 1 (node2) joined again: its "
-                                                 "ranks go on there (was node2)") != 1:
+                          f"255){where.get(a.case, '')}")
+            place = "node3" if a.case in ("spare", "elsewhere") else "node2"
+            if a.case in ("rejoin", "elsewhere") and count(
+                    out, f"ddprun: node 1 ({place}) joined again: its ranks go on there (was "
+                    "node2)") != 1:
                 failures.append(f"{name}: node 0 did not say once that node 1 joined again")
             alone = count(out, "started its replacement")
             if (moved, alone) != ((1, 0) if moves else (0, 1)):
                 failures.append(f"{name}: {alone} replacement(s) alone, {moved} node(s) moved")
-            host = "node3" if a.case == "spare" else "node2"
-            if moves and not re.search(rf"ddp-train:\s+3\s+{host}\s", out):
-                failures.append(f"{name}: rank 3 did not end on {host}")
+            if moves and not re.search(rf"ddp-train:\s+3\s+{place}\s", out):
+                failures.append(f"{name}: rank 3 did not end on {place}")
+            if a.case == "elsewhere" and not re.search(
+                    r"ddprun: node 1\s+0\s+exit code 0\s+[0-9.]+ s\s+\(node3\)", out):
+                failures.append(f"{name}: node 0's rank table does not show node 1 on node3")
             if count(out, "restarting all workers") != 0:
                 failures.append(f"{name}: a full restart")
             spare = count(out, "'s replacement is the warm spare")
@@ -184,7 +198,7 @@ def main():
                                 "uninterrupted run's")
 
     return run_on_cluster(nodes, body, {"case": a.case, "nodes": nodes},
-                          sshd=a.case not in ("byhand", "rejoin"))
+                          sshd=a.case not in BYHAND)
 
 
 if __name__ == "__main__":

@@ -313,6 +313,9 @@ void Round::handle(const RunnerEvent& event) {
       lost_head_ = true;
       on_stop(SIGHUP, SIGTERM);
       break;
+    case RunnerEvent::Kind::kJoined:
+      ranks_.at(event.child).host = event.host;  // the rank table names where it runs now
+      break;
     case RunnerEvent::Kind::kDeadline:
       break;
   }

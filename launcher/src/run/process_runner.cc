@@ -363,6 +363,11 @@ void ProcessRunner::take_joins(int fd) {
     messages_ << "ddprun: node " << joined.node_rank << " (" << joined.host
               << ") joined again: its ranks go on there (was " << kept.host << ")\n";
     kept.host = joined.host;
+    RunnerEvent event;
+    event.kind = RunnerEvent::Kind::kJoined;
+    event.child = child;
+    event.host = joined.host;
+    pending_.push_back(std::move(event));
   }
 }
 

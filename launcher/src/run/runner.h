@@ -80,6 +80,7 @@ struct RunnerEvent {
     kDeadline,    // the deadline passed
     kNodeEvent,   // agent `child` reported `node_event` (its node, or one below it)
     kMembership,  // agent `child` passed on node `node`'s part of the membership (rank scope)
+    kJoined,      // agent `child`, which awaited a node (ChildSpec::join_by), is it, on `host`
   };
   Kind kind = Kind::kDeadline;
   std::size_t child = 0;
@@ -93,6 +94,7 @@ struct RunnerEvent {
   NodeEvent node_event;   // kNodeEvent
   Membership membership;  // kMembership: the ranks of node `node` (the agent's or one below it)
   int node = 0;
+  std::string host;  // kJoined: where the node's ddprun joined from
 };
 
 class Runner {
