@@ -301,6 +301,12 @@ int run_rounds(const Session& s, const RunContext& run, bool meet) {
     rejoins.emplace(*rendezvous, runner.messages());
     runner.set_round_joins(&*rejoins);
   }
+  // On the way out (an error mid-round included) the runner, which outlives `rejoins`, takes
+  // no join any more.
+  struct ForgetJoins {
+    ProcessRunner& runner;
+    ~ForgetJoins() { runner.set_round_joins(nullptr); }
+  } forget_joins{runner};
   std::optional<ReportFile> report;  // --report: node 0's view of the job, round by round
   if (writes_report(s.options, s.inputs)) {
     const double inputs_seconds =

@@ -39,6 +39,7 @@
 // is run or reaches a worker's command or environment. The messages after the greeting are
 // not signed one by one: someone on the path between two nodes can still cut in (docs).
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -188,6 +189,11 @@ class RendezvousHost {
   // returns the nodes that joined the round since (peers() has their connections). Bad joins
   // are refused and logged as in a gather. Throws ConfigError as gather does on EMFILE.
   std::vector<int> serve_round_joins(int fd, std::ostream& log);
+  // How many joins wait for the next gather (at most one a node rank).
+  std::size_t parked() const {
+    return static_cast<std::size_t>(
+        std::count_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.parked; }));
+  }
   int port() const noexcept { return port_; }
   // When node 0 began to listen: the start of the launchers' rendezvous.
   RendezvousClock::time_point listening_since() const noexcept { return listening_since_; }
@@ -202,10 +208,13 @@ class RendezvousHost {
   void keep_heartbeats(int round, RendezvousClock::time_point now, std::ostream& log);
   struct Pending;
   void take_join(Pending& pending, int round, std::ostream& log);
-  // A pending connection's bytes; its join taken when whole (during a round: parked unless
-  // the round awaits its node).
+  // A pending connection's bytes; its join taken when whole (take_whole).
   void read_pending(Pending& pending, int round, std::ostream& log);
-  bool awaited_join(const Pending& pending) const;
+  // A whole join: taken, or during a round parked for the next gather (parked_node).
+  void take_whole(Pending& pending, int round, std::ostream& log);
+  // During a round: the node rank a join waits for the next gather under (a join of this run
+  // that proved the secret, for a node the round does not await); nullopt: take it now.
+  std::optional<int> parked_node(const Pending& pending) const;
   void accept_connections(std::ostream& log);  // new connections, greeted
   void expire_pending(std::ostream& log);      // joins that did not come in time: refused
   void end_round_joins();                      // the round is over: nothing awaited
@@ -230,7 +239,8 @@ class RendezvousHost {
     std::string nonce;  // the greeting's
     std::string buffer;
     RendezvousClock::time_point until;
-    bool parked = false;  // a whole join that came during a round, for the next gather
+    bool parked = false;   // a whole join that came during a round, for the next gather
+    int parked_node = -1;  // the node rank it asked for (-1: any)
   };
   // The round during which lost nodes are awaited (await_in_round), those nodes, the ones
   // that joined since serve_round_joins last said, and the sockets of the connections they

@@ -147,10 +147,16 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
                                                 int interrupt_fd, std::ostream& log,
                                                 NodeEvent& ended, int control_fd) {
   end_round_joins();
-  // Joins that came during the last round for a node it did not await: taken now.
+  // Joins that came during the last round for a node it did not await: taken now, unless
+  // their ddprun gave up meanwhile (it closed the connection).
   for (Pending& p : pending_) {
     if (!p.parked) continue;
     p.parked = false;
+    char byte = 0;
+    if (::recv(p.fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+      p.fd.reset();
+      continue;
+    }
     take_join(p, round, log);
     p.fd.reset();  // closed, or moved into joined_
   }
@@ -259,24 +265,42 @@ void RendezvousHost::read_pending(Pending& p, int round, std::ostream& log) {
   }
   p.buffer.append(chunk, static_cast<std::size_t>(got));
   if (p.buffer.find('\n') != std::string::npos) {
-    if (running_round_ && !awaited_join(p)) {
-      p.parked = true;  // a join for the next gather: the round runs without it
-      return;
-    }
-    take_join(p, round, log);
-    p.fd.reset();  // closed, or moved into joined_
+    take_whole(p, round, log);
   } else if (p.buffer.size() > kMaxJoinBytes) {
     refuse(log, "a line longer than " + std::to_string(kMaxJoinBytes) + " bytes");
     p.fd.reset();
   }
 }
 
-bool RendezvousHost::awaited_join(const Pending& p) const {
+void RendezvousHost::take_whole(Pending& p, int round, std::ostream& log) {
+  if (const auto node = running_round_ ? parked_node(p) : std::nullopt) {
+    // For the next gather: the round runs without it. One a node: the newest ddprun's.
+    for (Pending& other : pending_) {
+      if (&other != &p && other.parked && other.parked_node == *node && other.fd.valid()) {
+        log << "ddprun: rendezvous: a newer join for node " << *node << " came during round "
+            << *running_round_ << "; the earlier one is closed\n";
+        other.fd.reset();
+      }
+    }
+    p.parked = true;
+    p.parked_node = *node;
+    return;
+  }
+  take_join(p, round, log);
+  p.fd.reset();  // closed, or moved into joined_
+}
+
+std::optional<int> RendezvousHost::parked_node(const Pending& p) const {
   std::string why;
   const auto join = parse_join(std::string_view(p.buffer).substr(0, p.buffer.find('\n')), why);
-  // What is not a join is refused at once, as in a gather.
-  if (!join) return true;
-  return join->node_rank == -1 ? !awaited_.empty() : awaited_.count(join->node_rank) > 0;
+  // Only a node of this run that proved the secret waits: anything else is refused at once,
+  // as in a gather, and holds nothing for the rest of the round.
+  if (!join || join->run_id != run_id_ || secret_.empty() != join->proof.empty()) return {};
+  if (!secret_.empty() && !same_proof(join->proof, join_proof(secret_, p.nonce, *join))) return {};
+  const bool awaited =
+      join->node_rank == -1 ? !awaited_.empty() : awaited_.count(join->node_rank) > 0;
+  if (awaited) return {};
+  return join->node_rank;
 }
 
 void RendezvousHost::accept_connections(std::ostream& log) {
@@ -332,6 +356,11 @@ void RendezvousHost::expire_pending(std::ostream& log) {
 void RendezvousHost::await_in_round(int node, int round) {
   running_round_ = round;
   awaited_.insert(node);
+  // A join that came for it before its loss was seen (it went silent only now): taken at the
+  // next serve_round_joins, which round_join_due asks for at once.
+  for (Pending& p : pending_) {
+    if (p.parked && (p.parked_node == node || p.parked_node == -1)) p.parked = false;
+  }
 }
 
 void RendezvousHost::forget_in_round(int node) {
@@ -350,7 +379,10 @@ std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() cons
   std::optional<RendezvousClock::time_point> due;
   if (awaited_.empty()) return due;
   for (const Pending& p : pending_) {
-    if (!p.parked && (!due || p.until < *due)) due = p.until;
+    if (p.parked) continue;
+    // A whole join no longer parked (await_in_round) is due now.
+    const auto at = p.buffer.find('\n') != std::string::npos ? RendezvousClock::now() : p.until;
+    if (!due || at < *due) due = at;
   }
   return due;
 }
@@ -362,6 +394,11 @@ std::vector<int> RendezvousHost::serve_round_joins(int fd, std::ostream& log) {
   } else {
     for (Pending& p : pending_) {
       if (fd >= 0 && p.fd.get() == fd && !p.parked) read_pending(p, *running_round_, log);
+    }
+  }
+  for (Pending& p : pending_) {
+    if (p.fd.valid() && !p.parked && p.buffer.find('\n') != std::string::npos) {
+      take_whole(p, *running_round_, log);
     }
   }
   expire_pending(log);

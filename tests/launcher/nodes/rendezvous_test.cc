@@ -442,9 +442,10 @@ TEST(Rendezvous, ANodeThatLeavesBeforeTheRoundIsDroppedAndMayJoinAgain) {
 // Serves the joins of a running round (as node 0's runner does, RejoinsDuringRound) until
 // `done` holds; returns the nodes that joined it.
 std::vector<int> serve_round_until(RendezvousHost& host, std::ostringstream& log,
-                                   const std::function<bool()>& done) {
+                                   const std::function<bool()>& done,
+                                   std::chrono::milliseconds within = std::chrono::seconds(10)) {
   std::vector<int> joined;
-  const auto until = RendezvousClock::now() + std::chrono::seconds(10);
+  const auto until = RendezvousClock::now() + within;
   while (!done() && RendezvousClock::now() < until) {
     std::vector<int> fds;
     host.round_join_fds(fds);
@@ -463,8 +464,10 @@ std::vector<int> serve_round_until(RendezvousHost& host, std::ostringstream& log
 }
 
 // --restart-scope rank: node 2 is lost during round 0 and its ddprun, started again, joins the
-// running round in its place; a join without the secret for it is refused, and a join for
-// node 1 (which runs) waits unanswered for the next gather, where it replaces node 1.
+// running round in its place; a join without the secret for it is refused; a join for node 1
+// (which runs) waits unanswered for the next gather, which drops it when its ddprun gave up
+// meanwhile. In round 1 a join for node 1 that came before node 1's loss was seen (a node
+// found silent only later) is taken as soon as node 1 is awaited.
 TEST(Rendezvous, ALostNodesDdprunJoinsTheRunningRoundInItsPlaceAndNoOtherDoes) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "s3cret", 3, 1);
@@ -487,11 +490,21 @@ TEST(Rendezvous, ALostNodesDdprunJoinsTheRunningRoundInItsPlaceAndNoOtherDoes) {
   const int refused = host.refused();
   Peer forger;
   std::thread forged([&] { run_peer(port, join_of("run-a", "wrong", 2, 3, "forger"), forger); });
-  Peer early;  // node 1 again, while node 1 runs: for the next gather
-  std::thread early_join([&] { run_peer(port, join_of("run-a", "s3cret", 1, 3, "early"), early); });
   EXPECT_TRUE(serve_round_until(host, log, [&] { return host.refused() > refused; }).empty());
   forged.join();
   EXPECT_FALSE(forger.socket.valid());
+  // A second ddprun for node 1, which runs: no answer in the round; it gives up after 1 s.
+  Peer quitter;
+  std::atomic<bool> quit{false};
+  std::thread quitting([&] {
+    run_peer(port, join_of("run-a", "s3cret", 1, 3, "quitter"), quitter, true,
+             std::chrono::milliseconds(1000));
+    quit = true;
+  });
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return quit.load(); }).empty());
+  quitting.join();
+  EXPECT_EQ(host.parked(), 1u);
+  EXPECT_FALSE(quitter.socket.valid()) << "a join for a running node was answered in the round";
   Peer back;
   std::thread rejoin([&] { run_peer(port, join_of("run-a", "s3cret", 2, 3, "back"), back); });
   const auto rejoined =
@@ -507,15 +520,28 @@ TEST(Rendezvous, ALostNodesDdprunJoinsTheRunningRoundInItsPlaceAndNoOtherDoes) {
   fds.clear();
   host.round_join_fds(fds);
   EXPECT_TRUE(fds.empty());
-  EXPECT_FALSE(early.word) << "a join for a running node was answered during the round";
-  // The next gather takes node 1's join that waited: it replaces node 1's connection.
+  // The next gather: the join that gave up is not taken, node 1 stays as it was.
   ASSERT_EQ(gather(host, 1, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
-  EXPECT_EQ(host.peers()[0]->join.host, "early");
+  EXPECT_EQ(host.parked(), 0u);
+  EXPECT_EQ(host.peers()[0]->join.host, "one");
+  EXPECT_EQ(host.peers()[1]->join.host, "back");
   start_round(host, 1, 41001);
+  // Round 1: node 2 is awaited again; node 1's ddprun, started again before its loss was
+  // seen, waits; then node 1 is found lost, and its join is taken at once.
+  host.await_in_round(2, 1);
+  Peer early;
+  std::thread early_join([&] { run_peer(port, join_of("run-a", "s3cret", 1, 3, "early"), early); });
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.parked() == 1; }).empty());
+  EXPECT_EQ(host.parked(), 1u);
+  EXPECT_EQ(host.peers()[0]->join.host, "one");
+  host.await_in_round(1, 1);
+  EXPECT_EQ(serve_round_until(host, log, [&] { return host.peers()[0]->join.host == "early"; }),
+            std::vector<int>{1});
+  send_text(host.peers()[0]->socket.get(), format_round_start({1, 41001, 1, true}));
   early_join.join();
   ASSERT_TRUE(early.word && early.word->start) << early.error << log.str();
   EXPECT_EQ(early.word->start->round, 1);
-  EXPECT_FALSE(early.word->start->replaces);
+  EXPECT_TRUE(early.word->start->replaces);
 }
 
 // Nodes started with other node or worker counts are refused, each told why with both
