@@ -25,6 +25,9 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
                  replacements while ranks 0 and 1 go on
   --case elsewhere  the same on 3 nodes with the job on node1 and node2 (--nnodes 2): node2's
                  place is taken by a ddprun started on node3 with --node-rank 1
+  --case noreturn  byhand, 2 nodes, --rdzv-conf join_timeout=4: node2's ddprun is lost and
+                 nobody starts it again: node 0 waits 4 s, then says so, and the job ends on
+                 node 1 with the lost node's code within the wait and one grace, nothing left
 
   PYTHONPATH=tests tests/multinode/test_rank_scope.py --case byhand|ssh|tree --ddprun BIN \
       --ddp-train BIN --config configs/toy.json
@@ -36,6 +39,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -44,8 +48,8 @@ from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
 
 NPROC = 2
 PORT = 29541
-BYHAND = ("byhand", "rejoin", "elsewhere")  # one ddprun per node, started by the test
-MOVES = ("spare", "again", "rejoin", "elsewhere")  # a node's ddprun is lost, not one rank
+BYHAND = ("byhand", "rejoin", "elsewhere", "noreturn")  # one ddprun per node, started by the test
+MOVES = ("spare", "again", "rejoin", "elsewhere", "noreturn")  # a node's ddprun is lost, not one rank
 
 
 def write_config(cluster, a, name, kill):
@@ -65,19 +69,72 @@ def write_config(cluster, a, name, kill):
     return path
 
 
+def start_byhand(cluster, a, config, marker, i, node, extra=()):
+    argv = [os.path.abspath(a.ddprun), "--nnodes", "2", "--node-rank", str(i), "--master-addr",
+            cluster.nodes[0], "--master-port", str(PORT), "--nproc-per-node", str(NPROC),
+            "--restart-scope", "rank", "--max-restarts", "2", "--shutdown-timeout", "5", *extra,
+            "--", os.path.abspath(a.ddp_train), "--config", config]
+    runtime = os.path.join(cluster.dir, f"runtime-{node}")
+    os.makedirs(runtime, mode=0o700, exist_ok=True)
+    env = job_env(marker, HOME=os.path.join(cluster.dir, "home"), XDG_RUNTIME_DIR=runtime)
+    return cluster.popen(node, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+
+
+def wait_killed(proc, node, name, failures):
+    """Waits for node's first ddprun, which its rank 3 SIGKILLs; returns its output."""
+    try:
+        out, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    print(f"--- {name}: {node}'s first ddprun: exit {proc.returncode}\n{out}")
+    if proc.returncode != -9:
+        failures.append(f"{name}: {node}'s first ddprun exited {proc.returncode}, not killed by "
+                        "SIGKILL")
+    return out
+
+
+def never_back(cluster, a, config, failures):
+    """--case noreturn: node2's ddprun is lost and nobody starts it again."""
+    marker = f"ddpc{uuid.uuid4().hex[:12]}"
+    extra = ["--rdzv-conf", "join_timeout=4"]
+    procs = [start_byhand(cluster, a, config, marker, i, node, extra)
+             for i, node in enumerate(cluster.nodes)]
+    wait_killed(procs[1], cluster.nodes[1], "noreturn", failures)
+    lost_at = time.monotonic()
+    try:
+        out, _ = procs[0].communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        procs[0].kill()
+        out, _ = procs[0].communicate()
+        failures.append("noreturn: node 0 did not end within 60 s of the loss")
+    ended = time.monotonic() - lost_at
+    print(f"--- noreturn: node1: exit {procs[0].returncode} {ended:.1f} s after the loss\n{out}")
+    check_leftovers(cluster, marker, failures, "noreturn: ")
+    # Each said once as a line of its own (the node's stderr is quoted again in the report).
+    for line in ("ddprun: node 1 (node2) was lost (its ddprun ended: exit code 255); its 2 rank(s) "
+                 "go on where its ddprun joins again (start it with the same options, on node2 "
+                 "or another host, within 4 s)",
+                 "ddprun: this node's ddprun did not join again within 4 s",
+                 "ddprun: not replacing the lost rank alone: node 1 (node2)'s ddprun did not "
+                 "join again in time (--rdzv-conf join_timeout)"):
+        if len(re.findall("^" + re.escape(line), out, re.MULTILINE)) != 1:
+            failures.append(f"noreturn: node 0 did not say once: {line}")
+    if procs[0].returncode in (0, None):
+        failures.append(f"noreturn: node 0 exited {procs[0].returncode}: a lost node is a failure")
+    # The wait (4 s), then one grace for the survivors (5 s), and no more.
+    if ended > 4 + 5 + 5:
+        failures.append(f"noreturn: node 0 ended {ended:.1f} s after the loss, not within 14 s")
+    return ended
+
+
 def run_byhand(cluster, a, config, marker, name, failures):
     job_nodes = cluster.nodes[:2]  # elsewhere: node3 is left for node2's place
 
     def start(i, node):
-        argv = [os.path.abspath(a.ddprun), "--nnodes", str(len(job_nodes)), "--node-rank",
-                str(i), "--master-addr", cluster.nodes[0], "--master-port", str(PORT),
-                "--nproc-per-node", str(NPROC), "--restart-scope", "rank", "--max-restarts", "2",
-                "--shutdown-timeout", "5", "--", os.path.abspath(a.ddp_train), "--config", config]
-        runtime = os.path.join(cluster.dir, f"runtime-{node}")
-        os.makedirs(runtime, mode=0o700, exist_ok=True)
-        env = job_env(marker, HOME=os.path.join(cluster.dir, "home"), XDG_RUNTIME_DIR=runtime)
-        return cluster.popen(node, argv, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+        return start_byhand(cluster, a, config, marker, i, node)
+
 
     procs = {node: start(i, node) for i, node in enumerate(job_nodes)}
     first = ""
@@ -86,15 +143,7 @@ def run_byhand(cluster, a, config, marker, name, failures):
         # the same command again (on node3: with node2's --node-rank), as a user or the
         # node's supervisor would.
         lost = job_nodes[-1]
-        try:
-            first, _ = procs[lost].communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            procs[lost].kill()
-            first, _ = procs[lost].communicate()
-        print(f"--- {name}: {lost}'s first ddprun: exit {procs[lost].returncode}\n{first}")
-        if procs[lost].returncode != -9:
-            failures.append(f"{name}: {lost}'s first ddprun exited {procs[lost].returncode}, "
-                            "not killed by SIGKILL")
+        first = wait_killed(procs[lost], lost, name, failures)
         del procs[lost]
         place = cluster.nodes[-1]
         procs[place] = start(len(job_nodes) - 1, place)
@@ -123,7 +172,8 @@ def count(text, what):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True,
-                    choices=["byhand", "ssh", "tree", "spare", "again", "rejoin", "elsewhere"])
+                    choices=["byhand", "ssh", "tree", "spare", "again", "rejoin", "elsewhere",
+                             "noreturn"])
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
@@ -139,6 +189,10 @@ def main():
 
     def body(cluster, result, failures):
         os.makedirs(os.path.join(cluster.dir, "home"), mode=0o700, exist_ok=True)
+        if a.case == "noreturn":
+            config = write_config(cluster, a, "noreturn", (3, "backward"))
+            result["loss_to_end_s"] = round(never_back(cluster, a, config, failures), 2)
+            return
         marker = f"ddpc{uuid.uuid4().hex[:12]}"
         run(cluster, a, write_config(cluster, a, "base", None), marker, "base", failures)
         check_leftovers(cluster, marker, failures, "base: ")

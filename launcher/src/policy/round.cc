@@ -205,6 +205,10 @@ bool Round::move_node(std::size_t child) {
     return false;  // no spares; a notice (the round drains); a subtree
   }
   const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
+  if (spec(spec_of_[child]).join_by && joined_.count(child) == 0) {
+    not_replaced_ = name + "'s ddprun did not join again in time (--rdzv-conf join_timeout)";
+    return false;
+  }
   const auto ran =
       std::chrono::duration_cast<std::chrono::milliseconds>(runner_.now() - started_at_[child]);
   if (lost.replacement && ran < policy_.recovery_window) {
@@ -315,6 +319,8 @@ void Round::handle(const RunnerEvent& event) {
       break;
     case RunnerEvent::Kind::kJoined:
       ranks_.at(event.child).host = event.host;  // the rank table names where it runs now
+      joined_.insert(event.child);
+      started_at_.at(event.child) = runner_.now();  // its recovery window counts from here
       break;
     case RunnerEvent::Kind::kDeadline:
       break;

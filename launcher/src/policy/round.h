@@ -54,6 +54,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -188,6 +189,8 @@ class Round {
   const SpareNodes& spares_;
   const std::vector<ChildSpec>* specs_ = nullptr;
   std::deque<ChildSpec> moved_specs_;  // the agents started on spare nodes (move_node)
+  // The children that awaited a node's ddprun (ChildSpec::join_by) and have it (kJoined).
+  std::set<std::size_t> joined_;
   std::vector<RankResult> ranks_;
   // Per child: the spec it runs (index into specs_) and when it started.
   std::vector<std::size_t> spec_of_;

@@ -172,8 +172,8 @@ void ChildSet::end_overdue_awaits(const ChildEvents& events) {
   const auto now = SteadyClock::now();
   for (std::size_t i = 0; i < children_.size(); ++i) {
     if (!awaiting(i) || now < *children_[i].await_until) continue;
-    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(*children_[i].await_until -
-                                                                         children_[i].started_at);
+    const auto waited = std::chrono::ceil<std::chrono::seconds>(*children_[i].await_until -
+                                                                children_[i].started_at);
     if (events.output) {
       events.output(i, true,
                     "ddprun: this node's ddprun did not join again within " +

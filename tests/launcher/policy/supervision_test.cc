@@ -1590,6 +1590,30 @@ TEST(JobPolicyRankScope, ALostPerNodeLaunchersRanksGoOnWhereItsDdprunJoinsAgain)
       << said->membership.change;
 }
 
+// ... and one whose ddprun never joins ends with the wait (exit 255, nothing reported): the
+// round fails saying why, and the job ends with it (the node's ranks spent the restarts).
+TEST(JobPolicyRankScope, ALostPerNodeLauncherThatNeverJoinsAgainFailsTheRoundSayingWhy) {
+  FakeRunner runner;
+  runner.behaviour = [](int round, std::size_t child) {
+    const bool lost = round == 0 && child == 2;
+    const bool awaited = round == 0 && child == 3;  // started at 0.3 s: ends at 0.9 s
+    FakeBehaviour b = exits_after(Ms(lost      ? 300
+                                     : awaited ? 600
+                                               : 1000),
+                                  lost || awaited ? exited(255) : exited(0));
+    b.exits_like_agent = true;
+    return b;
+  };
+  runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+  const SpareRun run =
+      run_with_spare(runner, settings(2), true, /*again=*/true, std::chrono::milliseconds(600));
+  EXPECT_EQ(run.job.exit_code, 255) << run.job.messages;
+  EXPECT_EQ(runner.started.size(), 1u) << "no restart is left";
+  expect_said(run.job,
+              "not replacing the lost rank alone: node 1 (node1)'s ddprun did not join again in "
+              "time (--rdzv-conf join_timeout)");
+}
+
 TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
   FakeRunner runner;
   runner.behaviour = [](int, std::size_t) { return exits_after(Ms(100), exited(0)); };
