@@ -214,6 +214,10 @@ def main():
                 failures.append(f"{name}: no recovery line for {ranks} at step 12")
             else:
                 result[f"{name}_s"] = float(line.group(1))
+                # Far below runtime.timeout_s (30 s): no survivor waited out gloo's timeout in
+                # the old group's end (a collective of it waiting on a survivor that left it).
+                if float(line.group(1)) > 10:
+                    failures.append(f"{name}: the recovery took {line.group(1)} s")
             # A node lost: its ranks start together on the spare node, none alone.
             where = {"spare": "; started its 2 rank(s) on the spare node node3",
                      "again": "; started its 2 rank(s) there again, with no spare node that fits",

@@ -2,6 +2,7 @@
 // next group after a lost rank (Communicator::rejoin).
 #include <csignal>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "communicator_impl.h"
@@ -173,16 +174,32 @@ std::unique_ptr<Communicator> Communicator::rejoin(std::unique_ptr<Communicator>
   }
   c10::intrusive_ptr<c10d::Store> base_store;
   if (!store_host_lost) base_store = old->impl_->base_store;
-  // The old planes end first: their gloo threads and shared-memory segment go before the
-  // new group's are made.
+  // The old planes end first: their shared-memory segment goes before the new group's is
+  // made; their gloo backends end apart (end_backends_apart), which may take until gloo's
+  // timeout, while this rank goes on.
+  old->impl_->end_backends_apart();
   old.reset();
   if (!base_store) base_store = make_store(env, options);
   return std::unique_ptr<Communicator>(
       new Communicator(join_group(std::move(base_store), env, options, at::kCPU)));
 }
 
+void CommunicatorImpl::end_backends_apart() {
+  std::vector<c10::intrusive_ptr<compat::CollectiveBackend>> backends;
+  for (Plane* plane : {control.get(), data.get()}) {
+    if (plane == nullptr) continue;
+    if (plane->impl_->backend) backends.push_back(std::move(plane->impl_->backend));
+    if (plane->impl_->leaders) backends.push_back(std::move(plane->impl_->leaders));
+  }
+  std::thread([ended = std::move(backends)]() mutable { ended.clear(); }).detach();
+}
+
 Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // A group that failed ends without waiting for its collectives' peers (a rank stopped
+  // while it waits for a lost rank's replacement).
+  if (impl_ && impl_->failed) impl_->end_backends_apart();
+}
 
 int Communicator::rank() const {
   return impl_->rank;

@@ -53,6 +53,11 @@ struct CommunicatorImpl {
   std::unique_ptr<Plane> data;  // null: the control plane carries the data too
 
   [[noreturn]] void fail(const std::string& op, const std::exception& error);
+  // A failed group's gloo backends end on a thread of their own: a collective of theirs may
+  // wait on a survivor that left it, which gloo 1.13 does not end (its unbound-buffer wait
+  // sees no closed connection) before its timeout, and ~ProcessGroupGloo waits for it. The
+  // rank goes on at once; that thread ends with the wait.
+  void end_backends_apart();
   static std::unique_ptr<Plane> plane(std::unique_ptr<Plane::Impl> impl) {
     return std::unique_ptr<Plane>(new Plane(std::move(impl)));
   }
