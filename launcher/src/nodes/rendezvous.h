@@ -175,10 +175,12 @@ class RendezvousHost {
   // with "; refused connections: N" once there are any.
   std::string describe() const;
   // During round `round` under --restart-scope rank: node `node` was lost, and its ddprun,
-  // started again (by hand, by the scheduler, on its host or another), may join the round in
+  // started again (by hand, by a supervisor, on its host or another), may join the round in
   // its place until forget_in_round. Such a join is checked as any other, its earlier
-  // connection is shut (and closed at the next gather), and serve_round_joins returns it; a
-  // join for a node the round does not await is kept for the next gather, unanswered.
+  // connection is shut (and closed at the next gather), and serve_round_joins returns it. A
+  // join of this run that proves the secret for a node the round does not await waits,
+  // unanswered, for that node's loss or the next gather (one a node, the newest); any other
+  // is refused at once.
   void await_in_round(int node, int round);
   void forget_in_round(int node);
   // While a node is awaited: the descriptors to watch (the listener, joins under way), and
@@ -244,7 +246,7 @@ class RendezvousHost {
   };
   // The round during which lost nodes are awaited (await_in_round), those nodes, the ones
   // that joined since serve_round_joins last said, and the sockets of the connections they
-  // replaced (kept open until the round's end).
+  // replaced (kept open, shut, until the next gather).
   std::optional<int> running_round_;
   std::set<int> awaited_;
   std::vector<int> rejoined_;

@@ -164,7 +164,7 @@ void RendezvousHost::take_join(Pending& p, int round, std::ostream& log) {
   auto& slot = joined_[static_cast<std::size_t>(place)];
   if (running_round_) {
     // A lost node's ddprun again, in the running round: the lost connection's socket stays
-    // open (shut) until the round's end, so that its number is no one else's while the
+    // open (shut) until the next gather, so that its number is no one else's while the
     // round's children know it.
     if (slot) {
       ::shutdown(slot->socket.get(), SHUT_RDWR);

@@ -2,6 +2,7 @@
 // next group after a lost rank (Communicator::rejoin).
 #include <csignal>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -191,7 +192,12 @@ void CommunicatorImpl::end_backends_apart() {
     if (plane->impl_->backend) backends.push_back(std::move(plane->impl_->backend));
     if (plane->impl_->leaders) backends.push_back(std::move(plane->impl_->leaders));
   }
-  std::thread([ended = std::move(backends)]() mutable { ended.clear(); }).detach();
+  if (backends.empty()) return;  // ended apart already (rejoin, then the destructor)
+  try {
+    std::thread([ended = std::move(backends)]() mutable { ended.clear(); }).detach();
+  } catch (const std::system_error&) {
+    backends.clear();  // no thread to be had: here, then, waiting as before
+  }
 }
 
 Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
