@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "ddprun/common/net.h"
 #include "ddprun/contract/errors.h"
@@ -319,7 +320,9 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
     }
   }
   // A ring all-reduce moves at its slowest link's pace: name it, and any link far slower
-  // than the fastest.
+  // than the usual one. The usual one is the median, not the fastest: one fast pair (two
+  // nodes on one switch, or a link whose ends had the CPUs to themselves while the others
+  // shared theirs) would otherwise make every ordinary link read as slow.
   if (!links.empty()) {
     const auto [slowest, fastest] = std::minmax_element(
         links.begin(), links.end(), [](const Link& a, const Link& b) { return a.mb_s < b.mb_s; });
@@ -327,11 +330,16 @@ PreflightSummary format_preflight(const LaunchPlan& plan, const std::vector<Node
             mb_s_text(fastest->mb_s) + "; the slowest: node " +
             std::to_string(slowest->from->node_rank) + " (" + slowest->from->host + ") to " +
             slowest->to + "\n";
+    std::vector<double> speeds;
+    for (const Link& link : links) speeds.push_back(link.mb_s);
+    const auto middle = speeds.begin() + static_cast<std::ptrdiff_t>(speeds.size() / 2);
+    std::nth_element(speeds.begin(), middle, speeds.end());  // the upper median when even
+    const double median = *middle;
     for (const Link& link : links) {
-      if (link.mb_s < expect.slow_link_share * fastest->mb_s) {
+      if (link.mb_s < expect.slow_link_share * median) {
         problems.push_back("node " + std::to_string(link.from->node_rank) + " (" + link.from->host +
                            "): its link to " + link.to + " carries " + mb_s_text(link.mb_s) +
-                           ", the fastest " + mb_s_text(fastest->mb_s) +
+                           ", the median link " + mb_s_text(median) +
                            " (a ring all-reduce runs at the slowest link's pace: check that "
                            "node's network interface and cabling)");
       }

@@ -61,7 +61,7 @@ struct PreflightExpect {
   bool workers_from_gpus = false;
   std::int64_t min_free_mb = 1024;
   std::int64_t min_shm_mb = 256;
-  // A measured link slower than this share of the fastest one is a problem.
+  // A measured link slower than this share of the median link is a problem.
   double slow_link_share = 0.5;
 };
 

@@ -24,7 +24,7 @@ struct LinkMeasurement {
 struct RingRounds {
   std::int64_t round_bytes = 32 << 20;
   int min_rounds = 2;
-  int max_rounds = 4;
+  int max_rounds = 8;
   std::chrono::milliseconds budget{1000};
 };
 
