@@ -25,6 +25,11 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
                  replacements while ranks 0 and 1 go on
   --case elsewhere  the same on 3 nodes with the job on node1 and node2 (--nnodes 2): node2's
                  place is taken by a ddprun started on node3 with --node-rank 1
+  --case ahead   the same on 3 nodes, the job on node1 and node2 (--nnodes 2), and a third
+                 ddprun started on node3 without --node-rank (--rdzv-backend c10d) once round 0
+                 runs: every place is taken, so it waits as a spare (a second one behind it,
+                 told a notice, leaves the line and exits 75); at step 40 node2's ddprun is
+                 lost and the spare takes its place at once, nobody starting anything again
   --case noreturn  byhand, 2 nodes, --rdzv-conf join_timeout=4: node2's ddprun is lost and
                  nobody starts it again: node 0 waits 4 s, then says so, and the job ends on
                  node 1 with the lost node's code within the wait and one grace, nothing left
@@ -37,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -48,8 +54,10 @@ from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
 
 NPROC = 2
 PORT = 29541
-BYHAND = ("byhand", "rejoin", "elsewhere", "noreturn")  # one ddprun per node, started by the test
-MOVES = ("spare", "again", "rejoin", "elsewhere", "noreturn")  # a node's ddprun is lost, not one rank
+BYHAND = ("byhand", "rejoin", "elsewhere", "ahead", "noreturn")  # one ddprun a node, by the test
+MOVES = ("spare", "again", "rejoin", "elsewhere", "ahead", "noreturn")  # a node's ddprun is lost
+# ahead: late enough that the spare started once round 0 runs waits before the loss.
+KILL_AT = {"ahead": 40}
 
 
 def write_config(cluster, a, name, kill):
@@ -61,7 +69,8 @@ def write_config(cluster, a, name, kill):
                            "bucket_cap_mb": 0.0002, "timeout_s": 30})
     cfg["diagnostics"] = {"final_params_file": os.path.join(cluster.dir, name + ".params")}
     if kill:
-        cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": 12, "kill_in": kill[1],
+        cfg["diagnostics"].update({"kill_rank": kill[0], "kill_at_step": KILL_AT.get(a.case, 12),
+                                   "kill_in": kill[1],
                                    "kill_node": a.case in MOVES})
     path = os.path.join(cluster.dir, name + ".json")
     with open(path, "w") as f:
@@ -70,7 +79,9 @@ def write_config(cluster, a, name, kill):
 
 
 def start_byhand(cluster, a, config, marker, i, node, extra=()):
-    argv = [os.path.abspath(a.ddprun), "--nnodes", "2", "--node-rank", str(i), "--master-addr",
+    """i: the node rank, or None: none given (a spare, when every place is taken)."""
+    rank = [] if i is None else ["--node-rank", str(i)]
+    argv = [os.path.abspath(a.ddprun), "--nnodes", "2", *rank, "--master-addr",
             cluster.nodes[0], "--master-port", str(PORT), "--nproc-per-node", str(NPROC),
             "--restart-scope", "rank", "--max-restarts", "2", "--shutdown-timeout", "5", *extra,
             "--", os.path.abspath(a.ddp_train), "--config", config]
@@ -79,6 +90,16 @@ def start_byhand(cluster, a, config, marker, i, node, extra=()):
     env = job_env(marker, HOME=os.path.join(cluster.dir, "home"), XDG_RUNTIME_DIR=runtime)
     return cluster.popen(node, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
+
+
+def read_until(proc, what):
+    """The lines of proc's output up to the first with `what` (all of it, if none has)."""
+    read = ""
+    for line in proc.stdout:
+        read += line
+        if what in line:
+            break
+    return read
 
 
 def wait_killed(proc, node, name, failures):
@@ -135,9 +156,31 @@ def run_byhand(cluster, a, config, marker, name, failures):
     def start(i, node):
         return start_byhand(cluster, a, config, marker, i, node)
 
-
     procs = {node: start(i, node) for i, node in enumerate(job_nodes)}
     first = ""
+    if a.case == "ahead" and name != "base":
+        # Once round 0 runs (node 0 says who joined it), a ddprun with no --node-rank on node3.
+        first += read_until(procs[job_nodes[0]], "other node(s) joined round 0")
+        spare_node = cluster.nodes[-1]
+        spare = start_byhand(cluster, a, config, marker, None, spare_node,
+                             ["--rdzv-backend", "c10d"])
+        procs[spare_node] = spare
+        first += read_until(spare, "this node waits as spare 1 ")
+        # A second spare in line behind it, told a notice (its node is going away): it leaves
+        # the line, drained, and the job goes on.
+        second = start_byhand(cluster, a, config, marker, None, spare_node,
+                              ["--rdzv-backend", "c10d"])
+        said = read_until(second, "this node waits as spare ")
+        second.send_signal(signal.SIGUSR1)
+        said += second.communicate(timeout=30)[0]
+        print(f"--- {name}: the second spare: exit {second.returncode}\n{said}")
+        if second.returncode != 75 or "ddprun: a notice while this node waited as a spare: it " \
+                "leaves the line, having run nothing" not in said:
+            failures.append(f"{name}: the second spare exited {second.returncode} on a notice, "
+                            "not 75 saying why")
+        # node2's ddprun is killed by its rank 3; nobody starts it again.
+        first += wait_killed(procs[job_nodes[-1]], job_nodes[-1], name, failures)
+        del procs[job_nodes[-1]]
     if a.case in ("rejoin", "elsewhere") and name != "base":
         # node2's ddprun is killed by its rank 3 (diagnostics.kill_node); once it has ended,
         # the same command again (on node3: with node2's --node-rank), as a user or the
@@ -173,14 +216,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True,
                     choices=["byhand", "ssh", "tree", "spare", "again", "rejoin", "elsewhere",
-                             "noreturn"])
+                             "ahead", "noreturn"])
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
     a = ap.parse_args()
     run = run_byhand if a.case in BYHAND else run_ssh
-    nodes = 3 if a.case in ("tree", "spare", "elsewhere") else 2
-    last = (2 if a.case == "elsewhere" else nodes) * NPROC - 1
+    nodes = 3 if a.case in ("tree", "spare", "elsewhere", "ahead") else 2
+    last = (2 if a.case in ("elsewhere", "ahead") else nodes) * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
     moves = a.case in MOVES
     if moves:
@@ -208,10 +251,11 @@ def main():
                       failures)
             check_leftovers(cluster, marker, failures, f"{name}: ")
             ranks = lost.get(name, f"rank {rank}")
-            line = re.search(rf"ddp-train: recovered {ranks} at step 12 from rank \d+ in "
+            step = KILL_AT.get(a.case, 12)
+            line = re.search(rf"ddp-train: recovered {ranks} at step {step} from rank \d+ in "
                              r"([0-9.]+) s \(0 steps lost", out)
             if not line:
-                failures.append(f"{name}: no recovery line for {ranks} at step 12")
+                failures.append(f"{name}: no recovery line for {ranks} at step {step}")
             else:
                 result[f"{name}_s"] = float(line.group(1))
                 # Far below runtime.timeout_s (30 s): no survivor waited out gloo's timeout in
@@ -225,10 +269,23 @@ def main():
                                "with the same options, on node2 or another host, within 600 s)",
                      }
             where["elsewhere"] = where["rejoin"]
+            where["ahead"] = "; its 2 rank(s) go on on node3, whose ddprun waits as a spare"
             moved = count(out, "ddprun: node 1 (node2) was lost (its ddprun ended: exit code "
                           f"255){where.get(a.case, '')}")
-            place = "node3" if a.case in ("spare", "elsewhere") else "node2"
-            if a.case in ("rejoin", "elsewhere") and count(
+            place = "node3" if a.case in ("spare", "elsewhere", "ahead") else "node2"
+            if a.case == "ahead":
+                # The second spare: behind the first, or first in line once the first is seated.
+                for said, times in (
+                        (r"ddprun: rendezvous: node \(any rank\) \(node3\) waits as a spare: "
+                         r"every node's place is taken \([12] spare\(s\)\)", 2),
+                        (r"ddprun: rendezvous: the spare node node3 takes node 1's place \([01] "
+                         r"spare\(s\) left\)", 1),
+                        (r"ddprun: rendezvous: the spare node node3 left \([01] spare\(s\) "
+                         r"left\)", 1),
+                        (r"ddprun: joined round 0 as node 1 in its lost place", 1)):
+                    if len(re.findall(said, out)) != times:
+                        failures.append(f"{name}: not said {times} time(s): {said}")
+            if a.case in ("rejoin", "elsewhere", "ahead") and count(
                     out, f"ddprun: node 1 ({place}) joined again: its ranks go on there (was "
                     "node2)") != 1:
                 failures.append(f"{name}: node 0 did not say once that node 1 joined again")
@@ -237,7 +294,7 @@ def main():
                 failures.append(f"{name}: {alone} replacement(s) alone, {moved} node(s) moved")
             if moves and not re.search(rf"ddp-train:\s+3\s+{place}\s", out):
                 failures.append(f"{name}: rank 3 did not end on {place}")
-            if a.case == "elsewhere" and not re.search(
+            if a.case in ("elsewhere", "ahead") and not re.search(
                     r"ddprun: node 1\s+0\s+exit code 0\s+[0-9.]+ s\s+\(node3\)", out):
                 failures.append(f"{name}: node 0's rank table does not show node 1 on node3")
             if count(out, "restarting all workers") != 0:

@@ -103,6 +103,7 @@ SpareNodes RejoinsDuringRound::places(std::chrono::milliseconds window) {
       place.agent.host = printable(peer->join.host, 64);
       place.agent.control_nodes = 1;
       place.agent.join_by = RunnerClock::now() + window;
+      place.waiting_spare = host_.first_spare_host();
       return place;
     }
     return std::nullopt;
@@ -204,6 +205,8 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
   int node = job.inputs.rank_by_arrival ? -1 : *job.inputs.cluster.this_node;
   bool hung_up = false;  // a SIGHUP while waiting, with detach_on_hangup: for the round
   int stop = 0;
+  bool spare = false;          // it waits as a spare
+  bool noticed_spare = false;  // a notice came then: it leaves the line, drained
   // Signals outside a round: a stop ends this node and, through node 0, the job; a notice
   // goes to node 0, which ends the job drained; a SIGHUP that detaches is kept for the
   // round's runner.
@@ -219,7 +222,10 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     }
     const bool stops = event->kind == GatherEvent::Kind::kStopSignal;
     if (stops) stop = event->signal;
-    what.stop = stops;
+    // A spare's notice (its node is going away) ends its wait, not the job: node 0 takes any
+    // word from a spare as its leaving.
+    noticed_spare = spare && !stops;
+    what.stop = stops || noticed_spare;
     what.tell = signal_node_event(event->signal, stops, std::max(node, 0));
     return what;
   };
@@ -245,14 +251,31 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
     // A stop while node 0 decides after a failed round (Slurm 26.05 sends SIGTERM to every
     // task once one ended badly) keeps that round's code, the cause node 0 named.
     if (!word && stop != 0) return last && *last != 0 ? *last : 128 + stop;
+    if (!word && noticed_spare) {
+      std::cerr << "ddprun: a notice while this node waited as a spare: it leaves the line, "
+                   "having run nothing\n";
+      return kExitPreempted;
+    }
     if (!word && !last) {
-      throw ConfigError("node 0's ddprun at " + where + " closed the connection before round 0",
+      throw ConfigError("node 0's ddprun at " + where + " closed the connection before " +
+                            (spare ? "this spare node ran a round" : "round 0"),
                         "it refused this node's join or ended: node 0's output says why");
     }
     if (!word) return *last;  // node 0 is gone
+    if (word->spare) {
+      // Every place was taken: node 0 keeps this connection (its heartbeat both ways) and
+      // sends the round start that places it when a node is lost, for as long as the job runs.
+      std::cerr << "ddprun: every node's place in the job is taken: this node waits as spare "
+                << *word->spare << " for a lost node's place (--restart-scope rank)\n";
+      spare = true;
+      continue;
+    }
     if (word->end) {
       if (!word->end->why.empty()) {
         std::cerr << "ddprun: node 0 ended the job: " << word->end->why << "\n";
+      } else if (spare && !last) {
+        std::cerr << "ddprun: the job ended (exit code " << word->end->code
+                  << ") while this node waited as a spare: it ran nothing\n";
       }
       return word->end->code;
     }

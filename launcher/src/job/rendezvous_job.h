@@ -66,6 +66,7 @@ class RejoinsDuringRound final : public RoundJoins {
   void begin_round(int round, int workers_port) {
     round_ = round;
     workers_port_ = workers_port;
+    host_.begin_round_joins(round);
   }
   // Where a lost node's ranks go on (Round::move_node): its own place, awaited for `window`.
   SpareNodes places(std::chrono::milliseconds window);

@@ -102,6 +102,12 @@ struct RoundStart {
 std::string format_round_start(const RoundStart& start);
 std::optional<RoundStart> parse_round_start(std::string_view line);
 
+// Host -> a peer that asked for any rank when every place was taken, under --restart-scope
+// rank with restarts: it waits as a spare (the `position`th in line) for a lost node's place;
+// the round start that places it comes when one is lost (docs/fault-tolerance.md).
+std::string format_spare_wait(int position);
+std::optional<int> parse_spare_wait(std::string_view line);
+
 std::string format_exit_report(int code);
 std::optional<int> parse_exit_report(std::string_view line);
 
@@ -170,27 +176,38 @@ class RendezvousHost {
   // The heartbeat with the joined nodes while they gather (kLaunchersHeartbeat unless set:
   // tests shorten it): each is sent one when due, and one silent for its `silent_after`
   // (its ddprun stopped or hung) is dropped as one that left.
-  void set_heartbeat(Heartbeat heartbeat) { watch_ = HeartbeatWatch(heartbeat); }
+  void set_heartbeat(Heartbeat heartbeat) {
+    watch_ = HeartbeatWatch(heartbeat);
+    spare_watch_ = HeartbeatWatch(heartbeat);
+  }
   // Who joined and who is awaited, for a status answer: "joined: 1 (n2); awaited: 2",
-  // with "; refused connections: N" once there are any.
+  // with "; spares: n4" and "; refused connections: N" once there are any.
   std::string describe() const;
+  // Round `round` runs (--restart-scope rank with restarts): until the next gather, joins are
+  // served from the round's loop (round_join_fds), spares kept (heartbeat both ways).
+  void begin_round_joins(int round) { running_round_ = round; }
   // During round `round` under --restart-scope rank: node `node` was lost, and its ddprun,
   // started again (by hand, by a supervisor, on its host or another), may join the round in
   // its place until forget_in_round. Such a join is checked as any other, its earlier
   // connection is shut (and closed at the next gather), and serve_round_joins returns it. A
   // join of this run that proves the secret for a node the round does not await waits,
   // unanswered, for that node's loss or the next gather (one a node, the newest); any other
-  // is refused at once.
+  // is refused at once. The first spare, when one waits, takes the place at once instead.
   void await_in_round(int node, int round);
   void forget_in_round(int node);
-  // While a node is awaited: the descriptors to watch (the listener, joins under way), and
-  // when a join under way runs out of time (kJoinReadTimeout); nothing otherwise.
+  // During a round: the descriptors to watch (the listener, joins under way, the spares), and
+  // when something is due (a join under way running out of time, a spare's heartbeat, a
+  // spare seated); nothing otherwise.
   void round_join_fds(std::vector<int>& fds) const;
   std::optional<RendezvousClock::time_point> round_join_due() const;
   // `fd` (one of round_join_fds', or -1 when round_join_due passed) is ready: reads it and
   // returns the nodes that joined the round since (peers() has their connections). Bad joins
   // are refused and logged as in a gather. Throws ConfigError as gather does on EMFILE.
   std::vector<int> serve_round_joins(int fd, std::ostream& log);
+  // The ddprun waiting as spares (any rank asked for, every place taken), in line.
+  std::size_t spares() const noexcept { return spares_.size(); }
+  // The first one's host name, printable (empty: none waits).
+  std::string first_spare_host() const;
   // How many joins wait for the next gather (at most one a node rank).
   std::size_t parked() const {
     return static_cast<std::size_t>(
@@ -221,6 +238,21 @@ class RendezvousHost {
   void expire_pending(std::ostream& log);      // joins that did not come in time: refused
   void end_round_joins();                      // the round is over: nothing awaited
   void drop(std::size_t node);                 // it left (it may join again)
+  // Seats a node's connection at `place` (in a round: in a lost node's place, whose socket
+  // is retired).
+  void seat(int place, const JoinRequest& join, UniqueFd socket, std::string buffer, bool any_rank,
+            int round, std::ostream& log);
+  bool spares_allowed() const { return restart_scope_ == "rank" && max_restarts_ > 0; }
+  // A join for any rank with every place taken: it waits in line as a spare (`who` says it).
+  void add_spare(const JoinRequest& join, UniqueFd socket, std::string buffer,
+                 const std::string& who, std::ostream& log);
+  // The spares: what they sent read (false: the spare at `index` left or stopped), their
+  // heartbeat kept, and the first live ones seated in the places free (a gather) or awaited
+  // (a round).
+  bool read_spare(std::size_t index);
+  void forget_spare(std::size_t index, std::ostream& log);  // it left: said, and erased
+  void keep_spares(RendezvousClock::time_point now, std::ostream& log);
+  void seat_spares(std::ostream& log);
   void refuse(std::ostream& log, const std::string& why);
   void order_by_host();
 
@@ -251,6 +283,8 @@ class RendezvousHost {
   std::set<int> awaited_;
   std::vector<int> rejoined_;
   std::vector<UniqueFd> retired_;
+  std::vector<JoinedPeer> spares_;  // in line; join.node_rank -1
+  HeartbeatWatch spare_watch_;      // the heartbeat with them, in rounds and between
   std::vector<Pending> pending_;
   std::vector<std::optional<JoinedPeer>> joined_;  // by node rank; 0 is this node
   Gathering gathering_;                            // the decisions on joined_
@@ -269,6 +303,7 @@ using OnInterrupt = std::function<PeerInterrupt()>;
 struct HostWord {
   std::optional<RoundStart> start;
   std::optional<JobEnd> end;
+  std::optional<int> spare;  // it waits as a spare, this far in line (format_spare_wait)
 };
 
 // The launchers' secret, asked for once a host has greeted (a peer reads the token file

@@ -106,8 +106,12 @@ std::string RendezvousHost::describe() const {
     list += (list.empty() ? "" : ", ") + std::to_string(node);
     if (peer) list += " (" + printable_host(peer->join.host) + ")";
   }
+  std::string spares;
+  for (const JoinedPeer& spare : spares_) {
+    spares += (spares.empty() ? "; spares: " : ", ") + printable_host(spare.join.host);
+  }
   return "joined: " + (joined.empty() ? std::string("none") : joined) +
-         "; awaited: " + (awaited.empty() ? std::string("none") : awaited) +
+         "; awaited: " + (awaited.empty() ? std::string("none") : awaited) + spares +
          (refused_ > 0 ? "; refused connections: " + std::to_string(refused_) : "");
 }
 
@@ -116,6 +120,68 @@ void RendezvousHost::end_job(const JobEnd& end) {
   for (auto& peer : joined_) {
     if (peer) (void)write_all_fd(peer->socket.get(), line);
     peer.reset();
+  }
+  for (const JoinedPeer& spare : spares_) (void)write_all_fd(spare.socket.get(), line);
+  spares_.clear();
+}
+
+std::string RendezvousHost::first_spare_host() const {
+  return spares_.empty() ? std::string() : printable_host(spares_.front().join.host);
+}
+
+bool RendezvousHost::read_spare(std::size_t index) {
+  JoinedPeer& spare = spares_[index];
+  char chunk[512];
+  for (;;) {
+    const ssize_t got = ::recv(spare.socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (got <= 0) return false;
+    spare.beat.heard_at = RendezvousClock::now();
+    spare.buffer.append(chunk, static_cast<std::size_t>(got));
+    if (spare.buffer.size() > kMaxJoinBytes) return false;
+  }
+  // Heartbeats only: anything else is its stop or notice (it ends its wait), or no ddprun.
+  if (spare.buffer.find_first_not_of('\n') != std::string::npos) return false;
+  spare.buffer.clear();
+  return true;
+}
+
+void RendezvousHost::keep_spares(RendezvousClock::time_point now, std::ostream& log) {
+  spare_watch_.turn(now);
+  for (auto spare = spares_.begin(); spare != spares_.end();) {
+    if (spare_watch_.silent(spare->beat, now)) {
+      log << "ddprun: rendezvous: the spare node " << printable_host(spare->join.host)
+          << " sent nothing in " << spare_watch_.beat().silence()
+          << " (its ddprun is stopped or hung): no longer a spare\n";
+      spare = spares_.erase(spare);
+      continue;
+    }
+    if (spare_watch_.beat_due(spare->beat, now)) {
+      (void)::send(spare->socket.get(), "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      spare_watch_.sent(spare->beat, now);
+    }
+    ++spare;
+  }
+}
+
+void RendezvousHost::seat_spares(std::ostream& log) {
+  while (!spares_.empty()) {
+    // A lost node's place in a round; a place free in a gather (its node left).
+    int place = -1;
+    if (running_round_ && !awaited_.empty()) place = *awaited_.begin();
+    for (int node = 1; !running_round_ && place == -1 && node < nodes_; ++node) {
+      if (!joined_[static_cast<std::size_t>(node)]) place = node;
+    }
+    if (place == -1) return;
+    JoinedPeer spare = std::move(spares_.front());
+    spares_.erase(spares_.begin());
+    char byte = 0;
+    if (::recv(spare.socket.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) continue;  // it left
+    log << "ddprun: rendezvous: the spare node " << printable_host(spare.join.host)
+        << " takes node " << place << "'s place (" << spares_.size() << " spare(s) left)\n";
+    // Round 0 for seat: this line says it once.
+    seat(place, spare.join, std::move(spare.socket), std::move(spare.buffer), true, 0, log);
   }
 }
 
@@ -196,12 +262,14 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       }
     }
     to_read.clear();
+    seat_spares(log);  // in the places of nodes that left
     if (gathering_.verdict().kind == GatherVerdict::Kind::kStart) {
       if (round == 0) order_by_host();
       return Gathered::kAllJoined;
     }
     const auto now = RendezvousClock::now();
     if (watch_.on()) keep_heartbeats(round, now, log);
+    if (spare_watch_.on()) keep_spares(now, log);
     if (now >= deadline && gathering_.on(GatherEvent::of(GatherEvent::Kind::kTimedOut)).kind ==
                                GatherVerdict::Kind::kTimedOut) {
       std::string absent;
@@ -230,6 +298,12 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
       wake = std::min(wake, p.until);
     }
     const std::size_t polled_pending = pending_.size();
+    const std::size_t first_spare = fds.size();
+    for (const JoinedPeer& spare : spares_) {
+      fds.push_back({spare.socket.get(), POLLIN, 0});
+      if (spare_watch_.on()) wake = std::min(wake, spare_watch_.due(spare.beat));
+    }
+    const std::size_t polled_spares = spares_.size();
     const std::size_t first_joined = fds.size();
     std::vector<std::size_t> polled_nodes;
     for (std::size_t node = 1; node < joined_.size(); ++node) {
@@ -248,6 +322,9 @@ RendezvousHost::Gathered RendezvousHost::gather(int round, RendezvousClock::time
     // Read what came on the pending connections, in the order polled.
     for (std::size_t k = 0; ready > 0 && k < polled_pending; ++k) {
       if (fds[k + 3].revents != 0) read_pending(pending_[k], round, log);
+    }
+    for (std::size_t k = polled_spares; ready > 0 && k-- > 0;) {  // from the last: erased in place
+      if (fds[first_spare + k].revents != 0 && !read_spare(k)) forget_spare(k, log);
     }
     if (ready > 0 && fds[0].revents != 0) accept_connections(log);
     expire_pending(log);
@@ -297,8 +374,9 @@ std::optional<int> RendezvousHost::parked_node(const Pending& p) const {
   // as in a gather, and holds nothing for the rest of the round.
   if (!join || join->run_id != run_id_ || secret_.empty() != join->proof.empty()) return {};
   if (!secret_.empty() && !same_proof(join->proof, join_proof(secret_, p.nonce, *join))) return {};
-  const bool awaited =
-      join->node_rank == -1 ? !awaited_.empty() : awaited_.count(join->node_rank) > 0;
+  // Any rank: a lost place now, or a spare's wait (none allowed: the next gather's turn).
+  const bool awaited = join->node_rank == -1 ? !awaited_.empty() || spares_allowed()
+                                             : awaited_.count(join->node_rank) > 0;
   if (awaited) return {};
   return join->node_rank;
 }
@@ -368,16 +446,23 @@ void RendezvousHost::forget_in_round(int node) {
 }
 
 void RendezvousHost::round_join_fds(std::vector<int>& fds) const {
-  if (awaited_.empty()) return;
+  if (!running_round_) return;
   fds.push_back(listener_.get());
   for (const Pending& p : pending_) {
     if (!p.parked) fds.push_back(p.fd.get());
   }
+  for (const JoinedPeer& spare : spares_) fds.push_back(spare.socket.get());
 }
 
 std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() const {
   std::optional<RendezvousClock::time_point> due;
-  if (awaited_.empty()) return due;
+  if (!running_round_) return due;
+  if (!awaited_.empty() && !spares_.empty()) return RendezvousClock::now();  // to be seated
+  for (const JoinedPeer& spare : spares_) {
+    if (!spare_watch_.on()) break;
+    const auto at = spare_watch_.due(spare.beat);
+    if (!due || at < *due) due = at;
+  }
   for (const Pending& p : pending_) {
     if (p.parked) continue;
     // A whole join no longer parked (await_in_round) is due now.
@@ -388,19 +473,26 @@ std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() cons
 }
 
 std::vector<int> RendezvousHost::serve_round_joins(int fd, std::ostream& log) {
-  if (!running_round_ || awaited_.empty()) return {};
+  if (!running_round_) return {};
   if (fd == listener_.get()) {
     accept_connections(log);
-  } else {
+  } else if (fd >= 0) {
     for (Pending& p : pending_) {
-      if (fd >= 0 && p.fd.get() == fd && !p.parked) read_pending(p, *running_round_, log);
+      if (p.fd.get() == fd && !p.parked) read_pending(p, *running_round_, log);
+    }
+    for (std::size_t k = 0; k < spares_.size(); ++k) {
+      if (spares_[k].socket.get() != fd) continue;
+      if (!read_spare(k)) forget_spare(k, log);
+      break;
     }
   }
+  seat_spares(log);  // first in line, before a join that came later
   for (Pending& p : pending_) {
     if (p.fd.valid() && !p.parked && p.buffer.find('\n') != std::string::npos) {
       take_whole(p, *running_round_, log);
     }
   }
+  if (spare_watch_.on()) keep_spares(RendezvousClock::now(), log);
   expire_pending(log);
   return std::exchange(rejoined_, {});
 }
@@ -432,6 +524,12 @@ void RendezvousHost::keep_heartbeats(int round, RendezvousClock::time_point now,
       watch_.sent(peer->beat, now);
     }
   }
+}
+
+void RendezvousHost::forget_spare(std::size_t index, std::ostream& log) {
+  log << "ddprun: rendezvous: the spare node " << printable_host(spares_[index].join.host)
+      << " left (" << spares_.size() - 1 << " spare(s) left)\n";
+  spares_.erase(spares_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
 void RendezvousHost::drop(std::size_t node) {

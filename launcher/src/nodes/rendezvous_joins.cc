@@ -148,12 +148,25 @@ void RendezvousHost::take_join(Pending& p, int round, std::ostream& log) {
                " node 0's?)";
   }
   int place = join->node_rank;
-  if (mismatch.empty() && place == -1 && running_round_) {
-    place = *awaited_.begin();                   // during a round: the lowest lost node's place
-  } else if (mismatch.empty() && place == -1) {  // by order of arrival: the lowest rank still free
-    place = 1;
-    while (place < nodes_ && joined_[static_cast<std::size_t>(place)]) ++place;
-    if (place == nodes_) mismatch = who + " joined, but every node rank is taken";
+  if (mismatch.empty() && place == -1) {
+    if (running_round_) {
+      // During a round: the lowest lost node's place, when one is awaited.
+      if (!awaited_.empty()) place = *awaited_.begin();
+    } else {  // by order of arrival: the lowest rank still free
+      place = 1;
+      while (place < nodes_ && joined_[static_cast<std::size_t>(place)]) ++place;
+      if (place == nodes_) place = -1;
+    }
+    // Spares in line, at most one a node (8 at least): a descriptor and a heartbeat each.
+    const std::size_t max_spares = static_cast<std::size_t>(std::max(8, nodes_));
+    if (place == -1 && spares_allowed() && spares_.size() >= max_spares) {
+      mismatch = who + " joined, but every node rank is taken and " +
+                 std::to_string(spares_.size()) + " spares wait already";
+    } else if (place == -1 && spares_allowed()) {
+      add_spare(*join, std::move(p.fd), p.buffer.substr(newline + 1), who, log);
+      return;
+    }
+    if (place == -1 && mismatch.empty()) mismatch = who + " joined, but every node rank is taken";
   }
   if (!mismatch.empty()) {
     refuse(mismatch);
@@ -161,11 +174,33 @@ void RendezvousHost::take_join(Pending& p, int round, std::ostream& log) {
     p.fd.reset();
     return;
   }
+  seat(place, *join, std::move(p.fd), p.buffer.substr(newline + 1), join->node_rank == -1, round,
+       log);
+}
+
+void RendezvousHost::add_spare(const JoinRequest& join, UniqueFd socket, std::string buffer,
+                               const std::string& who, std::ostream& log) {
+  // Told first, then kept with its heartbeat until a place is lost, it leaves, or the job ends.
+  if (!write_all_fd(socket.get(), format_spare_wait(static_cast<int>(spares_.size()) + 1))) return;
+  JoinedPeer spare;
+  spare.join = join;
+  spare.socket = std::move(socket);
+  spare.buffer = std::move(buffer);
+  spare.any_rank = true;
+  spare.joined_at = RendezvousClock::now();
+  spare.beat = spare_watch_.start(spare.joined_at);
+  spares_.push_back(std::move(spare));
+  log << "ddprun: rendezvous: " << who << " waits as a spare: every node's place is taken ("
+      << spares_.size() << " spare(s))\n";
+}
+
+void RendezvousHost::seat(int place, const JoinRequest& join, UniqueFd socket, std::string buffer,
+                          bool any_rank, int round, std::ostream& log) {
   auto& slot = joined_[static_cast<std::size_t>(place)];
   if (running_round_) {
-    // A lost node's ddprun again, in the running round: the lost connection's socket stays
-    // open (shut) until the next gather, so that its number is no one else's while the
-    // round's children know it.
+    // A lost node's ddprun again (or a spare), in the running round: the lost connection's
+    // socket stays open (shut) until the next gather, so that its number is no one else's
+    // while the round's children know it.
     if (slot) {
       ::shutdown(slot->socket.get(), SHUT_RDWR);
       retired_.push_back(std::move(slot->socket));
@@ -173,19 +208,19 @@ void RendezvousHost::take_join(Pending& p, int round, std::ostream& log) {
     awaited_.erase(place);
     rejoined_.push_back(place);
   } else if (slot) {
-    log << "ddprun: rendezvous: node " << place << " (" << printable_host(join->host)
+    log << "ddprun: rendezvous: node " << place << " (" << printable_host(join.host)
         << ") joined again; its earlier connection is closed\n";
   } else if (round > 0) {
-    log << "ddprun: rendezvous: node " << place << " (" << printable_host(join->host)
+    log << "ddprun: rendezvous: node " << place << " (" << printable_host(join.host)
         << ") joined before round " << round << "\n";
   }
-  JoinRequest placed = *join;
+  JoinRequest placed = join;
   placed.node_rank = place;
   slot.emplace();
   slot->join = placed;
-  slot->socket = std::move(p.fd);
-  slot->buffer = p.buffer.substr(newline + 1);
-  slot->any_rank = join->node_rank == -1;
+  slot->socket = std::move(socket);
+  slot->buffer = std::move(buffer);
+  slot->any_rank = any_rank;
   slot->joined_at = RendezvousClock::now();
   slot->beat = watch_.start(slot->joined_at);
   gathering_.on(GatherEvent::of(GatherEvent::Kind::kJoined, place));

@@ -183,7 +183,8 @@ std::optional<HostWord> wait_for_host(int socket, const std::string& where,
     HostWord word;
     word.start = parse_round_start(line);
     if (!word.start) word.end = parse_job_end(line);
-    if (word.start || word.end) return word;
+    if (!word.start && !word.end) word.spare = parse_spare_wait(line);
+    if (word.start || word.end || word.spare) return word;
     // A signal or a control request that node 0 sent for the round this node had already
     // ended (its exit report was on the way): nothing to do.
     try {

@@ -178,6 +178,16 @@ std::optional<RoundStart> parse_round_start(std::string_view line) {
   return RoundStart{*round, *port, *node, replaces != doc->end() && replaces->get<bool>()};
 }
 
+std::string format_spare_wait(int position) {
+  return nlohmann::json{{"spare", position}}.dump() + "\n";
+}
+
+std::optional<int> parse_spare_wait(std::string_view line) {
+  const auto doc = json_object(line);
+  if (!doc || doc->size() != 1) return std::nullopt;
+  return int_field(*doc, "spare", 1, 1 << 20);
+}
+
 std::string format_exit_report(int code) {
   return nlohmann::json{{"exit", code}}.dump() + "\n";
 }

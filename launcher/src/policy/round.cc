@@ -233,12 +233,14 @@ bool Round::move_node(std::size_t child) {
   const std::size_t index = ranks_.size();
   std::string host;
   bool again = false;
+  std::string waiting_spare;
   std::optional<RunnerClock::duration> awaited;  // a per-node launcher to join again
   try {
     std::optional<SpareNode> spare = spares_(lost.node_rank);
     if (!spare) return false;
     host = spare->agent.host;
     again = spare->again;
+    waiting_spare = spare->waiting_spare;
     if (spare->agent.join_by) awaited = *spare->agent.join_by - runner_.now();
     moved_specs_.push_back(std::move(spare->agent));
     add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;
@@ -257,9 +259,12 @@ bool Round::move_node(std::size_t child) {
   recoveries_left_ -= spent;
   recoveries_ += spent;
   const std::string where =
-      awaited ? "; its " + std::to_string(ranks) + " rank(s) go on where its ddprun joins again " +
-                    "(start it with the same options, on " + host + " or another host, within " +
-                    format_seconds(std::chrono::ceil<std::chrono::seconds>(*awaited)) + ")"
+      awaited && !waiting_spare.empty() ? "; its " + std::to_string(ranks) + " rank(s) go on on " +
+                                              waiting_spare + ", whose ddprun waits as a spare"
+      : awaited
+          ? "; its " + std::to_string(ranks) + " rank(s) go on where its ddprun joins again " +
+                "(start it with the same options, on " + host + " or another host, within " +
+                format_seconds(std::chrono::ceil<std::chrono::seconds>(*awaited)) + ")"
       : again ? "; started its " + std::to_string(ranks) +
                     " rank(s) there again, with no spare node that fits"
               : "; started its " + std::to_string(ranks) + " rank(s) on the spare node " + host;

@@ -67,6 +67,9 @@ struct RoundPolicy {
 struct SpareNode {
   ChildSpec agent;
   bool again = false;
+  // A per-node launcher's place awaited (agent.join_by) while a ddprun waits as a spare to
+  // take it: its host, which the loss's line names.
+  std::string waiting_spare = {};
 };
 using SpareNodes = std::function<std::optional<SpareNode>(int node)>;
 

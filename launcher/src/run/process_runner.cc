@@ -80,7 +80,7 @@ ProcessRunner::ProcessRunner(SignalChannel& signals, Guardian& guardian, Process
     for (const UniqueFd& peer : attached_) fds.push_back(peer.get());
     if (first_steps_ && first_steps_->fd() >= 0) fds.push_back(first_steps_->fd());
     join_fds_.clear();
-    if (joins_ != nullptr && !awaiting_.empty()) joins_->watch(join_fds_);
+    if (joins_ != nullptr) joins_->watch(join_fds_);  // joins, spares: the round's own
     fds.insert(fds.end(), join_fds_.begin(), join_fds_.end());
   };
   events_.readable = [this](int fd) {
@@ -438,7 +438,7 @@ void ProcessRunner::wait_once(std::optional<RunnerClock::time_point> deadline) {
     if (!deadline || due < *deadline) deadline = due;
   }
   std::optional<RunnerClock::time_point> joins_due;
-  if (joins_ != nullptr && !awaiting_.empty()) joins_due = joins_->due();
+  if (joins_ != nullptr) joins_due = joins_->due();
   if (joins_due && (!deadline || *joins_due < *deadline)) deadline = joins_due;
   children_->wait_once(deadline, config_.head_fd, events_);
   if (joins_due && RunnerClock::now() >= *joins_due) take_joins(-1);

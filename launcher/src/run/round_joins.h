@@ -18,8 +18,9 @@ class RoundJoins {
   // Node `node` is awaited from now on (a child awaits it), or no longer (that child ended).
   virtual void await(int node) = 0;
   virtual void forget(int node) = 0;
-  // While a node is awaited: the descriptors to watch, and the next moment something is due
-  // without one (a join under way running out of time); nothing otherwise.
+  // During the round: the descriptors to watch (joins under way, ddprun waiting as spares),
+  // and the next moment something is due without one (a join running out of time, a spare's
+  // heartbeat, a spare to seat); nothing when none.
   virtual void watch(std::vector<int>& fds) const = 0;
   virtual std::optional<RunnerClock::time_point> due() const = 0;
   // `fd` (one of watch's; -1 when due() passed) is ready: the nodes that joined since, each

@@ -81,6 +81,13 @@ TEST(Rendezvous, JoinsRoundTripAndAnythingElseIsRefusedWithAReason) {
   replacing.pop_back();
   EXPECT_TRUE(parse_round_start(replacing)->replaces);
   EXPECT_EQ(format_round_start({3, 41000, 2}).find("replaces"), std::string::npos);
+  std::string spare = format_spare_wait(2);
+  spare.pop_back();
+  EXPECT_EQ(parse_spare_wait(spare), 2);
+  EXPECT_FALSE(parse_spare_wait(R"({"spare": 0})"));
+  EXPECT_FALSE(parse_spare_wait(R"({"spare": true})"));
+  EXPECT_FALSE(parse_spare_wait(R"({"spare": 1, "round": 0})"));
+  EXPECT_FALSE(parse_round_start(spare));  // a spare's wait is no round start
   EXPECT_EQ(parse_exit_report(R"({"exit": 75})"), 75);
   EXPECT_FALSE(parse_exit_report(R"({"exit": 300})"));
   EXPECT_FALSE(parse_exit_report("exit 3"));
@@ -519,7 +526,7 @@ TEST(Rendezvous, ALostNodesDdprunJoinsTheRunningRoundInItsPlaceAndNoOtherDoes) {
   host.forget_in_round(2);
   fds.clear();
   host.round_join_fds(fds);
-  EXPECT_TRUE(fds.empty());
+  EXPECT_EQ(fds.size(), 1u);  // the listener: joins are served (and parked) all the round
   // The next gather: the join that gave up is not taken, node 1 stays as it was.
   ASSERT_EQ(gather(host, 1, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
   EXPECT_EQ(host.parked(), 0u);
@@ -542,6 +549,113 @@ TEST(Rendezvous, ALostNodesDdprunJoinsTheRunningRoundInItsPlaceAndNoOtherDoes) {
   ASSERT_TRUE(early.word && early.word->start) << early.error << log.str();
   EXPECT_EQ(early.word->start->round, 1);
   EXPECT_TRUE(early.word->start->replaces);
+}
+
+// --restart-scope rank with restarts: a ddprun that asks for any rank when every place is
+// taken waits as a spare, in line, its heartbeat kept both ways through the round; the first
+// spare takes a lost node's place in the round at once (a round start that replaces), one
+// that leaves is forgotten, one takes the place of a node that left between rounds, and the
+// job's end reaches the one still waiting.
+TEST(Rendezvous, ADdprunForAnyRankWaitsAsASpareAndTakesALostNodesPlace) {
+  constexpr Heartbeat beat{std::chrono::milliseconds(50), std::chrono::milliseconds(500)};
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "s3cret", 2, 1);
+  host.set_restart_scope("rank");
+  host.set_max_restarts(2);
+  host.set_heartbeat(beat);
+  const auto rank_scope = [](TestJoin join) {
+    join.join.restart_scope = "rank";
+    join.join.max_restarts = 2;
+    return join;
+  };
+  std::ostringstream log;
+  Peer one;
+  std::thread first(
+      [&] { run_peer(port, rank_scope(join_of("run-a", "s3cret", 1, 2, "one")), one, false); });
+  NodeEvent ended;
+  ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  first.join();
+  start_round(host, 0, 41000);
+  host.begin_round_joins(0);
+  // A spare's life as its ddprun sees it: each word of the host's, as they come.
+  struct Spare {
+    std::vector<HostWord> words;
+    std::string error;
+    UniqueFd socket;
+    std::atomic<int> fd{-1};  // the socket's, once joined: for this thread to shut
+    std::thread thread;
+  };
+  const auto start_spare = [&](Spare& spare, const std::string& name, std::size_t words) {
+    spare.thread = std::thread([&, name, words] {
+      try {
+        const TestJoin join = rank_scope(join_of("run-a", "s3cret", -1, 2, name));
+        spare.socket = join_host(
+            "127.0.0.1", port, join.join, [] { return std::string("s3cret"); },
+            RendezvousClock::now() + std::chrono::seconds(10), -1, kNever);
+        spare.fd = spare.socket.get();
+        while (spare.words.size() < words) {
+          auto word =
+              wait_for_host(spare.socket.get(), "host",
+                            RendezvousClock::now() + std::chrono::seconds(20), -1, kNever, beat);
+          if (!word) break;
+          spare.words.push_back(*word);
+        }
+      } catch (const ConfigError& e) {
+        spare.error = e.what();
+      }
+    });
+  };
+  Spare sp1, sp2, sp3;
+  start_spare(sp1, "sp1", 2);
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.spares() == 1; }).empty());
+  start_spare(sp2, "sp2", 2);  // it waits on until its ddprun ends (below)
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.spares() == 2; }).empty());
+  // Longer than the heartbeat's silence bound: both sides hear each other.
+  const auto later = RendezvousClock::now() + 4 * beat.silent_after;
+  EXPECT_TRUE(
+      serve_round_until(host, log, [&] { return RendezvousClock::now() >= later; }).empty());
+  EXPECT_EQ(host.spares(), 2u) << log.str();
+  EXPECT_NE(host.describe().find("; spares: sp1, sp2"), std::string::npos) << host.describe();
+  // Node 1 is lost: the first spare takes its place in the round.
+  one.socket.reset();
+  host.await_in_round(1, 0);
+  EXPECT_EQ(serve_round_until(host, log, [&] { return host.peers()[0]->join.host == "sp1"; }),
+            std::vector<int>{1})
+      << log.str();
+  EXPECT_NE(log.str().find("the spare node sp1 takes node 1's place (1 spare(s) left)"),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(host.peers()[0]->join.node_rank, 1);
+  send_text(host.peers()[0]->socket.get(), format_round_start({0, 41000, 1, true}));
+  sp1.thread.join();
+  ASSERT_EQ(sp1.words.size(), 2u) << sp1.error;
+  EXPECT_EQ(sp1.words[0].spare, 1);
+  ASSERT_TRUE(sp1.words[1].start);
+  EXPECT_TRUE(sp1.words[1].start->replaces);
+  EXPECT_EQ(sp1.words[1].start->node_rank, 1);
+  host.forget_in_round(1);
+  // The second spare's ddprun ends: forgotten, and said.
+  ::shutdown(sp2.fd.load(), SHUT_RDWR);
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.spares() == 0; }).empty());
+  sp2.thread.join();
+  ASSERT_EQ(sp2.words.size(), 1u) << sp2.error;
+  EXPECT_EQ(sp2.words[0].spare, 2);
+  EXPECT_NE(log.str().find("the spare node sp2 left (0 spare(s) left)"), std::string::npos)
+      << log.str();
+  // A third waits; node 1 (sp1) leaves between rounds: the spare takes its place in the gather.
+  start_spare(sp3, "sp3", 2);
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.spares() == 1; }).empty());
+  sp1.socket.reset();
+  ASSERT_EQ(gather(host, 1, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  EXPECT_EQ(host.peers()[0]->join.host, "sp3");
+  EXPECT_EQ(host.spares(), 0u);
+  start_round(host, 1, 41001);
+  host.end_job({0, ""});
+  sp3.thread.join();
+  ASSERT_EQ(sp3.words.size(), 2u) << sp3.error;
+  ASSERT_TRUE(sp3.words[1].start);
+  EXPECT_FALSE(sp3.words[1].start->replaces);
+  EXPECT_EQ(sp3.words[1].start->round, 1);
 }
 
 // Nodes started with other node or worker counts are refused, each told why with both

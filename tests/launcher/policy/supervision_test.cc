@@ -1441,7 +1441,8 @@ struct SpareRun {
 };
 SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fits = true,
                         bool again = false,
-                        std::optional<std::chrono::milliseconds> awaited = std::nullopt) {
+                        std::optional<std::chrono::milliseconds> awaited = std::nullopt,
+                        const std::string& waiting_spare = "") {
   settings.round.shutdown_grace = kGrace;
   settings.colour = false;
   SpareRun result;
@@ -1454,6 +1455,7 @@ SpareRun run_with_spare(FakeRunner& runner, JobSettings settings, bool spare_fit
     spare.agent.host = again ? "node1" : "node2";
     spare.again = again;
     if (awaited) spare.agent.join_by = runner.now() + *awaited;
+    spare.waiting_spare = waiting_spare;
     return spare;
   };
   std::ostringstream messages;
@@ -1586,6 +1588,25 @@ TEST(JobPolicyRankScope, ALostPerNodeLaunchersRanksGoOnWhereItsDdprunJoinsAgain)
                 "node 1 (node1) was lost (its ddprun ended: exit code 255); its 2 rank(s) go on "
                 "where its ddprun joins again (start it with the same options, on node1 or "
                 "another host, within 600 s) (0 restart(s) left)"),
+            std::string::npos)
+      << said->membership.change;
+}
+
+// ... and where a ddprun waits as a spare, the line names it instead.
+TEST(JobPolicyRankScope, ALostPerNodeLaunchersRanksGoOnOnTheSpareDdprunThatWaits) {
+  FakeRunner runner;
+  lose_node1_at_300ms(runner);
+  runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
+  const SpareRun run =
+      run_with_spare(runner, settings(2), true, /*again=*/true, std::chrono::seconds(600), "node3");
+  EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
+  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+  const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                 [](const auto& m) { return !m.membership.change.empty(); });
+  ASSERT_NE(said, runner.memberships.end());
+  EXPECT_NE(said->membership.change.find(
+                "node 1 (node1) was lost (its ddprun ended: exit code 255); its 2 rank(s) go on "
+                "on node3, whose ddprun waits as a spare (0 restart(s) left)"),
             std::string::npos)
       << said->membership.change;
 }
