@@ -202,7 +202,8 @@ class RendezvousHost {
   std::optional<RendezvousClock::time_point> round_join_due() const;
   // `fd` (one of round_join_fds', or -1 when round_join_due passed) is ready: reads it and
   // returns the nodes that joined the round since (peers() has their connections). Bad joins
-  // are refused and logged as in a gather. Throws ConfigError as gather does on EMFILE.
+  // are refused and logged as in a gather. Out of descriptors, it takes no connection for a
+  // second and the round goes on (a gather instead ends the job saying so).
   std::vector<int> serve_round_joins(int fd, std::ostream& log);
   // The ddprun waiting as spares (any rank asked for, every place taken), in line.
   std::size_t spares() const noexcept { return spares_.size(); }
@@ -283,8 +284,10 @@ class RendezvousHost {
   std::set<int> awaited_;
   std::vector<int> rejoined_;
   std::vector<UniqueFd> retired_;
-  std::vector<JoinedPeer> spares_;  // in line; join.node_rank -1
-  HeartbeatWatch spare_watch_;      // the heartbeat with them, in rounds and between
+  std::optional<RendezvousClock::time_point> accept_paused_until_;  // out of descriptors
+  int accept_pauses_ = 0;                                           // in this round
+  std::vector<JoinedPeer> spares_;                                  // in line; join.node_rank -1
+  HeartbeatWatch spare_watch_;  // the heartbeat with them, in rounds and between
   std::vector<Pending> pending_;
   std::vector<std::optional<JoinedPeer>> joined_;  // by node rank; 0 is this node
   Gathering gathering_;                            // the decisions on joined_

@@ -26,6 +26,8 @@ namespace {
 // connects.
 constexpr std::size_t kMaxPending = 512;
 constexpr int kAcceptsPerTurn = 64;
+// How long node 0 takes no connection during a round once it ran out of descriptors.
+constexpr std::chrono::seconds kAcceptPause{1};
 
 // "the limit is 1024 descriptors".
 std::string descriptor_limit() {
@@ -389,6 +391,17 @@ void RendezvousHost::accept_connections(std::ostream& log) {
   for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
+      if ((errno == EMFILE || errno == ENFILE) && running_round_) {
+        // During a round every node is in: the round goes on, and the listener rests a
+        // while (the connection waits in the kernel's queue; retried at once it would spin).
+        if (accept_pauses_++ % 60 == 0) {  // said once a minute at most
+          log << "ddprun: rendezvous: out of file descriptors (" << descriptor_limit()
+              << "): no connection taken for " << kAcceptPause.count() << " s; round "
+              << *running_round_ << " goes on\n";
+        }
+        accept_paused_until_ = RendezvousClock::now() + kAcceptPause;
+        return;
+      }
       if (errno == EMFILE || errno == ENFILE) {
         // Another process's share of the system, or descriptors held elsewhere: every
         // node that came learns why, and none waits for a round that cannot start.
@@ -447,7 +460,9 @@ void RendezvousHost::forget_in_round(int node) {
 
 void RendezvousHost::round_join_fds(std::vector<int>& fds) const {
   if (!running_round_) return;
-  fds.push_back(listener_.get());
+  if (!accept_paused_until_ || RendezvousClock::now() >= *accept_paused_until_) {
+    fds.push_back(listener_.get());
+  }
   for (const Pending& p : pending_) {
     if (!p.parked) fds.push_back(p.fd.get());
   }
@@ -457,6 +472,9 @@ void RendezvousHost::round_join_fds(std::vector<int>& fds) const {
 std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() const {
   std::optional<RendezvousClock::time_point> due;
   if (!running_round_) return due;
+  if (accept_paused_until_ && RendezvousClock::now() < *accept_paused_until_) {
+    due = accept_paused_until_;  // the listener watched again
+  }
   if (!awaited_.empty() && !spares_.empty()) return RendezvousClock::now();  // to be seated
   for (const JoinedPeer& spare : spares_) {
     if (!spare_watch_.on()) break;
@@ -499,6 +517,8 @@ std::vector<int> RendezvousHost::serve_round_joins(int fd, std::ostream& log) {
 
 void RendezvousHost::end_round_joins() {
   running_round_.reset();
+  accept_paused_until_.reset();
+  accept_pauses_ = 0;
   awaited_.clear();
   rejoined_.clear();
   retired_.clear();  // the round's children that read them are gone

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -656,6 +657,71 @@ TEST(Rendezvous, ADdprunForAnyRankWaitsAsASpareAndTakesALostNodesPlace) {
   ASSERT_TRUE(sp3.words[1].start);
   EXPECT_FALSE(sp3.words[1].start->replaces);
   EXPECT_EQ(sp3.words[1].start->round, 1);
+}
+
+// Out of descriptors during a round (a flood of connections, a low limit): node 0 takes no
+// connection for a second, says so, and the round goes on; then it takes them again. (In a
+// gather the same ends the job, saying so: no round could start.)
+TEST(Rendezvous, OutOfDescriptorsDuringARoundRestsTheListenerAndTheRoundGoesOn) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "", 2, 1);
+  host.set_restart_scope("rank");
+  host.set_max_restarts(1);
+  std::ostringstream log;
+  TestJoin node1 = join_of("run-a", "", 1, 2, "one");
+  node1.join.restart_scope = "rank";
+  node1.join.max_restarts = 1;
+  Peer one;
+  std::thread joining([&] { run_peer(port, node1, one, false); });
+  NodeEvent ended;
+  ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  joining.join();
+  ASSERT_TRUE(one.socket.valid()) << one.error;
+  start_round(host, 0, 41000);
+  host.begin_round_joins(0);
+  std::vector<int> fds;
+  host.round_join_fds(fds);
+  ASSERT_EQ(fds.size(), 1u);
+  const int listener = fds[0];
+  const UniqueFd waiting = connect_tcp("127.0.0.1", port, 2000);  // in the kernel's queue
+  ASSERT_TRUE(waiting.valid());
+  // The next descriptor would be over the limit.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int lowest_free = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> joined;
+  bool threw = false;
+  try {
+    joined = host.serve_round_joins(listener, log);
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_FALSE(threw) << "the round ended for want of a descriptor";
+  EXPECT_TRUE(joined.empty());
+  EXPECT_NE(log.str().find("ddprun: rendezvous: out of file descriptors (the limit is "),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("no connection taken for 1 s; round 0 goes on"), std::string::npos)
+      << log.str();
+  fds.clear();
+  host.round_join_fds(fds);
+  EXPECT_EQ(std::count(fds.begin(), fds.end(), listener), 0) << "the listener rests";
+  const auto due = host.round_join_due();
+  ASSERT_TRUE(due);
+  EXPECT_LE(*due, RendezvousClock::now() + std::chrono::seconds(1));
+  // Rested, it takes the connection that waited: greeted.
+  const auto greeted = [&] {
+    pollfd p{waiting.get(), POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  };
+  serve_round_until(host, log, greeted);
+  EXPECT_TRUE(greeted()) << log.str();
 }
 
 // Nodes started with other node or worker counts are refused, each told why with both
