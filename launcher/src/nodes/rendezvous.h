@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -274,8 +275,9 @@ class RendezvousHost {
     std::string nonce;  // the greeting's
     std::string buffer;
     RendezvousClock::time_point until;
-    bool parked = false;   // a whole join that came during a round, for the next gather
-    int parked_node = -1;  // the node rank it asked for (-1: any)
+    bool parked = false;       // a whole join that came during a round, for the next gather
+    int parked_node = -1;      // the node rank it asked for (-1: any)
+    std::uint32_t source = 0;  // its IPv4 address (network order): floods are per address
   };
   // The round during which lost nodes are awaited (await_in_round), those nodes, the ones
   // that joined since serve_round_joins last said, and the sockets of the connections they

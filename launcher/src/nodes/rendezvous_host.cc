@@ -1,6 +1,7 @@
 // Node 0's side of the rendezvous (rendezvous.h): the listener, the gathering before each
 // round, the connections read between rounds, the job's end told to every node. How one
 // connection's join is checked and placed is in rendezvous_joins.cc.
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -8,6 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <map>
 #include <utility>
 
 #include "ddprun/common/net.h"
@@ -389,7 +392,10 @@ void RendezvousHost::accept_connections(std::ostream& log) {
   // New connections (the listener is non-blocking), at most kAcceptsPerTurn a turn: a
   // flood of connections must not keep the loop from its heartbeats and the joined nodes.
   for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_in from{};
+    socklen_t from_size = sizeof from;
+    const int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &from_size,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if ((errno == EMFILE || errno == ENFILE) && running_round_) {
         // During a round every node is in: the round goes on, and the listener rests a
@@ -415,12 +421,25 @@ void RendezvousHost::accept_connections(std::ostream& log) {
       return;
     }
     if (pending_.size() >= max_pending) {
-      const auto oldest =
-          std::min_element(pending_.begin(), pending_.end(),
-                           [](const Pending& a, const Pending& b) { return a.until < b.until; });
-      pending_.erase(oldest);
-      refuse(log, "more than " + std::to_string(max_pending) +
-                      " connections without a join: the oldest is closed");
+      // The oldest of the address with the most: a flood from one host cannot push out the
+      // joins of the others (nor a join that proved the secret and waits, parked).
+      std::map<std::uint32_t, std::size_t> by_source;
+      std::size_t most = 0;
+      for (const Pending& p : pending_) {
+        if (!p.parked) most = std::max(most, ++by_source[p.source]);
+      }
+      const auto oldest = std::min_element(
+          pending_.begin(), pending_.end(), [&](const Pending& a, const Pending& b) {
+            const bool a_out = !a.parked && by_source[a.source] == most;
+            const bool b_out = !b.parked && by_source[b.source] == most;
+            return a_out != b_out ? a_out : a.until < b.until;
+          });
+      if (oldest != pending_.end() && !oldest->parked) {
+        pending_.erase(oldest);
+        refuse(log, "more than " + std::to_string(max_pending) +
+                        " connections without a join: the oldest from the busiest address is "
+                        "closed");
+      }
     }
     // Each connection its own nonce, greeted at once (the socket's buffer is empty: a
     // short line fits; one that does not is no client).
@@ -428,6 +447,7 @@ void RendezvousHost::accept_connections(std::ostream& log) {
     // node has left, and every other node hears of it.
     keep_alive(fd);
     Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
+    p.source = from_size >= sizeof from ? from.sin_addr.s_addr : 0;
     if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
   }
 }

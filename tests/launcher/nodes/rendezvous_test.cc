@@ -5,6 +5,7 @@
 // back, disagree, or are stopped or noticed while the others gather, all in this process.
 #include "nodes/rendezvous.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -23,6 +24,7 @@
 #include "ddprun/contract/errors.h"
 #include "job/rendezvous_job.h"
 #include "nodes/ports.h"
+#include "nodes/rendezvous_io.h"
 #include "nodes/rendezvous_secret.h"
 #include "run/process.h"
 
@@ -657,6 +659,58 @@ TEST(Rendezvous, ADdprunForAnyRankWaitsAsASpareAndTakesALostNodesPlace) {
   ASSERT_TRUE(sp3.words[1].start);
   EXPECT_FALSE(sp3.words[1].start->replaces);
   EXPECT_EQ(sp3.words[1].start->round, 1);
+}
+
+// Another user floods node 0's port from one address with more silent connections than it
+// keeps waiting (512): the ones closed are that address's, so a real node that connected
+// before the flood and sends its join only now, from another address, still joins.
+TEST(Rendezvous, AFloodFromOneAddressPushesOutItsOwnConnectionsNotAnotherNodesJoin) {
+  const int port = pick_free_port();
+  RendezvousHost host(port, "run-a", "", 2, 1);
+  std::ostringstream log;
+  // The real node: connected first (the oldest), its join held back until after the flood.
+  UniqueFd real = connect_tcp("127.0.0.1", port, 2000);
+  ASSERT_TRUE(real.valid());
+  constexpr int kFlood = 600;
+  std::vector<UniqueFd> flood;
+  std::atomic<bool> flooded{false};
+  std::thread flooding([&] {
+    for (int i = 0; i < kFlood; ++i) {
+      UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2: another address on loopback
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_port = htons(static_cast<std::uint16_t>(port));
+      to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+          ::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+        break;
+      }
+      flood.push_back(std::move(fd));
+    }
+    flooded = true;
+  });
+  const int evicted = kFlood + 1 - 512;
+  gather_until(host, log, [&] { return flooded && host.refused() >= evicted; });
+  flooding.join();
+  ASSERT_EQ(flood.size(), static_cast<std::size_t>(kFlood));
+  EXPECT_EQ(host.refused(), evicted) << log.str();
+  // Now its join, answering the greeting that waited on its socket.
+  set_blocking(real.get(), true);
+  std::string greeting;
+  char c = 0;
+  while (::recv(real.get(), &c, 1, 0) == 1 && c != '\n') greeting += c;
+  const auto nonce = parse_greeting(greeting);
+  ASSERT_TRUE(nonce) << "the real node's connection was closed: " << greeting;
+  JoinRequest join = join_of("run-a", "", 1, 2, "real").join;
+  join.nonce = "real-nonce";
+  send_text(real.get(), format_join(join));
+  NodeEvent ended;
+  ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
+  ASSERT_EQ(host.peers().size(), 1u);
+  EXPECT_EQ(host.peers()[0]->join.host, "real");
 }
 
 // Out of descriptors during a round (a flood of connections, a low limit): node 0 takes no
