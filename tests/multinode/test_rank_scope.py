@@ -14,6 +14,10 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
   --case tree    3 nodes, --ssh-fanout 1: node1 starts node2's ddprun, which starts node3's;
                  the last rank (5, on node3) and rank 0 are lost: node3's part reaches node 0
                  through node2's, and the whole comes back down the same way
+  --case treenode  3 nodes, --ssh-fanout 1 as in tree: rank 5 SIGKILLs node3's ddprun (a
+                 leaf, started by node2's) in its backward at step 12; node2's ddprun hands
+                 the loss up, and node 0 starts ranks 4 and 5 on node3 again under an agent
+                 of its own, while ranks 0-3 go on
   --case spare   3 nodes, --nnodes 2, over ssh: rank 3 SIGKILLs node2's ddprun (and so
                  both of node2's ranks) in its backward at step 12; node 0 starts ranks 2
                  and 3 on the spare node3 as replacements, and ranks 0 and 1 go on
@@ -55,7 +59,7 @@ from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
 NPROC = 2
 PORT = 29541
 BYHAND = ("byhand", "rejoin", "elsewhere", "ahead", "noreturn")  # one ddprun a node, by the test
-MOVES = ("spare", "again", "rejoin", "elsewhere", "ahead", "noreturn")  # a node's ddprun is lost
+MOVES = ("spare", "again", "treenode", "rejoin", "elsewhere", "ahead", "noreturn")  # a node lost
 # ahead: late enough that the spare started once round 0 runs waits before the loss.
 KILL_AT = {"ahead": 40}
 
@@ -196,8 +200,8 @@ def run_byhand(cluster, a, config, marker, name, failures):
 def run_ssh(cluster, a, config, marker, name, failures):
     # ssh: each node keeps a warm spare, which becomes the lost rank; tree: new processes;
     # spare: the job on 2 of the 3 nodes, the third a spare node.
-    fanout = {"tree": ["--ssh-fanout", "1"], "ssh": ["--warm-spare"],
-              "spare": ["--nnodes", "2"], "again": []}[a.case]
+    fanout = {"tree": ["--ssh-fanout", "1"], "treenode": ["--ssh-fanout", "1"],
+              "ssh": ["--warm-spare"], "spare": ["--nnodes", "2"], "again": []}[a.case]
     argv = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, *fanout, "--env", "DDPC_MARK", "--nproc-per-node",
             str(NPROC), "--master-port", str(PORT), "--restart-scope", "rank", "--max-restarts",
@@ -215,20 +219,25 @@ def count(text, what):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True,
-                    choices=["byhand", "ssh", "tree", "spare", "again", "rejoin", "elsewhere",
-                             "ahead", "noreturn"])
+                    choices=["byhand", "ssh", "tree", "treenode", "spare", "again", "rejoin",
+                             "elsewhere", "ahead", "noreturn"])
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
     a = ap.parse_args()
     run = run_byhand if a.case in BYHAND else run_ssh
-    nodes = 3 if a.case in ("tree", "spare", "elsewhere", "ahead") else 2
+    nodes = 3 if a.case in ("tree", "treenode", "spare", "elsewhere", "ahead") else 2
     last = (2 if a.case in ("elsewhere", "ahead") else nodes) * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
     moves = a.case in MOVES
     if moves:
         kills = (("node2-backward", 3, "backward"),)
-    lost = {"node2-backward": "ranks 2, 3"}
+    if a.case == "treenode":  # the leaf: node3, below node2's ddprun
+        kills = (("node3-backward", 5, "backward"),)
+    lost = {"node2-backward": "ranks 2, 3", "node3-backward": "ranks 4, 5"}
+    # The node lost, as node 0 names it, and the last rank, which must end where it goes on.
+    lost_node = "node 2 (node3)" if a.case == "treenode" else "node 1 (node2)"
+    lost_rank = 5 if a.case == "treenode" else 3
 
     def body(cluster, result, failures):
         os.makedirs(os.path.join(cluster.dir, "home"), mode=0o700, exist_ok=True)
@@ -265,14 +274,16 @@ def main():
             # A node lost: its ranks start together on the spare node, none alone.
             where = {"spare": "; started its 2 rank(s) on the spare node node3",
                      "again": "; started its 2 rank(s) there again, with no spare node that fits",
+                     "treenode": "; started its 2 rank(s) there again under this node's own "
+                                 "agent, with no spare node that fits",
                      "rejoin": "; its 2 rank(s) go on where its ddprun joins again (start it "
                                "with the same options, on node2 or another host, within 600 s)",
                      }
             where["elsewhere"] = where["rejoin"]
             where["ahead"] = "; its 2 rank(s) go on on node3, whose ddprun waits as a spare"
-            moved = count(out, "ddprun: node 1 (node2) was lost (its ddprun ended: exit code "
+            moved = count(out, f"ddprun: {lost_node} was lost (its ddprun ended: exit code "
                           f"255){where.get(a.case, '')}")
-            place = "node3" if a.case in ("spare", "elsewhere", "ahead") else "node2"
+            place = "node3" if a.case in ("spare", "treenode", "elsewhere", "ahead") else "node2"
             if a.case == "ahead":
                 # The second spare: behind the first, or first in line once the first is seated.
                 for said, times in (
@@ -292,8 +303,8 @@ def main():
             alone = count(out, "started its replacement")
             if (moved, alone) != ((1, 0) if moves else (0, 1)):
                 failures.append(f"{name}: {alone} replacement(s) alone, {moved} node(s) moved")
-            if moves and not re.search(rf"ddp-train:\s+3\s+{place}\s", out):
-                failures.append(f"{name}: rank 3 did not end on {place}")
+            if moves and not re.search(rf"ddp-train:\s+{lost_rank}\s+{place}\s", out):
+                failures.append(f"{name}: rank {lost_rank} did not end on {place}")
             if a.case in ("elsewhere", "ahead") and not re.search(
                     r"ddprun: node 1\s+0\s+exit code 0\s+[0-9.]+ s\s+\(node3\)", out):
                 failures.append(f"{name}: node 0's rank table does not show node 1 on node3")

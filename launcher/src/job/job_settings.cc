@@ -27,6 +27,8 @@ JobSettings job_settings(const Options& options, const std::optional<JobEndTime>
   round.capture_stacks = options.stacks;
   round.restart_scope = options.restart_scope;
   round.starts_replacements = options.agent && options.agent_replaces;
+  // An agent inside the ssh tree: a lost node below it is the head's to move.
+  round.hands_up_lost_nodes = options.agent && options.agent_subtree_last.has_value();
   if (job_end && options.drain_before_s > 0 && !options.agent) {
     // The head alone keeps the clock; its agents pass the notice on.
     round.drain_signal = options.drain_signal;

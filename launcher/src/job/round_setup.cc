@@ -108,6 +108,9 @@ SpareNodes spare_nodes(const Options& options, const PlanInputs& job_inputs, Rou
     const LaunchPlan plan = build_plan(plan_options(options), inputs, env);
     AgentOptions agents = agent_options(options);
     agents.passed_on.emplace_back("--agent-replaces");
+    // Under an agent of this head's own, also in an ssh tree (the node's parent agent handed
+    // it up): one agent for the node alone.
+    agents.ssh_fanout = std::max(agents.ssh_fanout, static_cast<int>(plan.nodes.size()));
     // A host that is down must not hold the survivors for ssh's own connect timeout.
     if (again && !agents.join_timeout_s) agents.join_timeout_s = kNodeAgainConnectSeconds;
     for (ChildSpec& agent : agent_launches(agents, inputs, plan, env, self).agents) {

@@ -139,6 +139,9 @@ void Round::publish(std::string change) {
 void Round::on_membership(std::size_t child, int node, Membership part) {
   if (!rank_scope() || !ranks_.at(child).agent || node == policy_.node_rank) return;
   if (ranks_[child].replaced_by) return;  // a lost node's last words: a spare stands for it
+  if (const auto moved = moved_below_.find(node); moved != moved_below_.end()) {
+    if (moved->second != child) return;  // through the agent that handed it up: stale
+  }
   // A node's replacements only add up within a round: a late or reordered part counts no less.
   if (const auto was = parts_.find(node); was != parts_.end()) {
     part.recoveries = std::max(part.recoveries, was->second.recoveries);
@@ -273,6 +276,72 @@ bool Round::move_node(std::size_t child) {
   return true;
 }
 
+bool Round::hand_up(std::size_t child) {
+  if (!policy_.hands_up_lost_nodes || notice_seen_ != 0 ||
+      spec(spec_of_[child]).control_nodes > 1) {
+    return false;  // not an agent of the tree; a notice (the round drains); a subtree
+  }
+  const RankResult& lost = ranks_[child];
+  NodeEvent event;
+  event.kind = NodeEvent::Kind::kLost;
+  event.node = lost.node_rank;
+  event.code = code_of(lost.wait_status);
+  event.what = "node " + std::to_string(lost.node_rank) + " (" + lost.host +
+               ") was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
+  runner_.announce(event);
+  handed_up_.insert(child);
+  return true;
+}
+
+bool Round::move_below(std::size_t child, const NodeEvent& lost) {
+  if (!spares_ || notice_seen_ != 0 || !ranks_[child].agent || lost.node == policy_.node_rank) {
+    return false;  // no spares (an agent itself); a notice (the round drains)
+  }
+  const auto part = parts_.find(lost.node);
+  if (part == parts_.end()) {
+    not_replaced_ = lost.what + " before it said which ranks run there";
+    return false;
+  }
+  const int ranks = static_cast<int>(part->second.ranks.size());
+  if (recoveries_left() < ranks) {
+    not_replaced_ = lost.what + " with " + std::to_string(ranks) + " rank(s) and the round has " +
+                    std::to_string(std::max(0, recoveries_left())) +
+                    " restart(s) left (--max-restarts)";
+    return false;
+  }
+  const std::size_t index = ranks_.size();
+  std::string host;
+  bool again = false;
+  try {
+    std::optional<SpareNode> spare = spares_(lost.node);
+    if (!spare) return false;
+    host = spare->agent.host;
+    again = spare->again;
+    moved_specs_.push_back(std::move(spare->agent));
+    add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;
+    ranks_[index].pid = runner_.start(spec(spec_of_[index]));
+  } catch (const std::exception& e) {
+    if (ranks_.size() > index) drop_last_child();
+    not_replaced_ = lost.what + ": its ranks could not be started again" +
+                    (host.empty() ? std::string() : " (" + host + ")") + ": " + e.what();
+    return false;
+  }
+  ranks_[index].started = true;
+  moved_below_[lost.node] = index;
+  const int spent = ranks + part->second.recoveries;
+  parts_.erase(part);
+  recoveries_left_ -= spent;
+  recoveries_ += spent;
+  publish(lost.what +
+          (again
+               ? "; started its " + std::to_string(ranks) +
+                     " rank(s) there again under this node's own agent, with no spare node "
+                     "that fits"
+               : "; started its " + std::to_string(ranks) + " rank(s) on the spare node " + host) +
+          " (" + std::to_string(recoveries_left()) + " restart(s) left)");
+  return true;
+}
+
 NodeEvent Round::failure_event(std::size_t child) const {
   if (reported_[child]) return *reported_[child];
   const RankResult& rank = ranks_[child];
@@ -384,7 +453,23 @@ void Round::on_signal(const RunnerEvent& event) {
 }
 
 void Round::on_node_event(std::size_t child, const NodeEvent& event) {
+  if (const auto moved = moved_below_.find(event.node);
+      moved != moved_below_.end() && moved->second != child) {
+    return;  // a node moved from below `child`: what comes its old way is its last words
+  }
   switch (event.kind) {
+    case NodeEvent::Kind::kLost: {
+      if (phase_ != Phase::kRunning || escalation_ == Escalation::kKilled) break;
+      if (move_below(child, event)) break;
+      // Not moved: the round fails on it, as on any lost node (a full restart decides).
+      if (not_replaced_.empty())
+        not_replaced_ = event.what + ", below " + child_label(ranks_[child]);
+      NodeEvent failed = event;
+      failed.kind = NodeEvent::Kind::kFailed;
+      if (!reported_[child]) reported_[child] = failed;
+      fail(child);
+      break;
+    }
     case NodeEvent::Kind::kFailed:
       if (ranks_[child].replaced_by) break;  // a lost node's last words: a spare stands for it
       if (!reported_[child]) reported_[child] = event;
@@ -430,7 +515,8 @@ void Round::on_exit(const RunnerEvent& event) {
   // A node lost (its ddprun ended without reporting a failure of its own): its ranks may
   // go on on a spare node.
   if (rank_scope() && one_node_agent(event.child) && failed && !reported_[event.child] &&
-      phase_ == Phase::kRunning && escalation_ != Escalation::kKilled && move_node(event.child))
+      phase_ == Phase::kRunning && escalation_ != Escalation::kKilled &&
+      (move_node(event.child) || hand_up(event.child)))
     return;
   // A drained rank starts no exit timer: its peers are saving the same checkpoint.
   if (policy_.exit_timeout && !first_exit_ && !drained) {

@@ -32,6 +32,9 @@
 //   kRunning  --agent of one node lost,--> kRunning: its ranks start on a spare node (an
 //             rank scope, a spare            agent there, each rank a recovery) while as
 //                                          many recoveries are left and no notice came
+//   kRunning  --agent of a node below a --> kRunning: an ssh tree's agent hands it up
+//             tree agent lost, rank scope    (kLost) and goes on; the head starts its ranks
+//                                          under an agent of its own as above, or fails
 //
 // Under --restart-scope rank every change of who runs (a start, a loss, a replacement, a
 // rank that finished) is published (Runner::publish_membership) with a version one higher.
@@ -114,6 +117,13 @@ class Round {
   // node). Returns whether they run; when they do not for a reason other than no spare,
   // not_replaced_ says why.
   bool move_node(std::size_t child);
+  // An agent of the ssh tree: lost agent `child` (a node below this one, with none below it)
+  // is the head's to move; says so to the head (NodeEvent::kLost). Returns whether it did.
+  bool hand_up(std::size_t child);
+  // The head: agent `child` handed up node `lost.node`, lost below it: its ranks go on under
+  // an agent of this head's own on a spare node (or the node again). Returns whether they
+  // run; when they do not for a reason other than no spare, not_replaced_ says why.
+  bool move_below(std::size_t child, const NodeEvent& lost);
   // Agent `child` passed on node `node`'s part of the membership.
   void on_membership(std::size_t child, int node, Membership part);
   // An agent of one node (not srun or mpirun standing for every node).
@@ -191,6 +201,11 @@ class Round {
   std::deque<ChildSpec> moved_specs_;  // the agents started on spare nodes (move_node)
   // The children that awaited a node's ddprun (ChildSpec::join_by) and have it (kJoined).
   std::set<std::size_t> joined_;
+  // An agent of the ssh tree: the lost agents below it that it handed up (no failure here).
+  std::set<std::size_t> handed_up_;
+  // The head: the nodes lost below an agent whose ranks it moved, each to the child that
+  // stands for it now (what comes of such a node through its old path is its last words).
+  std::map<int, std::size_t> moved_below_;
   std::vector<RankResult> ranks_;
   // Per child: the spec it runs (index into specs_) and when it started.
   std::vector<std::size_t> spec_of_;

@@ -48,9 +48,14 @@ RoundResult Round::finish() {
   const Phase phase = outcome_phase();
   if ((first_failure_ || phase == Phase::kTimedOut) && stacks_when_.empty()) read_traces();
   RoundResult result;
-  const bool all_ended_cleanly = std::all_of(ranks_.begin(), ranks_.end(), [&](auto& r) {
-    return r.replaced_by || (r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r)));
-  });
+  bool all_ended_cleanly = true;
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    const RankResult& r = ranks_[i];
+    // A lost agent that a spare stands for, or that was handed up (the head moved it).
+    all_ended_cleanly = all_ended_cleanly &&
+                        (r.replaced_by || handed_up_.count(i) > 0 ||
+                         (r.exited && (exited_with(r.wait_status, 0) || drained_by_notice(r))));
+  }
   const std::vector<std::optional<double>> first_steps = runner_.first_steps();
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     ranks_[i].stderr_tail = runner_.stderr_tail(i);

@@ -37,6 +37,7 @@ std::string format_stop_cause(const NodeEvent& cause) {
       return "ddprun: error: " + node + " could not start its workers: " + cause.what +
              "; stopped every node, not restarting\n";
     case NodeEvent::Kind::kNotice:
+    case NodeEvent::Kind::kLost:
       break;
   }
   return "ddprun: stopped: " + node + ": " + cause.what + "\n";

@@ -58,6 +58,9 @@ struct RoundPolicy {
   // An agent started on a spare node in a lost node's place (--agent-replaces): its first
   // workers are replacements (the membership says so, and their recovery window applies).
   bool starts_replacements = false;
+  // An agent of the ssh tree (--restart-scope rank): a node below it whose ddprun is lost is
+  // handed up (NodeEvent::kLost) for the head to move, instead of failing the round.
+  bool hands_up_lost_nodes = false;
 };
 
 // --restart-scope rank, a head over ssh: a lost node's ranks again, on a spare node. Given

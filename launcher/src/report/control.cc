@@ -244,6 +244,7 @@ constexpr std::pair<NodeEvent::Kind, const char*> kEventNames[] = {
     {NodeEvent::Kind::kStopped, "stopped"},
     {NodeEvent::Kind::kNotice, "notice"},
     {NodeEvent::Kind::kSetupFailed, "setup_failed"},
+    {NodeEvent::Kind::kLost, "lost"},
 };
 constexpr std::size_t kMaxEventText = 512;
 

@@ -60,7 +60,10 @@ struct RankResult {
 // the cause of a stop): the job's first failure, a stop by a signal, a preemption notice,
 // or workers that could not be started (docs/multinode.md, "When a node leaves").
 struct NodeEvent {
-  enum class Kind { kFailed, kStopped, kNotice, kSetupFailed };
+  // kLost: an agent of the ssh tree lost the agent of a node below it (that node's ddprun
+  // ended with no failure of its own to report) under --restart-scope rank, and hands it up:
+  // the head moves that node's ranks, or fails the round.
+  enum class Kind { kFailed, kStopped, kNotice, kSetupFailed, kLost };
   Kind kind = Kind::kFailed;
   int node = 0;      // the node where it happened
   int code = 0;      // the exit code it gives the job (kStopped: 128 + the signal)

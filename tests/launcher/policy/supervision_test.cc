@@ -1635,6 +1635,132 @@ TEST(JobPolicyRankScope, ALostPerNodeLauncherThatNeverJoinsAgainFailsTheRoundSay
               "time (--rdzv-conf join_timeout)");
 }
 
+// An ssh tree: node 1's agent started node 2's (below it). Node 2's ddprun is lost: node 1
+// hands it up to the head (kLost, at once) and goes on; its round ends well. Without the
+// tree's hand-up (not an agent of the tree) the same loss fails the round.
+TEST(JobPolicyRankScope, AnAgentOfTheSshTreeHandsUpALostNodeBelowItAndGoesOn) {
+  for (const bool tree : {true, false}) {
+    FakeRunner runner;
+    runner.behaviour = [](int, std::size_t child) {
+      FakeBehaviour b = exits_after(Ms(child == 1 ? 300 : 1000), child == 1 ? exited(255) : 0);
+      b.exits_like_agent = child == 1;
+      return b;
+    };
+    std::vector<ChildSpec> children = workers(1);
+    ChildSpec& below = children.emplace_back();
+    below.agent = true;
+    below.node_rank = 2;
+    below.host = "node3";
+    JobSettings s = settings(2);
+    s.agent = true;
+    s.round.node_rank = 1;
+    s.round.hands_up_lost_nodes = tree;
+    const JobRun job = run(runner, s, children);
+    const auto lost =
+        std::find_if(runner.announced.begin(), runner.announced.end(),
+                     [](const auto& a) { return a.event.kind == NodeEvent::Kind::kLost; });
+    if (!tree) {
+      EXPECT_EQ(job.exit_code, 255) << job.messages;
+      EXPECT_EQ(lost, runner.announced.end());
+      continue;
+    }
+    EXPECT_EQ(job.exit_code, 0) << job.messages;
+    EXPECT_TRUE(runner.sent.empty()) << "nobody was stopped";
+    EXPECT_EQ(runner.started.size(), 1u);
+    ASSERT_NE(lost, runner.announced.end());
+    EXPECT_EQ(lost->at, Ms(300));
+    EXPECT_EQ(lost->event.node, 2);
+    EXPECT_EQ(lost->event.code, 255);
+    EXPECT_EQ(lost->event.what, "node 2 (node3) was lost (its ddprun ended: exit code 255)");
+  }
+}
+
+// The head's side: node 1's agent (node 1 and node 2 below it) hands up node 2, lost. The
+// head starts node 2's ranks under an agent of its own on the spare node, each a recovery;
+// what still comes of node 2 through node 1's agent is its last words; the membership is
+// whole again once the spare said who runs there. With no spare, the round fails on it.
+TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOwn) {
+  for (const bool spare_fits : {true, false}) {
+    FakeRunner runner;
+    runner.behaviour = [](int, std::size_t) {
+      FakeBehaviour b = exits_after(Ms(1000), exited(0));
+      b.exits_like_agent = true;
+      return b;
+    };
+    Membership node2;
+    node2.version = 1;
+    node2.ranks = {{4, Membership::State::kRunning, 701}, {5, Membership::State::kRunning, 702}};
+    runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+    runner.report_membership_at(0, Ms(20), 2, 2, node2);
+    NodeEvent lost;
+    lost.kind = NodeEvent::Kind::kLost;
+    lost.node = 2;
+    lost.code = 255;
+    lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+    runner.report_at(0, Ms(300), 2, lost);
+    Membership stale = node2;
+    stale.ranks[0].pid = 9;
+    runner.report_membership_at(0, Ms(350), 2, 2, stale);
+    Membership spare = node2;
+    spare.ranks = {{4, Membership::State::kReplaced, 801}, {5, Membership::State::kReplaced, 802}};
+    runner.report_membership_from_host_at(0, Ms(400), "node4", 2, spare);
+    std::vector<ChildSpec> children = worker_and_node1(2);
+    children[2].control_nodes = 2;  // node 1 and node 2, below it
+    const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
+      EXPECT_EQ(node, 2);
+      if (!spare_fits) return std::nullopt;
+      SpareNode place;
+      place.agent.agent = true;
+      place.agent.node_rank = 2;
+      place.agent.host = "node4";
+      return place;
+    };
+    JobSettings s = settings(2);
+    s.round.shutdown_grace = kGrace;
+    s.colour = false;
+    std::ostringstream messages;
+    const int code = run_job(
+        runner, s,
+        [&](int, const RoundResult*) {
+          RoundSetup setup{children, "", "", ""};
+          setup.spares = spares;
+          return setup;
+        },
+        messages);
+    if (!spare_fits) {
+      ASSERT_GE(runner.started.size(), 2u) << "a full restart";
+      EXPECT_NE(messages.str().find("ddprun: not replacing the lost rank alone: node 2 (node3) was "
+                                    "lost (its ddprun ended: exit code 255), below node 1"),
+                std::string::npos)
+          << messages.str();
+      continue;
+    }
+    EXPECT_EQ(code, 0) << messages.str();
+    EXPECT_TRUE(runner.sent.empty()) << "nobody was stopped";
+    ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+    ASSERT_EQ(runner.started[0].size(), 4u);
+    EXPECT_EQ(runner.started[0][3].node_rank, 2);
+    EXPECT_EQ(runner.started[0][3].host, "node4");
+    const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                   [](const auto& m) { return !m.membership.change.empty(); });
+    ASSERT_NE(said, runner.memberships.end());
+    EXPECT_EQ(said->at, Ms(300));
+    EXPECT_FALSE(said->whole) << "not whole until the spare said who runs there";
+    EXPECT_EQ(said->membership.change,
+              "node 2 (node3) was lost (its ddprun ended: exit code 255); started its 2 rank(s) "
+              "on the spare node node4 (0 restart(s) left)");
+    const auto whole = std::find_if(said, runner.memberships.end(), [](const auto& m) {
+      return m.whole && m.membership.recoveries > 0;
+    });
+    ASSERT_NE(whole, runner.memberships.end());
+    EXPECT_EQ(whole->at, Ms(400));
+    EXPECT_EQ(whole->membership.recoveries, 2);
+    ASSERT_EQ(whole->membership.ranks.size(), 6u);
+    EXPECT_EQ(whole->membership.ranks[4].pid, 801);
+    EXPECT_EQ(whole->membership.ranks[5].state, Membership::State::kReplaced);
+  }
+}
+
 TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
   FakeRunner runner;
   runner.behaviour = [](int, std::size_t) { return exits_after(Ms(100), exited(0)); };
