@@ -220,27 +220,36 @@ bool Round::move_node(std::size_t child) {
                     format_seconds(policy_.recovery_window) + ")";
     return false;
   }
-  const auto part = parts_.find(lost.node_rank);
+  const auto moved = start_on_spare(lost.node_rank, name, "");
+  if (!moved) return false;
+  ranks_[child].replaced_by = moved->child;
+  publish(name + " was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")" +
+          moved->where);
+  return true;
+}
+
+std::optional<Round::Moved> Round::start_on_spare(int node, const std::string& name,
+                                                  const std::string& again_how) {
+  const auto part = parts_.find(node);
   if (part == parts_.end()) {
     not_replaced_ = name + " was lost before it said which ranks run there";
-    return false;
+    return std::nullopt;
   }
   const int ranks = static_cast<int>(part->second.ranks.size());
   if (recoveries_left() < ranks) {
     not_replaced_ = name + " was lost with " + std::to_string(ranks) +
                     " rank(s) and the round has " + std::to_string(std::max(0, recoveries_left())) +
                     " restart(s) left (--max-restarts)";
-    return false;
+    return std::nullopt;
   }
-  const std::string how = describe_wait_status(lost.wait_status);
   const std::size_t index = ranks_.size();
   std::string host;
   bool again = false;
   std::string waiting_spare;
   std::optional<RunnerClock::duration> awaited;  // a per-node launcher to join again
   try {
-    std::optional<SpareNode> spare = spares_(lost.node_rank);
-    if (!spare) return false;
+    std::optional<SpareNode> spare = spares_(node);
+    if (!spare) return std::nullopt;
     host = spare->agent.host;
     again = spare->again;
     waiting_spare = spare->waiting_spare;
@@ -252,28 +261,25 @@ bool Round::move_node(std::size_t child) {
     if (ranks_.size() > index) drop_last_child();
     not_replaced_ = name + "'s ranks could not be started again" +
                     (host.empty() ? std::string() : " (" + host + ")") + ": " + e.what();
-    return false;
+    return std::nullopt;
   }
   ranks_[index].started = true;
-  ranks_[child].replaced_by = index;
   // The node's own replacements so far stay counted here; its spare reports afresh.
   const int spent = ranks + part->second.recoveries;
   parts_.erase(part);
   recoveries_left_ -= spent;
   recoveries_ += spent;
+  const std::string count = std::to_string(ranks) + " rank(s)";
   const std::string where =
-      awaited && !waiting_spare.empty() ? "; its " + std::to_string(ranks) + " rank(s) go on on " +
-                                              waiting_spare + ", whose ddprun waits as a spare"
-      : awaited
-          ? "; its " + std::to_string(ranks) + " rank(s) go on where its ddprun joins again " +
-                "(start it with the same options, on " + host + " or another host, within " +
-                format_seconds(std::chrono::ceil<std::chrono::seconds>(*awaited)) + ")"
-      : again ? "; started its " + std::to_string(ranks) +
-                    " rank(s) there again, with no spare node that fits"
-              : "; started its " + std::to_string(ranks) + " rank(s) on the spare node " + host;
-  publish(name + " was lost (its ddprun ended: " + how + ")" + where + " (" +
-          std::to_string(recoveries_left()) + " restart(s) left)");
-  return true;
+      awaited && !waiting_spare.empty()
+          ? "; its " + count + " go on on " + waiting_spare + ", whose ddprun waits as a spare"
+      : awaited ? "; its " + count + " go on where its ddprun joins again (start it with the " +
+                      "same options, on " + host + " or another host, within " +
+                      format_seconds(std::chrono::ceil<std::chrono::seconds>(*awaited)) + ")"
+      : again
+          ? "; started its " + count + " there again" + again_how + ", with no spare node that fits"
+          : "; started its " + count + " on the spare node " + host;
+  return Moved{index, where + " (" + std::to_string(recoveries_left()) + " restart(s) left)"};
 }
 
 bool Round::hand_up(std::size_t child) {
@@ -297,48 +303,12 @@ bool Round::move_below(std::size_t child, const NodeEvent& lost) {
   if (!spares_ || notice_seen_ != 0 || !ranks_[child].agent || lost.node == policy_.node_rank) {
     return false;  // no spares (an agent itself); a notice (the round drains)
   }
-  const auto part = parts_.find(lost.node);
-  if (part == parts_.end()) {
-    not_replaced_ = lost.what + " before it said which ranks run there";
-    return false;
-  }
-  const int ranks = static_cast<int>(part->second.ranks.size());
-  if (recoveries_left() < ranks) {
-    not_replaced_ = lost.what + " with " + std::to_string(ranks) + " rank(s) and the round has " +
-                    std::to_string(std::max(0, recoveries_left())) +
-                    " restart(s) left (--max-restarts)";
-    return false;
-  }
-  const std::size_t index = ranks_.size();
-  std::string host;
-  bool again = false;
-  try {
-    std::optional<SpareNode> spare = spares_(lost.node);
-    if (!spare) return false;
-    host = spare->agent.host;
-    again = spare->again;
-    moved_specs_.push_back(std::move(spare->agent));
-    add_child(specs_->size() + moved_specs_.size() - 1).replacement = true;
-    ranks_[index].pid = runner_.start(spec(spec_of_[index]));
-  } catch (const std::exception& e) {
-    if (ranks_.size() > index) drop_last_child();
-    not_replaced_ = lost.what + ": its ranks could not be started again" +
-                    (host.empty() ? std::string() : " (" + host + ")") + ": " + e.what();
-    return false;
-  }
-  ranks_[index].started = true;
-  moved_below_[lost.node] = index;
-  const int spent = ranks + part->second.recoveries;
-  parts_.erase(part);
-  recoveries_left_ -= spent;
-  recoveries_ += spent;
-  publish(lost.what +
-          (again
-               ? "; started its " + std::to_string(ranks) +
-                     " rank(s) there again under this node's own agent, with no spare node "
-                     "that fits"
-               : "; started its " + std::to_string(ranks) + " rank(s) on the spare node " + host) +
-          " (" + std::to_string(recoveries_left()) + " restart(s) left)");
+  // "node 2 (node3)" of "node 2 (node3) was lost (...)": the agent's words (hand_up).
+  const std::string name = lost.what.substr(0, lost.what.find(" was lost"));
+  const auto moved = start_on_spare(lost.node, name, " under this node's own agent");
+  if (!moved) return false;
+  moved_below_[lost.node] = moved->child;
+  publish(lost.what + moved->where);
   return true;
 }
 

@@ -117,6 +117,16 @@ class Round {
   // node). Returns whether they run; when they do not for a reason other than no spare,
   // not_replaced_ says why.
   bool move_node(std::size_t child);
+  // Node `node` (`name`: "node 1 (node2)") was lost: its ranks (its last part) start on a
+  // spare node, or the node again (`again_how` says how), each a recovery. Returns the child
+  // that stands for it and where it went (with the restarts left) for the loss's line; none
+  // when none fits, not_replaced_ saying why when that was not the want of a spare.
+  struct Moved {
+    std::size_t child;
+    std::string where;
+  };
+  std::optional<Moved> start_on_spare(int node, const std::string& name,
+                                      const std::string& again_how);
   // An agent of the ssh tree: lost agent `child` (a node below this one, with none below it)
   // is the head's to move; says so to the head (NodeEvent::kLost). Returns whether it did.
   bool hand_up(std::size_t child);
