@@ -122,6 +122,7 @@ class FakeRunner : public Runner {
   // and the child each came from.
   std::vector<std::pair<Ms, int>> parts_heard;
   std::vector<std::size_t> parts_heard_from;
+  std::vector<int> parts_heard_node;
   std::vector<std::optional<NodeEvent>> stop_causes;  // each round's last set_stop_cause
 
   std::vector<Sent> sent;                       // every signal the policy sent
@@ -256,6 +257,7 @@ class FakeRunner : public Runner {
       if (!children_.at(e.child).alive) return wait(deadline);  // an agent that has ended
       parts_heard.emplace_back(elapsed(), e.membership->recoveries);
       parts_heard_from.push_back(e.child);
+      parts_heard_node.push_back(e.membership_node);
       event.kind = RunnerEvent::Kind::kMembership;
       event.child = e.child;
       event.membership = *e.membership;

@@ -18,6 +18,10 @@
 // - from node 1's loss until the spare said who runs there, no membership is whole; a whole
 //   one after it names the spare's processes, with every recovery counted;
 // - a round that stopped nobody ends the job with 0 and no restart.
+// The third exploration is an ssh tree: node 1 is below node 9's agent (the head's child,
+// which reports its own empty part and passes on node 1's), and node 1's loss is node 9's
+// agent handing it up (NodeEvent::kLost) while that agent goes on: the same invariants hold,
+// counting what node 9's agent passes on of node 1 after the loss as nothing.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -122,8 +126,21 @@ struct Run {
   std::optional<Ms> spare_start;       // when the spare's agent started
 };
 
-// With `spare`, one spare node can take node 1's ranks.
-Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spare = false) {
+constexpr int kTreeParent = 9;  // the tree: node 9's agent (kAgent) has node 1 below it
+
+NodeEvent handed_up_node1() {
+  NodeEvent lost;
+  lost.kind = NodeEvent::Kind::kLost;
+  lost.node = 1;
+  lost.code = 255;
+  lost.what = "node 1 (node1) was lost (its ddprun ended: exit code 255)";
+  return lost;
+}
+
+// With `spare`, one spare node can take node 1's ranks; with `tree`, node 1 is below node 9's
+// agent (kAgent), which hands it up when it is lost.
+Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spare = false,
+                 bool tree = false) {
   JobSettings settings;
   settings.max_restarts = spare ? kSpareBudget : kBudget;
   settings.round.restart_scope = RestartScope::kRank;
@@ -138,6 +155,10 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
     switch (e.kind) {
       case Event::Kind::kLost:
       case Event::Kind::kDone:
+        if (tree && e.child == kAgent && e.kind == Event::Kind::kLost) {
+          runner.report_at(0, at, kAgent, handed_up_node1());
+          break;
+        }
         if (!exits[e.child]) {
           const bool agent = e.child == kAgent || e.child == kSpare;
           exits[e.child] = {at, e.kind == Event::Kind::kDone ? exited(0)
@@ -188,6 +209,12 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
   children[kAgent].node_rank = 1;
   children[kAgent].rank = -1;
   children[kAgent].host = "node1";
+  if (tree) {
+    children[kAgent].node_rank = kTreeParent;
+    children[kAgent].host = "node9";
+    children[kAgent].control_nodes = 2;                                        // node 9 and node 1
+    runner.report_membership_at(0, Ms(1), kAgent, kTreeParent, Membership{});  // no ranks
+  }
   int spares_left = 1;
   const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
     if (node != 1) throw std::logic_error("a spare asked for node " + std::to_string(node));
@@ -195,6 +222,8 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
     --spares_left;
     SpareNode taken{children[kAgent]};
     taken.agent.host = kSpareHost;
+    taken.agent.node_rank = 1;
+    taken.agent.control_nodes = 1;
     return taken;
   };
   std::ostringstream messages;
@@ -296,9 +325,10 @@ std::optional<Ms> time_of(const std::vector<Event>& events, Event::Kind kind, st
   return std::nullopt;
 }
 
-// The first invariant a run with a spare node broke, or empty.
-std::string check_spare(const FakeRunner& runner, const Run& run,
-                        const std::vector<Event>& events) {
+// The first invariant a run with a spare node broke, or empty. In the tree, what node 9's
+// agent passes on of node 1 counts until node 1's loss only, and its own part not at all.
+std::string check_spare(const FakeRunner& runner, const Run& run, const std::vector<Event>& events,
+                        bool tree = false) {
   if (!run.refused.empty()) return "the fake runner refused: " + run.refused;
   if (run.waits_forever) return "the job waits forever";
   std::optional<Ms> stopped;  // the round's first stop, by the policy or a signal to ddprun
@@ -319,7 +349,10 @@ std::string check_spare(const FakeRunner& runner, const Run& run,
     for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
       const auto& [t, n] = runner.parts_heard[i];
       if (t >= at) continue;
-      int& heard = runner.parts_heard_from[i] == kAgent ? node1 : spare;
+      const bool from_parent = runner.parts_heard_from[i] == kAgent;
+      // The tree: node 1's last words through node 9's agent once the spare stands for it.
+      if (tree && from_parent && run.spare_start && node_lost && t >= *node_lost) continue;
+      int& heard = from_parent ? node1 : spare;
       heard = std::max(heard, n);
     }
     return node1 + spare;
@@ -335,9 +368,12 @@ std::string check_spare(const FakeRunner& runner, const Run& run,
   if (run.spare_start && (!node_lost || *run.spare_start != *node_lost)) {
     return "the spare started other than at node 1's loss";
   }
-  const bool node1_heard =
-      std::any_of(runner.parts_heard_from.begin(), runner.parts_heard_from.end(),
-                  [](std::size_t c) { return c == kAgent; });
+  bool node1_heard = false;  // before its loss, through its own agent or node 9's
+  for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
+    node1_heard =
+        node1_heard || (runner.parts_heard_from[i] == kAgent && runner.parts_heard_node[i] == 1 &&
+                        (!node_lost || runner.parts_heard[i].first < *node_lost));
+  }
   if (node_lost && !run.spare_start && (!stopped || *stopped >= *node_lost) && node1_heard &&
       started_by(*node_lost) + remote_before(*node_lost) + 2 <= kSpareBudget) {
     return "node 1 was lost with the budget for its ranks, and the spare did not start";
@@ -444,6 +480,24 @@ TEST(MembershipSequences, ALostNodesRanksMoveToTheSpareWithinTheBudgetAndTheMemb
                 FakeRunner runner;
                 const auto run = run_sequence(runner, events, /*spare=*/true);
                 return check_spare(runner, run, events);
+              });
+}
+
+TEST(MembershipSequences, ANodeLostBelowATreeAgentMovesToTheSpareAsALostAgentWould) {
+  std::vector<Event> alphabet;
+  for (const std::size_t child :
+       {std::size_t{0}, std::size_t{1}, kFirstReplacement, kAgent, kSpare})
+    alphabet.push_back({Event::Kind::kLost, child, 0});
+  for (int r = 0; r <= 1; ++r) {
+    alphabet.push_back({Event::Kind::kReport, 99, r});
+    alphabet.push_back({Event::Kind::kSpareReport, 97, r});
+  }
+  alphabet.push_back({Event::Kind::kStop, 98, 0});
+  explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "node 1 below a tree agent",
+              [](const std::vector<Event>& events) {
+                FakeRunner runner;
+                const auto run = run_sequence(runner, events, /*spare=*/true, /*tree=*/true);
+                return check_spare(runner, run, events, /*tree=*/true);
               });
 }
 
