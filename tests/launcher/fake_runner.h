@@ -156,6 +156,8 @@ class FakeRunner : public Runner {
   void publish_membership(const Membership& membership, bool whole, int) override {
     memberships.push_back({round_, membership, elapsed(), whole});
   }
+  std::vector<std::size_t> fewer_below;  // one_node_fewer_below's children, in order
+  void one_node_fewer_below(std::size_t child) override { fewer_below.push_back(child); }
   void set_stop_cause(const NodeEvent& cause) override {
     stop_causes.resize(static_cast<std::size_t>(round_) + 1);
     stop_causes[static_cast<std::size_t>(round_)] = cause;

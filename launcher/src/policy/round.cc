@@ -308,6 +308,7 @@ bool Round::move_below(std::size_t child, const NodeEvent& lost) {
   const auto moved = start_on_spare(lost.node, name, " under this node's own agent");
   if (!moved) return false;
   moved_below_[lost.node] = moved->child;
+  runner_.one_node_fewer_below(child);
   publish(lost.what + moved->where);
   return true;
 }

@@ -87,6 +87,9 @@ class ProcessRunner : public Runner {
   void announce(const NodeEvent& event) override;
   void set_stop_cause(const NodeEvent& cause) override { stop_cause_ = cause; }
   void publish_membership(const Membership& membership, bool whole, int node) override;
+  void one_node_fewer_below(std::size_t child) override {
+    if (specs_.at(child).control_nodes > 1) --specs_.at(child).control_nodes;
+  }
   RunnerEvent wait(std::optional<RunnerClock::time_point> deadline) override;
   bool output_open() const override { return children_->output_open(); }
   void close_output() override { children_->close_output(events_); }

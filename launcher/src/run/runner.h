@@ -142,6 +142,9 @@ class Runner {
   // sends it to every agent, which writes it to its own file and passes it down. A file
   // that cannot be written is said once and costs nothing else: the job goes on.
   virtual void publish_membership(const Membership& membership, bool whole, int node) = 0;
+  // Agent `child` answers for one node fewer from now on: a node below it in the ssh tree
+  // now runs under an agent of this head's own (control requests wait for no answer of it).
+  virtual void one_node_fewer_below(std::size_t child) = 0;
   // Seconds from the round's start to each child's first step (DDPRUN_PROGRESS_FILE), as far
   // as seen; empty when they were not watched (run/first_steps.h says when they are).
   virtual std::vector<std::optional<double>> first_steps() const { return {}; }

@@ -1741,6 +1741,7 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOw
     ASSERT_EQ(runner.started[0].size(), 4u);
     EXPECT_EQ(runner.started[0][3].node_rank, 2);
     EXPECT_EQ(runner.started[0][3].host, "node4");
+    EXPECT_EQ(runner.fewer_below, std::vector<std::size_t>{2}) << "node 1's agent answers alone";
     const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
                                    [](const auto& m) { return !m.membership.change.empty(); });
     ASSERT_NE(said, runner.memberships.end());
