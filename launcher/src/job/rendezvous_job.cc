@@ -103,7 +103,8 @@ SpareNodes RejoinsDuringRound::places(std::chrono::milliseconds window) {
       place.agent.host = printable(peer->join.host, 64);
       place.agent.control_nodes = 1;
       place.agent.join_by = RunnerClock::now() + window;
-      place.waiting_spare = host_.first_spare_host();
+      // The spare that will take it: behind those promised to places still awaited.
+      place.waiting_spare = host_.spare_host(host_.awaited_count());
       return place;
     }
     return std::nullopt;
@@ -280,6 +281,7 @@ int run_peer_job(const PeerJob& job, int launchers_port, const SecretSource& sec
       return word->end->code;
     }
     const RoundStart& start = *word->start;
+    spare = false;                 // a node of the job from now on
     if (hung_up) ::raise(SIGHUP);  // blocked: pending again, for the round's runner
     hung_up = false;
     RoundState state = first_round_state(job.inputs);

@@ -208,8 +208,10 @@ class RendezvousHost {
   std::vector<int> serve_round_joins(int fd, std::ostream& log);
   // The ddprun waiting as spares (any rank asked for, every place taken), in line.
   std::size_t spares() const noexcept { return spares_.size(); }
-  // The first one's host name, printable (empty: none waits).
-  std::string first_spare_host() const;
+  // The host name of the spare `in_line` places from the front, printable (empty: none).
+  std::string spare_host(std::size_t in_line) const;
+  // The lost nodes awaited in this round that nothing joined for yet.
+  std::size_t awaited_count() const noexcept { return awaited_.size(); }
   // How many joins wait for the next gather (at most one a node rank).
   std::size_t parked() const {
     return static_cast<std::size_t>(
@@ -275,9 +277,10 @@ class RendezvousHost {
     std::string nonce;  // the greeting's
     std::string buffer;
     RendezvousClock::time_point until;
-    bool parked = false;       // a whole join that came during a round, for the next gather
-    int parked_node = -1;      // the node rank it asked for (-1: any)
-    std::uint32_t source = 0;  // its IPv4 address (network order): floods are per address
+    bool parked = false;   // a whole join that came during a round, for the next gather
+    int parked_node = -1;  // the node rank it asked for (-1: any)
+    std::uint32_t source =
+        0;  // its IPv4 address (host order; loopback as one): floods are per address
   };
   // The round during which lost nodes are awaited (await_in_round), those nodes, the ones
   // that joined since serve_round_joins last said, and the sockets of the connections they

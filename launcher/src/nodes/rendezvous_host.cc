@@ -128,10 +128,13 @@ void RendezvousHost::end_job(const JobEnd& end) {
   }
   for (const JoinedPeer& spare : spares_) (void)write_all_fd(spare.socket.get(), line);
   spares_.clear();
+  // Nothing joins a job that ended (node 0 may still drain its console).
+  end_round_joins();
+  pending_.clear();
 }
 
-std::string RendezvousHost::first_spare_host() const {
-  return spares_.empty() ? std::string() : printable_host(spares_.front().join.host);
+std::string RendezvousHost::spare_host(std::size_t in_line) const {
+  return in_line < spares_.size() ? printable_host(spares_[in_line].join.host) : std::string();
 }
 
 bool RendezvousHost::read_spare(std::size_t index) {
@@ -179,10 +182,14 @@ void RendezvousHost::seat_spares(std::ostream& log) {
       if (!joined_[static_cast<std::size_t>(node)]) place = node;
     }
     if (place == -1) return;
+    // What it sent first: one that left, or said its stop or notice, leaves the line (its
+    // word would otherwise be read as a node's of the job).
+    if (!read_spare(0)) {
+      forget_spare(0, log);
+      continue;
+    }
     JoinedPeer spare = std::move(spares_.front());
     spares_.erase(spares_.begin());
-    char byte = 0;
-    if (::recv(spare.socket.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) continue;  // it left
     log << "ddprun: rendezvous: the spare node " << printable_host(spare.join.host)
         << " takes node " << place << "'s place (" << spares_.size() << " spare(s) left)\n";
     // Round 0 for seat: this line says it once.
@@ -421,18 +428,22 @@ void RendezvousHost::accept_connections(std::ostream& log) {
       return;
     }
     if (pending_.size() >= max_pending) {
-      // The oldest of the address with the most: a flood from one host cannot push out the
-      // joins of the others (nor a join that proved the secret and waits, parked).
+      // From the address with the most (loopback counts as one: any 127.x.y.z is this
+      // host), one that sent nothing, the oldest: a flood from one host cannot push out
+      // the joins of the others, nor one under way, nor a join that proved the secret and
+      // waits, parked.
       std::map<std::uint32_t, std::size_t> by_source;
       std::size_t most = 0;
       for (const Pending& p : pending_) {
         if (!p.parked) most = std::max(most, ++by_source[p.source]);
       }
+      const auto rank = [&](const Pending& p) {  // lower goes first
+        if (p.parked) return 3;
+        return (by_source[p.source] == most ? 0 : 2) + (p.buffer.empty() ? 0 : 1);
+      };
       const auto oldest = std::min_element(
           pending_.begin(), pending_.end(), [&](const Pending& a, const Pending& b) {
-            const bool a_out = !a.parked && by_source[a.source] == most;
-            const bool b_out = !b.parked && by_source[b.source] == most;
-            return a_out != b_out ? a_out : a.until < b.until;
+            return rank(a) != rank(b) ? rank(a) < rank(b) : a.until < b.until;
           });
       if (oldest != pending_.end() && !oldest->parked) {
         pending_.erase(oldest);
@@ -447,7 +458,8 @@ void RendezvousHost::accept_connections(std::ostream& log) {
     // node has left, and every other node hears of it.
     keep_alive(fd);
     Pending p{UniqueFd(fd), random_nonce(), {}, RendezvousClock::now() + kJoinReadTimeout};
-    p.source = from_size >= sizeof from ? from.sin_addr.s_addr : 0;
+    p.source = from_size >= sizeof from ? ntohl(from.sin_addr.s_addr) : 0;
+    if ((p.source >> 24) == 127) p.source = INADDR_LOOPBACK;  // one host, any 127.x.y.z
     if (write_all_fd(p.fd.get(), format_greeting(p.nonce))) pending_.push_back(std::move(p));
   }
 }

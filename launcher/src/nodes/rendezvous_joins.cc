@@ -150,8 +150,9 @@ void RendezvousHost::take_join(Pending& p, int round, std::ostream& log) {
   int place = join->node_rank;
   if (mismatch.empty() && place == -1) {
     if (running_round_) {
-      // During a round: the lowest lost node's place, when one is awaited.
-      if (!awaited_.empty()) place = *awaited_.begin();
+      // During a round: the lowest lost node's place, when one is awaited and no spare
+      // waits before it (it goes to the back of their line then).
+      if (!awaited_.empty() && spares_.empty()) place = *awaited_.begin();
     } else {  // by order of arrival: the lowest rank still free
       place = 1;
       while (place < nodes_ && joined_[static_cast<std::size_t>(place)]) ++place;

@@ -223,6 +223,10 @@ bool Round::move_node(std::size_t child) {
   const auto moved = start_on_spare(lost.node_rank, name, "");
   if (!moved) return false;
   ranks_[child].replaced_by = moved->child;
+  // A node moved from below an agent earlier: the new child stands for it now.
+  for (auto& [node, stand_in] : moved_below_) {
+    if (stand_in == child) stand_in = moved->child;
+  }
   publish(name + " was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")" +
           moved->where);
   return true;
@@ -430,15 +434,20 @@ void Round::on_node_event(std::size_t child, const NodeEvent& event) {
   }
   switch (event.kind) {
     case NodeEvent::Kind::kLost: {
-      if (phase_ != Phase::kRunning || escalation_ == Escalation::kKilled) break;
+      // Only of a node in `child`'s ssh subtree (its node, then the next control_nodes - 1).
+      const ChildSpec& via = spec(spec_of_[child]);
+      const bool below = ranks_[child].agent && event.node > via.node_rank &&
+                         event.node < via.node_rank + via.control_nodes;
+      if (!below || phase_ != Phase::kRunning || escalation_ == Escalation::kKilled) break;
       if (move_below(child, event)) break;
-      // Not moved: the round fails on it, as on any lost node (a full restart decides).
+      // Not moved: the round fails on it, as on any lost node (a full restart decides), and
+      // the agent that handed it up, which goes on otherwise, is stopped too.
       if (not_replaced_.empty())
         not_replaced_ = event.what + ", below " + child_label(ranks_[child]);
       NodeEvent failed = event;
       failed.kind = NodeEvent::Kind::kFailed;
       if (!reported_[child]) reported_[child] = failed;
-      fail(child);
+      fail(child, /*stop_its_node=*/true);
       break;
     }
     case NodeEvent::Kind::kFailed:

@@ -26,6 +26,7 @@
 #include "nodes/ports.h"
 #include "nodes/rendezvous_io.h"
 #include "nodes/rendezvous_secret.h"
+#include "report/control.h"
 #include "run/process.h"
 
 namespace ddprun {
@@ -195,6 +196,19 @@ void gather_until(RendezvousHost& host, std::ostringstream& log,
   ::close(always[0]);
   ::close(always[1]);
   ASSERT_TRUE(done()) << log.str();
+}
+
+// One turn of a gather (a pipe that is always readable interrupts it at once).
+void gather_turn(RendezvousHost& host, std::ostringstream& log) {
+  int always[2];
+  ASSERT_EQ(::pipe(always), 0);
+  ASSERT_EQ(::write(always[1], "x", 1), 1);
+  NodeEvent ended;
+  EXPECT_EQ(
+      host.gather(0, RendezvousClock::now() + std::chrono::seconds(10), always[0], log, ended),
+      RendezvousHost::Gathered::kInterrupted);
+  ::close(always[0]);
+  ::close(always[1]);
 }
 
 // Gathers until a first node has joined.
@@ -645,15 +659,32 @@ TEST(Rendezvous, ADdprunForAnyRankWaitsAsASpareAndTakesALostNodesPlace) {
   EXPECT_EQ(sp2.words[0].spare, 2);
   EXPECT_NE(log.str().find("the spare node sp2 left (0 spare(s) left)"), std::string::npos)
       << log.str();
-  // A third waits; node 1 (sp1) leaves between rounds: the spare takes its place in the gather.
-  start_spare(sp3, "sp3", 2);
+  // Two more wait, sp4 first. Between rounds, when nothing reads the spares, sp4 is stopped
+  // (it says so and goes) and node 1 (sp1) leaves: the gather takes sp4's word as its
+  // leaving, not as a node's stop, and the next spare takes node 1's place.
+  Spare sp4;
+  start_spare(sp4, "sp4", 2);
   EXPECT_TRUE(serve_round_until(host, log, [&] { return host.spares() == 1; }).empty());
+  start_spare(sp3, "sp3", 2);
+  EXPECT_TRUE(serve_round_until(host, log, [&] { return host.spares() == 2; }).empty());
+  NodeEvent stopped;
+  stopped.kind = NodeEvent::Kind::kStopped;
+  stopped.signal = SIGTERM;
+  stopped.code = 143;
+  stopped.what = "stopped by SIGTERM";
+  send_text(sp4.fd.load(), node_event_line(stopped));
+  ::shutdown(sp4.fd.load(), SHUT_RDWR);
+  sp4.thread.join();
   sp1.socket.reset();
   ASSERT_EQ(gather(host, 1, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
   EXPECT_EQ(host.peers()[0]->join.host, "sp3");
   EXPECT_EQ(host.spares(), 0u);
+  EXPECT_NE(log.str().find("the spare node sp4 left"), std::string::npos) << log.str();
   start_round(host, 1, 41001);
   host.end_job({0, ""});
+  std::vector<int> fds;
+  host.round_join_fds(fds);
+  EXPECT_TRUE(fds.empty()) << "a job that ended takes no join";
   sp3.thread.join();
   ASSERT_EQ(sp3.words.size(), 2u) << sp3.error;
   ASSERT_TRUE(sp3.words[1].start);
@@ -661,16 +692,30 @@ TEST(Rendezvous, ADdprunForAnyRankWaitsAsASpareAndTakesALostNodesPlace) {
   EXPECT_EQ(sp3.words[1].start->round, 1);
 }
 
-// Another user floods node 0's port from one address with more silent connections than it
-// keeps waiting (512): the ones closed are that address's, so a real node that connected
-// before the flood and sends its join only now, from another address, still joins.
-TEST(Rendezvous, AFloodFromOneAddressPushesOutItsOwnConnectionsNotAnotherNodesJoin) {
+// Another user floods node 0's port with more silent connections than it keeps waiting
+// (512), from 127.0.0.2 (loopback addresses all count as this one host): the ones closed are
+// silent ones of the busiest address, so a real node that connected before the flood (the
+// oldest), its join under way, still joins once the rest of its line comes.
+TEST(Rendezvous, AFloodPushesOutSilentConnectionsNotAJoinUnderWay) {
   const int port = pick_free_port();
   RendezvousHost host(port, "run-a", "", 2, 1);
   std::ostringstream log;
-  // The real node: connected first (the oldest), its join held back until after the flood.
   UniqueFd real = connect_tcp("127.0.0.1", port, 2000);
   ASSERT_TRUE(real.valid());
+  set_blocking(real.get(), true);
+  std::string greeting;
+  char c = 0;
+  for (int turn = 0; turn < 1000 && ::recv(real.get(), &c, 1, MSG_DONTWAIT) != 1; ++turn) {
+    gather_turn(host, log);  // accepted and greeted in one of them
+  }
+  greeting += c;
+  while (::recv(real.get(), &c, 1, 0) == 1 && c != '\n') greeting += c;
+  ASSERT_TRUE(parse_greeting(greeting)) << greeting;
+  JoinRequest join = join_of("run-a", "", 1, 2, "real").join;
+  join.nonce = "real-nonce";
+  const std::string line = format_join(join);
+  send_text(real.get(), line.substr(0, 10));  // under way
+  gather_turn(host, log);                     // read
   constexpr int kFlood = 600;
   std::vector<UniqueFd> flood;
   std::atomic<bool> flooded{false};
@@ -697,16 +742,7 @@ TEST(Rendezvous, AFloodFromOneAddressPushesOutItsOwnConnectionsNotAnotherNodesJo
   flooding.join();
   ASSERT_EQ(flood.size(), static_cast<std::size_t>(kFlood));
   EXPECT_EQ(host.refused(), evicted) << log.str();
-  // Now its join, answering the greeting that waited on its socket.
-  set_blocking(real.get(), true);
-  std::string greeting;
-  char c = 0;
-  while (::recv(real.get(), &c, 1, 0) == 1 && c != '\n') greeting += c;
-  const auto nonce = parse_greeting(greeting);
-  ASSERT_TRUE(nonce) << "the real node's connection was closed: " << greeting;
-  JoinRequest join = join_of("run-a", "", 1, 2, "real").join;
-  join.nonce = "real-nonce";
-  send_text(real.get(), format_join(join));
+  send_text(real.get(), line.substr(10));  // the rest of its join
   NodeEvent ended;
   ASSERT_EQ(gather(host, 0, log, ended), RendezvousHost::Gathered::kAllJoined) << log.str();
   ASSERT_EQ(host.peers().size(), 1u);

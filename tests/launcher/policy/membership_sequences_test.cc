@@ -18,10 +18,11 @@
 // - from node 1's loss until the spare said who runs there, no membership is whole; a whole
 //   one after it names the spare's processes, with every recovery counted;
 // - a round that stopped nobody ends the job with 0 and no restart.
-// The third exploration is an ssh tree: node 1 is below node 9's agent (the head's child,
-// which reports its own empty part and passes on node 1's), and node 1's loss is node 9's
-// agent handing it up (NodeEvent::kLost) while that agent goes on: the same invariants hold,
-// counting what node 9's agent passes on of node 1 after the loss as nothing.
+// The third exploration is an ssh tree: the node with ranks 2 and 3 is node 2, below node
+// 1's agent (the head's child, which reports its own empty part and passes on node 2's), and
+// that node's loss is node 1's agent handing it up (NodeEvent::kLost) while the agent goes
+// on: the same invariants hold, counting what the agent passes on of node 2 after the loss as
+// nothing.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -126,19 +127,22 @@ struct Run {
   std::optional<Ms> spare_start;       // when the spare's agent started
 };
 
-constexpr int kTreeParent = 9;  // the tree: node 9's agent (kAgent) has node 1 below it
+// The tree: node 1's agent (kAgent) has node 2 below it, which holds ranks 2 and 3 (what
+// the other explorations call node 1's), its loss handed up.
+constexpr int kTreeParent = 1;
+constexpr int kTreeLost = 2;
 
 NodeEvent handed_up_node1() {
   NodeEvent lost;
   lost.kind = NodeEvent::Kind::kLost;
-  lost.node = 1;
+  lost.node = kTreeLost;
   lost.code = 255;
-  lost.what = "node 1 (node1) was lost (its ddprun ended: exit code 255)";
+  lost.what = "node 2 (node2) was lost (its ddprun ended: exit code 255)";
   return lost;
 }
 
-// With `spare`, one spare node can take node 1's ranks; with `tree`, node 1 is below node 9's
-// agent (kAgent), which hands it up when it is lost.
+// With `spare`, one spare node can take node 1's ranks; with `tree`, those ranks are node 2's,
+// below node 1's agent (kAgent), which hands node 2 up when it is lost.
 Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spare = false,
                  bool tree = false) {
   JobSettings settings;
@@ -167,10 +171,10 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
         }
         break;
       case Event::Kind::kReport:
-        runner.report_membership_at(0, at, kAgent, 1, node1_part(e.recoveries));
+        runner.report_membership_at(0, at, kAgent, tree ? kTreeLost : 1, node1_part(e.recoveries));
         break;
       case Event::Kind::kSpareReport:
-        runner.report_membership_from_host_at(0, at, kSpareHost, 1,
+        runner.report_membership_from_host_at(0, at, kSpareHost, tree ? kTreeLost : 1,
                                               node1_part(e.recoveries, /*spare=*/true));
         break;
       case Event::Kind::kNodeFails:
@@ -211,18 +215,19 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
   children[kAgent].host = "node1";
   if (tree) {
     children[kAgent].node_rank = kTreeParent;
-    children[kAgent].host = "node9";
-    children[kAgent].control_nodes = 2;                                        // node 9 and node 1
+    children[kAgent].control_nodes = 2;                                        // node 1 and node 2
     runner.report_membership_at(0, Ms(1), kAgent, kTreeParent, Membership{});  // no ranks
   }
   int spares_left = 1;
   const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
-    if (node != 1) throw std::logic_error("a spare asked for node " + std::to_string(node));
+    if (node != (tree ? kTreeLost : 1)) {
+      throw std::logic_error("a spare asked for node " + std::to_string(node));
+    }
     if (spares_left == 0) return std::nullopt;
     --spares_left;
     SpareNode taken{children[kAgent]};
     taken.agent.host = kSpareHost;
-    taken.agent.node_rank = 1;
+    taken.agent.node_rank = tree ? kTreeLost : 1;
     taken.agent.control_nodes = 1;
     return taken;
   };
@@ -325,8 +330,8 @@ std::optional<Ms> time_of(const std::vector<Event>& events, Event::Kind kind, st
   return std::nullopt;
 }
 
-// The first invariant a run with a spare node broke, or empty. In the tree, what node 9's
-// agent passes on of node 1 counts until node 1's loss only, and its own part not at all.
+// The first invariant a run with a spare node broke, or empty. In the tree, what node 1's
+// agent passes on of node 2 counts until node 2's loss only (its own part has no ranks).
 std::string check_spare(const FakeRunner& runner, const Run& run, const std::vector<Event>& events,
                         bool tree = false) {
   if (!run.refused.empty()) return "the fake runner refused: " + run.refused;
@@ -350,7 +355,7 @@ std::string check_spare(const FakeRunner& runner, const Run& run, const std::vec
       const auto& [t, n] = runner.parts_heard[i];
       if (t >= at) continue;
       const bool from_parent = runner.parts_heard_from[i] == kAgent;
-      // The tree: node 1's last words through node 9's agent once the spare stands for it.
+      // The tree: node 2's last words through node 1's agent once the spare stands for it.
       if (tree && from_parent && run.spare_start && node_lost && t >= *node_lost) continue;
       int& heard = from_parent ? node1 : spare;
       heard = std::max(heard, n);
@@ -368,11 +373,11 @@ std::string check_spare(const FakeRunner& runner, const Run& run, const std::vec
   if (run.spare_start && (!node_lost || *run.spare_start != *node_lost)) {
     return "the spare started other than at node 1's loss";
   }
-  bool node1_heard = false;  // before its loss, through its own agent or node 9's
+  bool node1_heard = false;  // before its loss, through its own agent (the tree: node 1's)
   for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
-    node1_heard =
-        node1_heard || (runner.parts_heard_from[i] == kAgent && runner.parts_heard_node[i] == 1 &&
-                        (!node_lost || runner.parts_heard[i].first < *node_lost));
+    node1_heard = node1_heard || (runner.parts_heard_from[i] == kAgent &&
+                                  runner.parts_heard_node[i] == (tree ? kTreeLost : 1) &&
+                                  (!node_lost || runner.parts_heard[i].first < *node_lost));
   }
   if (node_lost && !run.spare_start && (!stopped || *stopped >= *node_lost) && node1_heard &&
       started_by(*node_lost) + remote_before(*node_lost) + 2 <= kSpareBudget) {
@@ -493,7 +498,7 @@ TEST(MembershipSequences, ANodeLostBelowATreeAgentMovesToTheSpareAsALostAgentWou
     alphabet.push_back({Event::Kind::kSpareReport, 97, r});
   }
   alphabet.push_back({Event::Kind::kStop, 98, 0});
-  explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "node 1 below a tree agent",
+  explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "a node below a tree agent",
               [](const std::vector<Event>& events) {
                 FakeRunner runner;
                 const auto run = run_sequence(runner, events, /*spare=*/true, /*tree=*/true);

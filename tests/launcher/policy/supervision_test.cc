@@ -1697,6 +1697,9 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOw
     lost.node = 2;
     lost.code = 255;
     lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+    NodeEvent outside = lost;  // not of node 1's subtree (nodes 1 and 2): nothing to move
+    outside.node = 7;
+    runner.report_at(0, Ms(250), 2, outside);
     runner.report_at(0, Ms(300), 2, lost);
     Membership stale = node2;
     stale.ranks[0].pid = 9;
@@ -1729,6 +1732,8 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOw
         messages);
     if (!spare_fits) {
       ASSERT_GE(runner.started.size(), 2u) << "a full restart";
+      // Node 1's agent, which would go on otherwise, is stopped with the others.
+      EXPECT_FALSE(runner.sent_to(2).empty()) << "node 1's agent was not stopped";
       EXPECT_NE(messages.str().find("ddprun: not replacing the lost rank alone: node 2 (node3) was "
                                     "lost (its ddprun ended: exit code 255), below node 1"),
                 std::string::npos)
@@ -1760,6 +1765,67 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOw
     EXPECT_EQ(whole->membership.ranks[4].pid, 801);
     EXPECT_EQ(whole->membership.ranks[5].state, Membership::State::kReplaced);
   }
+}
+
+// A node moved from below an agent, then its stand-in lost after its recovery window: the
+// next stand-in's part counts (the membership is whole again with its processes).
+TEST(JobPolicyRankScope, ANodeMovedFromBelowAnAgentAndLostAgainGoesOnOnTheNextSpare) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t child) {
+    FakeBehaviour b = exits_after(Ms(child == 3 ? 500 : 2000), child == 3 ? exited(255) : 0);
+    b.exits_like_agent = true;
+    return b;
+  };
+  Membership node2;
+  node2.version = 1;
+  node2.ranks = {{4, Membership::State::kRunning, 701}, {5, Membership::State::kRunning, 702}};
+  runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+  runner.report_membership_at(0, Ms(20), 2, 2, node2);
+  NodeEvent lost;
+  lost.kind = NodeEvent::Kind::kLost;
+  lost.node = 2;
+  lost.code = 255;
+  lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+  runner.report_at(0, Ms(100), 2, lost);
+  Membership first = node2;
+  first.ranks = {{4, Membership::State::kReplaced, 801}, {5, Membership::State::kReplaced, 802}};
+  runner.report_membership_from_host_at(0, Ms(200), "spare1", 2, first);
+  Membership second = node2;
+  second.ranks = {{4, Membership::State::kReplaced, 901}, {5, Membership::State::kReplaced, 902}};
+  runner.report_membership_from_host_at(0, Ms(900), "spare2", 2, second);
+  std::vector<ChildSpec> children = worker_and_node1(2);
+  children[2].control_nodes = 2;
+  int taken = 0;
+  const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
+    EXPECT_EQ(node, 2);
+    SpareNode place;
+    place.agent.agent = true;
+    place.agent.node_rank = 2;
+    place.agent.host = "spare" + std::to_string(++taken);
+    return place;
+  };
+  JobSettings s = settings(4);
+  s.round.shutdown_grace = kGrace;
+  s.round.recovery_window = Ms(100);
+  s.colour = false;
+  std::ostringstream messages;
+  const int code = run_job(
+      runner, s,
+      [&](int, const RoundResult*) {
+        RoundSetup setup{children, "", "", ""};
+        setup.spares = spares;
+        return setup;
+      },
+      messages);
+  EXPECT_EQ(code, 0) << messages.str();
+  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+  EXPECT_EQ(taken, 2);
+  const auto whole = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                  [](const auto& m) { return m.whole && m.at >= Ms(900); });
+  ASSERT_NE(whole, runner.memberships.end()) << "the second stand-in's part was not taken";
+  ASSERT_EQ(whole->membership.ranks.size(), 6u);
+  EXPECT_EQ(whole->membership.ranks[4].pid, 901);
+  EXPECT_EQ(whole->membership.recoveries, 4);
 }
 
 TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
