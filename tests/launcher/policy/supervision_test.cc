@@ -1675,6 +1675,27 @@ TEST(JobPolicyRankScope, AnAgentOfTheSshTreeHandsUpALostNodeBelowItAndGoesOn) {
   }
 }
 
+// An ssh tree seen from the head: node 1's agent (child 2) passes on node 1's part and node
+// 2's (ranks 4 and 5, below it), returned.
+Membership node2_below_node1(FakeRunner& runner) {
+  Membership node2;
+  node2.version = 1;
+  node2.ranks = {{4, Membership::State::kRunning, 701}, {5, Membership::State::kRunning, 702}};
+  runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
+  runner.report_membership_at(0, Ms(20), 2, 2, node2);
+  return node2;
+}
+
+// What node 1's agent says of node 2 when its ddprun is lost (Round::hand_up).
+NodeEvent node2_handed_up() {
+  NodeEvent lost;
+  lost.kind = NodeEvent::Kind::kLost;
+  lost.node = 2;
+  lost.code = 255;
+  lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+  return lost;
+}
+
 // The head's side: node 1's agent (node 1 and node 2 below it) hands up node 2, lost. The
 // head starts node 2's ranks under an agent of its own on the spare node, each a recovery;
 // what still comes of node 2 through node 1's agent is its last words; the membership is
@@ -1687,16 +1708,8 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOw
       b.exits_like_agent = true;
       return b;
     };
-    Membership node2;
-    node2.version = 1;
-    node2.ranks = {{4, Membership::State::kRunning, 701}, {5, Membership::State::kRunning, 702}};
-    runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
-    runner.report_membership_at(0, Ms(20), 2, 2, node2);
-    NodeEvent lost;
-    lost.kind = NodeEvent::Kind::kLost;
-    lost.node = 2;
-    lost.code = 255;
-    lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+    const Membership node2 = node2_below_node1(runner);
+    const NodeEvent lost = node2_handed_up();
     NodeEvent outside = lost;  // not of node 1's subtree (nodes 1 and 2): nothing to move
     outside.node = 7;
     runner.report_at(0, Ms(250), 2, outside);
@@ -1776,16 +1789,8 @@ TEST(JobPolicyRankScope, ANodeMovedFromBelowAnAgentAndLostAgainGoesOnOnTheNextSp
     b.exits_like_agent = true;
     return b;
   };
-  Membership node2;
-  node2.version = 1;
-  node2.ranks = {{4, Membership::State::kRunning, 701}, {5, Membership::State::kRunning, 702}};
-  runner.report_membership_at(0, Ms(20), 2, 1, node1_part(0, Membership::State::kRunning, 502));
-  runner.report_membership_at(0, Ms(20), 2, 2, node2);
-  NodeEvent lost;
-  lost.kind = NodeEvent::Kind::kLost;
-  lost.node = 2;
-  lost.code = 255;
-  lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+  const Membership node2 = node2_below_node1(runner);
+  const NodeEvent lost = node2_handed_up();
   runner.report_at(0, Ms(100), 2, lost);
   Membership first = node2;
   first.ranks = {{4, Membership::State::kReplaced, 801}, {5, Membership::State::kReplaced, 802}};
