@@ -470,7 +470,9 @@ TEST(MembershipSequences, TheHeadKeepsTheBudgetAndPublishesWholeMembershipsOnly)
               });
 }
 
-TEST(MembershipSequences, ALostNodesRanksMoveToTheSpareWithinTheBudgetAndTheMembershipWaits) {
+// With a spare node: a rank here, a replacement, node 1 and the spare lost; node 1 and the
+// spare reporting 0 or 1 replacements; a stop.
+std::vector<Event> spare_alphabet() {
   std::vector<Event> alphabet;
   for (const std::size_t child :
        {std::size_t{0}, std::size_t{1}, kFirstReplacement, kAgent, kSpare})
@@ -480,6 +482,11 @@ TEST(MembershipSequences, ALostNodesRanksMoveToTheSpareWithinTheBudgetAndTheMemb
     alphabet.push_back({Event::Kind::kSpareReport, 97, r});
   }
   alphabet.push_back({Event::Kind::kStop, 98, 0});
+  return alphabet;
+}
+
+TEST(MembershipSequences, ALostNodesRanksMoveToTheSpareWithinTheBudgetAndTheMembershipWaits) {
+  const std::vector<Event> alphabet = spare_alphabet();
   explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "a spare node",
               [](const std::vector<Event>& events) {
                 FakeRunner runner;
@@ -489,15 +496,7 @@ TEST(MembershipSequences, ALostNodesRanksMoveToTheSpareWithinTheBudgetAndTheMemb
 }
 
 TEST(MembershipSequences, ANodeLostBelowATreeAgentMovesToTheSpareAsALostAgentWould) {
-  std::vector<Event> alphabet;
-  for (const std::size_t child :
-       {std::size_t{0}, std::size_t{1}, kFirstReplacement, kAgent, kSpare})
-    alphabet.push_back({Event::Kind::kLost, child, 0});
-  for (int r = 0; r <= 1; ++r) {
-    alphabet.push_back({Event::Kind::kReport, 99, r});
-    alphabet.push_back({Event::Kind::kSpareReport, 97, r});
-  }
-  alphabet.push_back({Event::Kind::kStop, 98, 0});
+  const std::vector<Event> alphabet = spare_alphabet();
   explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "a node below a tree agent",
               [](const std::vector<Event>& events) {
                 FakeRunner runner;

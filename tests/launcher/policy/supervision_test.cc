@@ -1570,45 +1570,32 @@ TEST(JobPolicyRankScope, WithNoSpareThatFitsALostNodesRanksStartOnItAgain) {
 }
 
 // Per-node launchers: the lost node's place awaits its ddprun's join (the runner attaches it);
-// the line says where its ranks go on and for how long.
+// the line says where its ranks go on and for how long, or names the ddprun that waits as a
+// spare to take it.
 TEST(JobPolicyRankScope, ALostPerNodeLaunchersRanksGoOnWhereItsDdprunJoinsAgain) {
-  FakeRunner runner;
-  lose_node1_at_300ms(runner);
-  runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
-  const SpareRun run =
-      run_with_spare(runner, settings(2), true, /*again=*/true, std::chrono::seconds(600));
-  EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
-  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
-  ASSERT_EQ(runner.started[0].size(), 4u);
-  EXPECT_TRUE(runner.started[0][3].join_by.has_value());
-  const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
-                                 [](const auto& m) { return !m.membership.change.empty(); });
-  ASSERT_NE(said, runner.memberships.end());
-  EXPECT_NE(said->membership.change.find(
-                "node 1 (node1) was lost (its ddprun ended: exit code 255); its 2 rank(s) go on "
-                "where its ddprun joins again (start it with the same options, on node1 or "
-                "another host, within 600 s) (0 restart(s) left)"),
-            std::string::npos)
-      << said->membership.change;
-}
-
-// ... and where a ddprun waits as a spare, the line names it instead.
-TEST(JobPolicyRankScope, ALostPerNodeLaunchersRanksGoOnOnTheSpareDdprunThatWaits) {
-  FakeRunner runner;
-  lose_node1_at_300ms(runner);
-  runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
-  const SpareRun run =
-      run_with_spare(runner, settings(2), true, /*again=*/true, std::chrono::seconds(600), "node3");
-  EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
-  ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
-  const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
-                                 [](const auto& m) { return !m.membership.change.empty(); });
-  ASSERT_NE(said, runner.memberships.end());
-  EXPECT_NE(said->membership.change.find(
-                "node 1 (node1) was lost (its ddprun ended: exit code 255); its 2 rank(s) go on "
-                "on node3, whose ddprun waits as a spare (0 restart(s) left)"),
-            std::string::npos)
-      << said->membership.change;
+  for (const std::string waiting : {"", "node3"}) {
+    FakeRunner runner;
+    lose_node1_at_300ms(runner);
+    runner.report_membership_at(0, Ms(400), 3, 1, spare_part());
+    const SpareRun run = run_with_spare(runner, settings(2), true, /*again=*/true,
+                                        std::chrono::seconds(600), waiting);
+    EXPECT_EQ(run.job.exit_code, 0) << run.job.messages;
+    ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+    ASSERT_EQ(runner.started[0].size(), 4u);
+    EXPECT_TRUE(runner.started[0][3].join_by.has_value());
+    const auto said = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                   [](const auto& m) { return !m.membership.change.empty(); });
+    ASSERT_NE(said, runner.memberships.end());
+    const std::string where =
+        waiting.empty() ? "where its ddprun joins again (start it with the same options, on "
+                          "node1 or another host, within 600 s)"
+                        : "on node3, whose ddprun waits as a spare";
+    EXPECT_NE(said->membership.change.find("node 1 (node1) was lost (its ddprun ended: exit code "
+                                           "255); its 2 rank(s) go on " +
+                                           where + " (0 restart(s) left)"),
+              std::string::npos)
+        << said->membership.change;
+  }
 }
 
 // ... and one whose ddprun never joins ends with the wait (exit 255, nothing reported): the
