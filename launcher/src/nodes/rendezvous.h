@@ -291,8 +291,12 @@ class RendezvousHost {
   std::vector<UniqueFd> retired_;
   std::optional<RendezvousClock::time_point> accept_paused_until_;  // out of descriptors
   int accept_pauses_ = 0;                                           // in this round
-  std::vector<JoinedPeer> spares_;                                  // in line; join.node_rank -1
-  HeartbeatWatch spare_watch_;  // the heartbeat with them, in rounds and between
+  std::string pause_note_;  // what the last pause says once it is over
+  bool round_accept_paused() const {
+    return accept_paused_until_ && RendezvousClock::now() < *accept_paused_until_;
+  }
+  std::vector<JoinedPeer> spares_;  // in line; join.node_rank -1
+  HeartbeatWatch spare_watch_;      // the heartbeat with them, in rounds and between
   std::vector<Pending> pending_;
   std::vector<std::optional<JoinedPeer>> joined_;  // by node rank; 0 is this node
   Gathering gathering_;                            // the decisions on joined_

@@ -407,10 +407,12 @@ void RendezvousHost::accept_connections(std::ostream& log) {
       if ((errno == EMFILE || errno == ENFILE) && running_round_) {
         // During a round every node is in: the round goes on, and the listener rests a
         // while (the connection waits in the kernel's queue; retried at once it would spin).
-        if (accept_pauses_++ % 60 == 0) {  // said once a minute at most
-          log << "ddprun: rendezvous: out of file descriptors (" << descriptor_limit()
-              << "): no connection taken for " << kAcceptPause.count() << " s; round "
-              << *running_round_ << " goes on\n";
+        // Said once a minute at most, once the pause is over: nothing here may need a
+        // descriptor (a sanitizer's checks do).
+        if (accept_pauses_++ % 60 == 0) {
+          pause_note_ = "ddprun: rendezvous: out of file descriptors (" + descriptor_limit() +
+                        "): took no connection for " + std::to_string(kAcceptPause.count()) +
+                        " s; round " + std::to_string(*running_round_) + " went on\n";
         }
         accept_paused_until_ = RendezvousClock::now() + kAcceptPause;
         return;
@@ -492,9 +494,7 @@ void RendezvousHost::forget_in_round(int node) {
 
 void RendezvousHost::round_join_fds(std::vector<int>& fds) const {
   if (!running_round_) return;
-  if (!accept_paused_until_ || RendezvousClock::now() >= *accept_paused_until_) {
-    fds.push_back(listener_.get());
-  }
+  if (!round_accept_paused()) fds.push_back(listener_.get());
   for (const Pending& p : pending_) {
     if (!p.parked) fds.push_back(p.fd.get());
   }
@@ -504,9 +504,7 @@ void RendezvousHost::round_join_fds(std::vector<int>& fds) const {
 std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() const {
   std::optional<RendezvousClock::time_point> due;
   if (!running_round_) return due;
-  if (accept_paused_until_ && RendezvousClock::now() < *accept_paused_until_) {
-    due = accept_paused_until_;  // the listener watched again
-  }
+  if (round_accept_paused()) due = accept_paused_until_;  // the listener watched again
   if (!awaited_.empty() && !spares_.empty()) return RendezvousClock::now();  // to be seated
   for (const JoinedPeer& spare : spares_) {
     if (!spare_watch_.on()) break;
@@ -524,6 +522,7 @@ std::optional<RendezvousClock::time_point> RendezvousHost::round_join_due() cons
 
 std::vector<int> RendezvousHost::serve_round_joins(int fd, std::ostream& log) {
   if (!running_round_) return {};
+  if (!pause_note_.empty() && !round_accept_paused()) log << std::exchange(pause_note_, {});
   if (fd == listener_.get()) {
     accept_connections(log);
   } else if (fd >= 0) {
@@ -551,6 +550,7 @@ void RendezvousHost::end_round_joins() {
   running_round_.reset();
   accept_paused_until_.reset();
   accept_pauses_ = 0;
+  pause_note_.clear();
   awaited_.clear();
   rejoined_.clear();
   retired_.clear();  // the round's children that read them are gone

@@ -220,6 +220,9 @@ bool Round::move_node(std::size_t child) {
                     format_seconds(policy_.recovery_window) + ")";
     return false;
   }
+  // Said before the start: `lost` is an element of ranks_, which the start may move.
+  const std::string line =
+      name + " was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
   const auto moved = start_on_spare(lost.node_rank, name, "");
   if (!moved) return false;
   ranks_[child].replaced_by = moved->child;
@@ -227,8 +230,7 @@ bool Round::move_node(std::size_t child) {
   for (auto& [node, stand_in] : moved_below_) {
     if (stand_in == child) stand_in = moved->child;
   }
-  publish(name + " was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")" +
-          moved->where);
+  publish(line + moved->where);
   return true;
 }
 
