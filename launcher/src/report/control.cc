@@ -240,10 +240,8 @@ std::optional<AgentAnswer> parse_agent_answer(std::string_view line) {
 namespace {
 
 constexpr std::pair<NodeEvent::Kind, const char*> kEventNames[] = {
-    {NodeEvent::Kind::kFailed, "failed"},
-    {NodeEvent::Kind::kStopped, "stopped"},
-    {NodeEvent::Kind::kNotice, "notice"},
-    {NodeEvent::Kind::kSetupFailed, "setup_failed"},
+    {NodeEvent::Kind::kFailed, "failed"}, {NodeEvent::Kind::kStopped, "stopped"},
+    {NodeEvent::Kind::kNotice, "notice"}, {NodeEvent::Kind::kSetupFailed, "setup_failed"},
     {NodeEvent::Kind::kLost, "lost"},
 };
 constexpr std::size_t kMaxEventText = 512;
