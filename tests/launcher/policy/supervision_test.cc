@@ -41,8 +41,9 @@ struct JobRun {
   std::string messages;
 };
 
-// Every round runs `children`.
-JobRun run(FakeRunner& runner, JobSettings settings, const std::vector<ChildSpec>& children) {
+// Every round runs `children` (with `spares` for a lost node's ranks).
+JobRun run(FakeRunner& runner, JobSettings settings, const std::vector<ChildSpec>& children,
+           const SpareNodes& spares = {}) {
   settings.round.shutdown_grace = kGrace;
   settings.colour = false;
   std::ostringstream messages;
@@ -50,7 +51,9 @@ JobRun run(FakeRunner& runner, JobSettings settings, const std::vector<ChildSpec
   result.exit_code = run_job(
       runner, settings,
       [&](int, const RoundResult*) {
-        return RoundSetup{children, "", "", ""};
+        RoundSetup setup{children, "", "", ""};
+        setup.spares = spares;
+        return setup;
       },
       messages);
   result.messages = messages.str();
@@ -1718,18 +1721,9 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpFromBelowAnAgentToAnAgentOfItsOw
       place.agent.host = "node4";
       return place;
     };
-    JobSettings s = settings(2);
-    s.round.shutdown_grace = kGrace;
-    s.colour = false;
-    std::ostringstream messages;
-    const int code = run_job(
-        runner, s,
-        [&](int, const RoundResult*) {
-          RoundSetup setup{children, "", "", ""};
-          setup.spares = spares;
-          return setup;
-        },
-        messages);
+    const JobRun job = run(runner, settings(2), children, spares);
+    const int code = job.exit_code;
+    const std::ostringstream messages(job.messages);
     if (!spare_fits) {
       ASSERT_GE(runner.started.size(), 2u) << "a full restart";
       // Node 1's agent, which would go on otherwise, is stopped with the others.
@@ -1797,18 +1791,10 @@ TEST(JobPolicyRankScope, ANodeMovedFromBelowAnAgentAndLostAgainGoesOnOnTheNextSp
     return place;
   };
   JobSettings s = settings(4);
-  s.round.shutdown_grace = kGrace;
   s.round.recovery_window = Ms(100);
-  s.colour = false;
-  std::ostringstream messages;
-  const int code = run_job(
-      runner, s,
-      [&](int, const RoundResult*) {
-        RoundSetup setup{children, "", "", ""};
-        setup.spares = spares;
-        return setup;
-      },
-      messages);
+  const JobRun job = run(runner, s, children, spares);
+  const int code = job.exit_code;
+  const std::ostringstream messages(job.messages);
   EXPECT_EQ(code, 0) << messages.str();
   ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
   EXPECT_EQ(taken, 2);
