@@ -11,6 +11,7 @@
 #include <iostream>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "cli/options.h"
 #include "cli/program_command.h"
@@ -291,7 +292,9 @@ int run_rounds(const Session& s, const RunContext& run, bool meet) {
   RoundState round_state = first_round_state(s.inputs);
   if (meet) {
     open_rendezvous(rendezvous, s.options, s.inputs, s.env, s.inputs.master_port);
-    round_state.master_port = pick_free_port();
+    HeldPort picked = hold_free_port();
+    round_state.master_port = picked.port;
+    round_state.master_port_hold = std::move(picked.hold);
     round_state.fixed_port = false;
   }
   ProcessRunner runner(run.signals, run.guardian, run.runner_config);

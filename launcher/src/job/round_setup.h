@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/options.h"
+#include "ddprun/common/unique_fd.h"
 #include "job/job_inputs.h"
 #include "policy/supervision.h"
 
@@ -29,8 +30,12 @@ std::vector<ChildSpec> worker_children(const LaunchPlan& plan, const std::string
 // from them with this laid over them.
 struct RoundState {
   int restart_count = 0;
-  int master_port = 0;                 // the workers'
-  bool fixed_port = true;              // false: picked free here, so a restart may pick anew
+  int master_port = 0;     // the workers'
+  bool fixed_port = true;  // false: picked free here, so a restart may pick anew
+  // A port picked here stays held for rank 0 through its round (ports.h): no other
+  // program's pick or plain bind takes it before rank 0's store binds it, nor while a lost
+  // rank 0 waits for its replacement. A port given (--master-port, the job's) is not held.
+  UniqueFd master_port_hold;
   std::vector<NodeSlots> nodes;        // the cluster's, with spares in failed nodes' places
   std::vector<NodeSlots> spare_nodes;  // the spares still unused
   // This node's place: the inputs', or where node 0 placed it (by hand, ranks by arrival).

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "ddprun/common/files.h"
@@ -124,6 +125,62 @@ std::string describe_port_user(int port) {
     }
   }
   return {};
+}
+
+namespace {
+
+// A socket bound to `port` (0: any) as hold_port says, as a raw fd, or -errno.
+int bind_hold(int port) {
+  // IPv6 with IPv6-only off also binds IPv4; a host without IPv6 gets IPv4 alone.
+  UniqueFd sock(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const bool six = sock.valid();
+  if (!six) sock = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return -errno;
+  const int one = 1;
+  const int zero = 0;
+  ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int bound = 0;
+  if (six) {
+    ::setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<std::uint16_t>(port));
+    bound = ::bind(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  } else {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    bound = ::bind(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  }
+  if (bound != 0) return -errno;
+  return sock.release();
+}
+
+// The port `fd` is bound to, or -errno.
+int bound_port(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -errno;
+  return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port)
+                                    : ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
+}
+
+}  // namespace
+
+UniqueFd hold_port(int port) {
+  const int fd = bind_hold(port);
+  return UniqueFd(fd < 0 ? -1 : fd);
+}
+
+HeldPort hold_free_port() {
+  const int fd = bind_hold(0);
+  if (fd < 0) throw std::system_error(-fd, std::generic_category(), "bind to a free port");
+  UniqueFd hold(fd);
+  const int port = bound_port(hold.get());
+  if (port <= 0) throw std::system_error(-port, std::generic_category(), "bind to a free port");
+  return {port, std::move(hold)};
 }
 
 int pick_free_port() {
