@@ -18,6 +18,10 @@ bit-identical to the uninterrupted run's, and leaves nothing on any node.
                  leaf, started by node2's) in its backward at step 12; node2's ddprun hands
                  the loss up, and node 0 starts ranks 4 and 5 on node3 again under an agent
                  of its own, while ranks 0-3 go on
+  --case subtree  3 nodes, --ssh-fanout 1 as in tree, --max-restarts 4: rank 3 SIGKILLs
+                 node2's ddprun (an inner node: node3's was started by it, and goes with it)
+                 in its backward at step 12; node 0 starts ranks 2-5 on node2 and node3
+                 again, each node under an agent of its own, while ranks 0 and 1 go on
   --case spare   3 nodes, --nnodes 2, over ssh: rank 3 SIGKILLs node2's ddprun (and so
                  both of node2's ranks) in its backward at step 12; node 0 starts ranks 2
                  and 3 on the spare node3 as replacements, and ranks 0 and 1 go on
@@ -59,7 +63,8 @@ from simcluster.jobs import (  # noqa: E402 (tests/ on PYTHONPATH)
 NPROC = 2
 PORT = 29541
 BYHAND = ("byhand", "rejoin", "elsewhere", "ahead", "noreturn")  # one ddprun a node, by the test
-MOVES = ("spare", "again", "treenode", "rejoin", "elsewhere", "ahead", "noreturn")  # a node lost
+MOVES = ("spare", "again", "treenode", "subtree", "rejoin", "elsewhere", "ahead",
+         "noreturn")  # a node lost
 # ahead: late enough that the spare started once round 0 runs waits before the loss.
 KILL_AT = {"ahead": 40}
 
@@ -201,11 +206,14 @@ def run_ssh(cluster, a, config, marker, name, failures):
     # ssh: each node keeps a warm spare, which becomes the lost rank; tree: new processes;
     # spare: the job on 2 of the 3 nodes, the third a spare node.
     fanout = {"tree": ["--ssh-fanout", "1"], "treenode": ["--ssh-fanout", "1"],
-              "ssh": ["--warm-spare"], "spare": ["--nnodes", "2"], "again": []}[a.case]
+              "subtree": ["--ssh-fanout", "1"], "ssh": ["--warm-spare"],
+              "spare": ["--nnodes", "2"], "again": []}[a.case]
+    # subtree: node2's ranks and node3's, 4 recoveries
+    restarts = "4" if a.case == "subtree" else "2"
     argv = [os.path.abspath(a.ddprun), "--hostfile", cluster.hostfile, "--launcher", "ssh",
             "--ssh-config", cluster.ssh_config, *fanout, "--env", "DDPC_MARK", "--nproc-per-node",
             str(NPROC), "--master-port", str(PORT), "--restart-scope", "rank", "--max-restarts",
-            "2", "--shutdown-timeout", "5", "--tag-output", "--",
+            restarts, "--shutdown-timeout", "5", "--tag-output", "--",
             os.path.abspath(a.ddp_train), "--config", config]
     proc = cluster.popen(cluster.nodes[0], argv, env=job_env(marker), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -219,14 +227,14 @@ def count(text, what):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True,
-                    choices=["byhand", "ssh", "tree", "treenode", "spare", "again", "rejoin",
-                             "elsewhere", "ahead", "noreturn"])
+                    choices=["byhand", "ssh", "tree", "treenode", "subtree", "spare", "again",
+                             "rejoin", "elsewhere", "ahead", "noreturn"])
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--ddp-train", required=True)
     ap.add_argument("--config", required=True)
     a = ap.parse_args()
     run = run_byhand if a.case in BYHAND else run_ssh
-    nodes = 3 if a.case in ("tree", "treenode", "spare", "elsewhere", "ahead") else 2
+    nodes = 3 if a.case in ("tree", "treenode", "subtree", "spare", "elsewhere", "ahead") else 2
     last = (2 if a.case in ("elsewhere", "ahead") else nodes) * NPROC - 1
     kills = ((f"rank{last}-backward", last, "backward"), ("rank0-forward", 0, "forward"))
     moves = a.case in MOVES
@@ -234,10 +242,11 @@ def main():
         kills = (("node2-backward", 3, "backward"),)
     if a.case == "treenode":  # the leaf: node3, below node2's ddprun
         kills = (("node3-backward", 5, "backward"),)
-    lost = {"node2-backward": "ranks 2, 3", "node3-backward": "ranks 4, 5"}
+    lost = {"node2-backward": "ranks 2, 3, 4, 5" if a.case == "subtree" else "ranks 2, 3",
+            "node3-backward": "ranks 4, 5"}
     # The node lost, as node 0 names it, and the last rank, which must end where it goes on.
     lost_node = "node 2 (node3)" if a.case == "treenode" else "node 1 (node2)"
-    lost_rank = 5 if a.case == "treenode" else 3
+    lost_rank = 5 if a.case in ("treenode", "subtree") else 3
 
     def body(cluster, result, failures):
         os.makedirs(os.path.join(cluster.dir, "home"), mode=0o700, exist_ok=True)
@@ -280,10 +289,20 @@ def main():
                                "with the same options, on node2 or another host, within 600 s)",
                      }
             where["elsewhere"] = where["rejoin"]
+            where["subtree"] = (", and with it the 1 node(s) below it in the ssh tree" +
+                                where["again"])
             where["ahead"] = "; its 2 rank(s) go on on node3, whose ddprun waits as a spare"
             moved = count(out, f"ddprun: {lost_node} was lost (its ddprun ended: exit code "
                           f"255){where.get(a.case, '')}")
-            place = "node3" if a.case in ("spare", "treenode", "elsewhere", "ahead") else "node2"
+            place = ("node3" if a.case in ("spare", "treenode", "subtree", "elsewhere", "ahead")
+                     else "node2")
+            if a.case == "subtree" and count(
+                    out, "ddprun: node 2, below node 1 (node2) in the ssh tree, went with it; "
+                    "started its 2 rank(s) there again under this node's own agent, with no spare "
+                    "node that fits (0 restart(s) left)") != 1:
+                failures.append(f"{name}: node 0 did not say once that node 2 went with node 1")
+            if a.case == "subtree" and not re.search(r"ddp-train:\s+3\s+node2\s", out):
+                failures.append(f"{name}: rank 3 did not end on node2")
             if a.case == "ahead":
                 # The second spare: behind the first, or first in line once the first is seated.
                 for said, times in (

@@ -202,12 +202,45 @@ bool Round::replace(std::size_t child) {
   return true;
 }
 
+std::vector<int> Round::nodes_below(std::size_t child) const {
+  const ChildSpec& via = spec(spec_of_[child]);
+  std::vector<int> nodes;
+  for (int node = via.node_rank + 1; node < via.node_rank + via.control_nodes; ++node) {
+    if (moved_below_.count(node) == 0) nodes.push_back(node);  // a moved one runs elsewhere
+  }
+  return nodes;
+}
+
 bool Round::move_node(std::size_t child) {
   const RankResult& lost = ranks_[child];
-  if (!spares_ || notice_seen_ != 0 || spec(spec_of_[child]).control_nodes > 1) {
-    return false;  // no spares; a notice (the round drains); a subtree
-  }
+  if (!spares_ || notice_seen_ != 0) return false;  // no spares; a notice (the round drains)
   const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
+  // An inner node of the ssh tree: the nodes below it went with its ddprun. All of them
+  // move, or none (the round then fails on the loss).
+  const std::vector<int> below = nodes_below(child);
+  if (!below.empty()) {
+    int ranks = 0;
+    for (const int node : below) {
+      const auto part = parts_.find(node);
+      if (part == parts_.end()) {
+        not_replaced_ = "node " + std::to_string(node) + ", below " + name +
+                        " in the ssh tree, was lost with it before it said which ranks run there";
+        return false;
+      }
+      ranks += static_cast<int>(part->second.ranks.size());
+    }
+    if (const auto own = parts_.find(lost.node_rank); own != parts_.end()) {
+      ranks += static_cast<int>(own->second.ranks.size());
+    }
+    if (recoveries_left() < ranks) {
+      not_replaced_ = name + " was lost with the " + std::to_string(below.size()) +
+                      " node(s) below it in the ssh tree, " + std::to_string(ranks) +
+                      " rank(s) in all, and the round has " +
+                      std::to_string(std::max(0, recoveries_left())) +
+                      " restart(s) left (--max-restarts)";
+      return false;
+    }
+  }
   if (spec(spec_of_[child]).join_by && joined_.count(child) == 0) {
     not_replaced_ = name + "'s ddprun did not join again in time (--rdzv-conf join_timeout)";
     return false;
@@ -230,7 +263,19 @@ bool Round::move_node(std::size_t child) {
   for (auto& [node, stand_in] : moved_below_) {
     if (stand_in == child) stand_in = moved->child;
   }
-  publish(line + moved->where);
+  const std::string with_below = below.empty()
+                                     ? std::string()
+                                     : ", and with it the " + std::to_string(below.size()) +
+                                           " node(s) below it in the ssh tree";
+  publish(line + with_below + moved->where);
+  // Each node below under an agent of this head's own, as a node an agent handed up.
+  for (const int node : below) {
+    const std::string below_name = "node " + std::to_string(node);
+    const auto moved_below = start_on_spare(node, below_name, " under this node's own agent");
+    if (!moved_below) return false;
+    moved_below_[node] = moved_below->child;
+    publish(below_name + ", below " + name + " in the ssh tree, went with it" + moved_below->where);
+  }
   return true;
 }
 
@@ -289,18 +334,27 @@ std::optional<Round::Moved> Round::start_on_spare(int node, const std::string& n
 }
 
 bool Round::hand_up(std::size_t child) {
-  if (!policy_.hands_up_lost_nodes || notice_seen_ != 0 ||
-      spec(spec_of_[child]).control_nodes > 1) {
-    return false;  // not an agent of the tree; a notice (the round drains); a subtree
+  if (!policy_.hands_up_lost_nodes || notice_seen_ != 0) {
+    return false;  // not an agent of the tree; a notice (the round drains)
   }
   const RankResult& lost = ranks_[child];
+  const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
+  const std::string how = "its ddprun ended: " + describe_wait_status(lost.wait_status);
   NodeEvent event;
   event.kind = NodeEvent::Kind::kLost;
   event.node = lost.node_rank;
   event.code = code_of(lost.wait_status);
-  event.what = "node " + std::to_string(lost.node_rank) + " (" + lost.host +
-               ") was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
+  event.what = name + " was lost (" + how + ")";
   runner_.announce(event);
+  // The nodes below it in the tree went with its ddprun: each handed up on its own.
+  const ChildSpec& via = spec(spec_of_[child]);
+  for (int node = via.node_rank + 1; node < via.node_rank + via.control_nodes; ++node) {
+    event.node = node;
+    event.what = "node " + std::to_string(node) + ", below " + name +
+                 " in the ssh tree, went with it (" + name +
+                 "'s ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
+    runner_.announce(event);
+  }
   handed_up_.insert(child);
   return true;
 }
@@ -309,8 +363,10 @@ bool Round::move_below(std::size_t child, const NodeEvent& lost) {
   if (!spares_ || notice_seen_ != 0 || !ranks_[child].agent || lost.node == policy_.node_rank) {
     return false;  // no spares (an agent itself); a notice (the round drains)
   }
-  // "node 2 (node3)" of "node 2 (node3) was lost (...)": the agent's words (hand_up).
-  const std::string name = lost.what.substr(0, lost.what.find(" was lost"));
+  // "node 2 (node3)" of "node 2 (node3) was lost (...)", "node 3" of "node 3, below node 2
+  // (node3) in the ssh tree, went with it (...)": the agent's words (hand_up).
+  const std::string name =
+      lost.what.substr(0, std::min(lost.what.find(" was lost"), lost.what.find(", below")));
   const auto moved = start_on_spare(lost.node, name, " under this node's own agent");
   if (!moved) return false;
   moved_below_[lost.node] = moved->child;

@@ -33,8 +33,12 @@
 //             rank scope, a spare            agent there, each rank a recovery) while as
 //                                          many recoveries are left and no notice came
 //   kRunning  --agent of a node below a --> kRunning: an ssh tree's agent hands it up
-//             tree agent lost, rank scope    (kLost) and goes on; the head starts its ranks
-//                                          under an agent of its own as above, or fails
+//             tree agent lost, rank scope    (kLost, and one for each node below it, which
+//                                          went with it) and goes on; the head starts their
+//                                          ranks under agents of its own as above, or fails
+//   kRunning  --agent of an inner node ----> kRunning: its ranks and those of every node
+//             lost, rank scope, spares       below it start under agents of the head's own,
+//                                          all or none (then as "worker fails")
 //
 // Under --restart-scope rank every change of who runs (a start, a loss, a replacement, a
 // rank that finished) is published (Runner::publish_membership) with a version one higher.
@@ -113,9 +117,13 @@ class Round {
   // round has left with them.
   int remote_recoveries() const;
   int recoveries_left() const { return recoveries_left_ - remote_recoveries(); }
+  // The nodes below agent `child` in the ssh tree (the rest of its control_nodes) that it
+  // still stands for: none moved from below it.
+  std::vector<int> nodes_below(std::size_t child) const;
   // Starts lost agent `child`'s ranks on a spare node (--restart-scope rank, an agent of one
-  // node). Returns whether they run; when they do not for a reason other than no spare,
-  // not_replaced_ says why.
+  // node), and the ranks of the nodes below it in the ssh tree, which went with it, each
+  // under an agent of its own: all of them, or the round fails. Returns whether they run;
+  // when they do not for a reason other than no spare, not_replaced_ says why.
   bool move_node(std::size_t child);
   // Node `node` (`name`: "node 1 (node2)") was lost: its ranks (its last part) start on a
   // spare node, or the node again (`again_how` says how), each a recovery. Returns the child
@@ -127,8 +135,9 @@ class Round {
   };
   std::optional<Moved> start_on_spare(int node, const std::string& name,
                                       const std::string& again_how);
-  // An agent of the ssh tree: lost agent `child` (a node below this one, with none below it)
-  // is the head's to move; says so to the head (NodeEvent::kLost). Returns whether it did.
+  // An agent of the ssh tree: lost agent `child` (a node below this one) and every node
+  // below it, which went with it, are the head's to move; says so to the head, a
+  // NodeEvent::kLost a node. Returns whether it did.
   bool hand_up(std::size_t child);
   // The head: agent `child` handed up node `lost.node`, lost below it: its ranks go on under
   // an agent of this head's own on a spare node (or the node again). Returns whether they

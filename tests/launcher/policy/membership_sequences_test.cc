@@ -22,7 +22,9 @@
 // 1's agent (the head's child, which reports its own empty part and passes on node 2's), and
 // that node's loss is node 1's agent handing it up (NodeEvent::kLost) while the agent goes
 // on: the same invariants hold, counting what the agent passes on of node 2 after the loss as
-// nothing.
+// nothing. The fourth is the same tree where node 1's agent itself may be lost, and node 2
+// with it (or handed up before it): node 1's place goes to an agent on node 1 again (its part
+// has no ranks), node 2's to the spare, at the first of the two losses and only then.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -64,7 +66,7 @@ constexpr std::size_t kSpare = 6;  // after up to 3 replacements here
 const char* const kSpareHost = "spare";
 
 struct Event {
-  enum class Kind { kLost, kDone, kReport, kSpareReport, kNodeFails, kStop };
+  enum class Kind { kLost, kDone, kReport, kSpareReport, kNodeFails, kStop, kHandUp };
   Kind kind = Kind::kLost;
   // kLost, kDone: 0, 1, a replacement (3, 4), node 1's agent (kAgent: exits 255, no report
   // of its own: lost), the spare's (kSpare)
@@ -98,6 +100,9 @@ std::string describe(const std::vector<Event>& events) {
       case Event::Kind::kStop:
         out << "SIGTERM";
         break;
+      case Event::Kind::kHandUp:
+        out << "node 1's agent hands up node 2";
+        break;
     }
     out << ";";
   }
@@ -122,15 +127,18 @@ Membership node1_part(int recoveries, bool spare = false) {
 struct Run {
   int exit_code = -1;
   bool waits_forever = false;
-  std::string refused;                 // the fake runner's own checks
-  std::vector<Ms> replacement_starts;  // when each replacement here started
-  std::optional<Ms> spare_start;       // when the spare's agent started
+  std::string refused;                    // the fake runner's own checks
+  std::vector<Ms> replacement_starts;     // when each replacement here started
+  std::optional<Ms> spare_start;          // when the spare's agent started
+  std::vector<std::pair<Ms, int>> asked;  // when the policy asked for a node's spare, and whose
 };
 
 // The tree: node 1's agent (kAgent) has node 2 below it, which holds ranks 2 and 3 (what
 // the other explorations call node 1's), its loss handed up.
 constexpr int kTreeParent = 1;
 constexpr int kTreeLost = 2;
+// The subtree: node 1's own place, reached again when its agent is lost.
+const char* const kParentAgainHost = "node1again";
 
 NodeEvent handed_up_node1() {
   NodeEvent lost;
@@ -142,9 +150,10 @@ NodeEvent handed_up_node1() {
 }
 
 // With `spare`, one spare node can take node 1's ranks; with `tree`, those ranks are node 2's,
-// below node 1's agent (kAgent), which hands node 2 up when it is lost.
+// below node 1's agent (kAgent), which hands node 2 up when it is lost; with `subtree` as
+// well, a loss of kAgent is its own (node 2 goes with it) and kHandUp hands node 2 up.
 Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spare = false,
-                 bool tree = false) {
+                 bool tree = false, bool subtree = false) {
   JobSettings settings;
   settings.max_restarts = spare ? kSpareBudget : kBudget;
   settings.round.restart_scope = RestartScope::kRank;
@@ -159,7 +168,7 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
     switch (e.kind) {
       case Event::Kind::kLost:
       case Event::Kind::kDone:
-        if (tree && e.child == kAgent && e.kind == Event::Kind::kLost) {
+        if (tree && !subtree && e.child == kAgent && e.kind == Event::Kind::kLost) {
           runner.report_at(0, at, kAgent, handed_up_node1());
           break;
         }
@@ -183,7 +192,15 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
       case Event::Kind::kStop:
         runner.signal_at(0, at, SIGTERM);
         break;
+      case Event::Kind::kHandUp:
+        runner.report_at(0, at, kAgent, handed_up_node1());
+        break;
     }
+  }
+  // Node 1 reached again says who runs there (nobody) soon after its start.
+  for (std::size_t i = 0; subtree && i <= events.size(); ++i) {
+    runner.report_membership_from_host_at(0, kStep * static_cast<int>(i + 1) + Ms(10),
+                                          kParentAgainHost, kTreeParent, Membership{});
   }
   Run run;
   runner.waits_forever_after = Ms(20000);
@@ -194,6 +211,7 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
     b.exits_like_agent = spec.agent;
     if (round > 0) return b;
     std::size_t who = child;
+    if (spec.host == kParentAgainHost) return b;  // node 1 again: no rank, runs to the end
     if (spec.host == kSpareHost) {
       who = kSpare;
       run.spare_start = runner.elapsed();
@@ -220,6 +238,14 @@ Run run_sequence(FakeRunner& runner, const std::vector<Event>& events, bool spar
   }
   int spares_left = 1;
   const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
+    run.asked.emplace_back(runner.elapsed(), node);
+    if (subtree && node == kTreeParent) {
+      SpareNode again{children[kAgent]};
+      again.agent.host = kParentAgainHost;
+      again.agent.control_nodes = 1;
+      again.again = true;
+      return again;
+    }
     if (node != (tree ? kTreeLost : 1)) {
       throw std::logic_error("a spare asked for node " + std::to_string(node));
     }
@@ -333,7 +359,7 @@ std::optional<Ms> time_of(const std::vector<Event>& events, Event::Kind kind, st
 // The first invariant a run with a spare node broke, or empty. In the tree, what node 1's
 // agent passes on of node 2 counts until node 2's loss only (its own part has no ranks).
 std::string check_spare(const FakeRunner& runner, const Run& run, const std::vector<Event>& events,
-                        bool tree = false) {
+                        bool tree = false, bool subtree = false) {
   if (!run.refused.empty()) return "the fake runner refused: " + run.refused;
   if (run.waits_forever) return "the job waits forever";
   std::optional<Ms> stopped;  // the round's first stop, by the policy or a signal to ddprun
@@ -341,7 +367,11 @@ std::string check_spare(const FakeRunner& runner, const Run& run, const std::vec
     if (s.round == 0) stopped = std::min(stopped.value_or(s.at), s.at);
   }
   const auto stop_signal = time_of(events, Event::Kind::kStop, 0);
-  const auto node_lost = time_of(events, Event::Kind::kLost, kAgent);
+  // Node 2's loss: node 1's (with node 2 below it in the subtree), or its hand-up.
+  auto node_lost = time_of(events, Event::Kind::kLost, kAgent);
+  if (const auto handed_up = time_of(events, Event::Kind::kHandUp, 0); subtree && handed_up) {
+    node_lost = std::min(node_lost.value_or(*handed_up), *handed_up);
+  }
 
   const auto started_by = [&](Ms at) {  // recoveries started by `at`, here and on the spare
     const auto local = std::count_if(run.replacement_starts.begin(), run.replacement_starts.end(),
@@ -373,6 +403,23 @@ std::string check_spare(const FakeRunner& runner, const Run& run, const std::vec
   if (run.spare_start && (!node_lost || *run.spare_start != *node_lost)) {
     return "the spare started other than at node 1's loss";
   }
+  // Once moved, node 2 moves again only when the spare that stands for it is lost.
+  const auto spare_lost = time_of(events, Event::Kind::kLost, kSpare);
+  for (const auto& [at, node] : run.asked) {
+    if (node == (tree ? kTreeLost : 1) && run.spare_start && at > *run.spare_start &&
+        (!spare_lost || at != *spare_lost)) {
+      return "node 2 was moved again while the spare stood for it";
+    }
+  }
+  // Node 1's agent lost with node 2 already on the spare: node 1's place (no rank, no
+  // recovery) is reached again at once, whatever the budget left.
+  const auto agent_lost = time_of(events, Event::Kind::kLost, kAgent);
+  if (subtree && agent_lost && run.spare_start && *run.spare_start < *agent_lost &&
+      (!spare_lost || *spare_lost > *agent_lost) && (!stopped || *stopped >= *agent_lost) &&
+      std::find(run.asked.begin(), run.asked.end(), std::make_pair(*agent_lost, kTreeParent)) ==
+          run.asked.end()) {
+    return "node 1's agent was lost after node 2 moved, and node 1 was not reached again";
+  }
   bool node1_heard = false;  // before its loss, through its own agent (the tree: node 1's)
   for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
     node1_heard = node1_heard || (runner.parts_heard_from[i] == kAgent &&
@@ -386,7 +433,8 @@ std::string check_spare(const FakeRunner& runner, const Run& run, const std::vec
   // The membership.
   std::optional<Ms> spare_heard;
   for (std::size_t i = 0; i < runner.parts_heard.size(); ++i) {
-    if (runner.parts_heard_from[i] != kAgent) {
+    if (runner.parts_heard_from[i] != kAgent &&
+        runner.parts_heard_node[i] == (tree ? kTreeLost : 1)) {
       spare_heard = runner.parts_heard[i].first;
       break;
     }
@@ -502,6 +550,18 @@ TEST(MembershipSequences, ANodeLostBelowATreeAgentMovesToTheSpareAsALostAgentWou
                 FakeRunner runner;
                 const auto run = run_sequence(runner, events, /*spare=*/true, /*tree=*/true);
                 return check_spare(runner, run, events, /*tree=*/true);
+              });
+}
+
+TEST(MembershipSequences, AnInnerTreeAgentLostMovesTheNodeBelowItOnceAndWithinTheBudget) {
+  std::vector<Event> alphabet = spare_alphabet();
+  alphabet.push_back({Event::Kind::kHandUp, 96, 0});
+  explore_all(alphabet, "DDPRUN_SPARE_NODE_DEPTH", "an inner node of the tree",
+              [](const std::vector<Event>& events) {
+                FakeRunner runner;
+                const auto run = run_sequence(runner, events, /*spare=*/true, /*tree=*/true,
+                                              /*subtree=*/true);
+                return check_spare(runner, run, events, /*tree=*/true, /*subtree=*/true);
               });
 }
 

@@ -1628,24 +1628,31 @@ TEST(JobPolicyRankScope, ALostPerNodeLauncherThatNeverJoinsAgainFailsTheRoundSay
 // An ssh tree: node 1's agent started node 2's (below it). Node 2's ddprun is lost: node 1
 // hands it up to the head (kLost, at once) and goes on; its round ends well. Without the
 // tree's hand-up (not an agent of the tree) the same loss fails the round.
+// Node 1's agent (`tree`: of the ssh tree) with a rank of its own and node 2's agent below
+// it, standing for `control_nodes` nodes; node 2's ddprun is lost at 300 ms.
+JobRun run_agent_losing_node2(FakeRunner& runner, bool tree, int control_nodes) {
+  runner.behaviour = [](int, std::size_t child) {
+    FakeBehaviour b = exits_after(Ms(child == 1 ? 300 : 1000), child == 1 ? exited(255) : 0);
+    b.exits_like_agent = child == 1;
+    return b;
+  };
+  std::vector<ChildSpec> children = workers(1);
+  ChildSpec& below = children.emplace_back();
+  below.agent = true;
+  below.node_rank = 2;
+  below.host = "node3";
+  below.control_nodes = control_nodes;
+  JobSettings s = settings(2 * control_nodes);
+  s.agent = true;
+  s.round.node_rank = 1;
+  s.round.hands_up_lost_nodes = tree;
+  return run(runner, s, children);
+}
+
 TEST(JobPolicyRankScope, AnAgentOfTheSshTreeHandsUpALostNodeBelowItAndGoesOn) {
   for (const bool tree : {true, false}) {
     FakeRunner runner;
-    runner.behaviour = [](int, std::size_t child) {
-      FakeBehaviour b = exits_after(Ms(child == 1 ? 300 : 1000), child == 1 ? exited(255) : 0);
-      b.exits_like_agent = child == 1;
-      return b;
-    };
-    std::vector<ChildSpec> children = workers(1);
-    ChildSpec& below = children.emplace_back();
-    below.agent = true;
-    below.node_rank = 2;
-    below.host = "node3";
-    JobSettings s = settings(2);
-    s.agent = true;
-    s.round.node_rank = 1;
-    s.round.hands_up_lost_nodes = tree;
-    const JobRun job = run(runner, s, children);
+    const JobRun job = run_agent_losing_node2(runner, tree, 1);
     const auto lost =
         std::find_if(runner.announced.begin(), runner.announced.end(),
                      [](const auto& a) { return a.event.kind == NodeEvent::Kind::kLost; });
@@ -1804,6 +1811,131 @@ TEST(JobPolicyRankScope, ANodeMovedFromBelowAnAgentAndLostAgainGoesOnOnTheNextSp
   ASSERT_EQ(whole->membership.ranks.size(), 6u);
   EXPECT_EQ(whole->membership.ranks[4].pid, 901);
   EXPECT_EQ(whole->membership.recoveries, 4);
+}
+
+// An inner node of the ssh tree, seen from the head: node 1's agent (child 2) stands for
+// nodes 1, 2 and 3 and passes on their parts (ranks 2-7, two a node).
+Membership two_ranks_from(int first, pid_t pid, Membership::State state) {
+  Membership part;
+  part.version = 1;
+  part.ranks = {{first, state, pid}, {first + 1, state, pid + 1}};
+  return part;
+}
+
+// Node 1's ddprun is lost, and nodes 2 and 3, below it in the tree, with it. The head
+// starts all three nodes' ranks under agents of its own (each rank a recovery), says so a
+// node, and publishes a whole membership once every stand-in said who runs there. A node
+// the head moved from below node 1 earlier runs elsewhere: it is not moved again. Without
+// the budget for every rank, none moves and the round fails saying why.
+TEST(JobPolicyRankScope, AHeadMovesEveryNodeOfALostInnerAgentsSubtree) {
+  enum class Case { kAll, kOneMovedBefore, kBudgetShort };
+  for (const Case c : {Case::kAll, Case::kOneMovedBefore, Case::kBudgetShort}) {
+    SCOPED_TRACE(static_cast<int>(c));
+    FakeRunner runner;
+    runner.behaviour = [](int round, std::size_t child) {
+      FakeBehaviour b = exits_after(Ms(round == 0 && child == 2 ? 300 : 1000),
+                                    round == 0 && child == 2 ? exited(255) : exited(0));
+      b.exits_like_agent = child >= 2;
+      return b;
+    };
+    for (int node = 1; node <= 3; ++node) {
+      runner.report_membership_at(
+          0, Ms(20), 2, node,
+          two_ranks_from(2 * node, 500 + 10 * node, Membership::State::kRunning));
+    }
+    if (c == Case::kOneMovedBefore) {
+      runner.report_at(0, Ms(100), 2, node2_handed_up());
+      runner.report_membership_from_host_at(0, Ms(150), "spare2", 2,
+                                            two_ranks_from(4, 620, Membership::State::kReplaced));
+    }
+    for (int node = 1; node <= 3; ++node) {
+      runner.report_membership_from_host_at(
+          0, Ms(400), "spare" + std::to_string(node), node,
+          two_ranks_from(2 * node, 700 + 10 * node, Membership::State::kReplaced));
+    }
+    std::vector<ChildSpec> children = worker_and_node1(2);
+    children[2].control_nodes = 3;  // nodes 1, 2 and 3
+    std::vector<int> asked;
+    const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
+      asked.push_back(node);
+      SpareNode place;
+      place.agent.agent = true;
+      place.agent.node_rank = node;
+      place.agent.host = "spare" + std::to_string(node);
+      return place;
+    };
+    const JobRun job = run(runner, settings(c == Case::kBudgetShort ? 5 : 8), children, spares);
+    if (c == Case::kBudgetShort) {
+      EXPECT_TRUE(asked.empty()) << "a node moved without the budget for all";
+      ASSERT_GE(runner.started.size(), 2u) << "a full restart";
+      expect_said(job,
+                  "not replacing the lost rank alone: node 1 (node1) was lost with the 2 node(s) "
+                  "below it in the ssh tree, 6 rank(s) in all, and the round has 5 restart(s) "
+                  "left (--max-restarts)");
+      continue;
+    }
+    EXPECT_EQ(job.exit_code, 0) << job.messages;
+    ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+    std::vector<std::string> changes;
+    for (const auto& m : runner.memberships) {
+      if (!m.membership.change.empty()) changes.push_back(m.membership.change);
+    }
+    if (c == Case::kOneMovedBefore) {
+      EXPECT_EQ(asked, (std::vector<int>{2, 1, 3}));
+      ASSERT_EQ(changes.size(), 3u);
+      EXPECT_EQ(changes[1],
+                "node 1 (node1) was lost (its ddprun ended: exit code 255), and with it the 1 "
+                "node(s) below it in the ssh tree; started its 2 rank(s) on the spare node "
+                "spare1 (4 restart(s) left)");
+      EXPECT_EQ(changes[2],
+                "node 3, below node 1 (node1) in the ssh tree, went with it; started its 2 "
+                "rank(s) on the spare node spare3 (2 restart(s) left)");
+      continue;
+    }
+    EXPECT_EQ(asked, (std::vector<int>{1, 2, 3}));
+    ASSERT_EQ(runner.started[0].size(), 6u);
+    for (std::size_t i = 3; i < 6; ++i) {
+      EXPECT_EQ(runner.started[0][i].node_rank, static_cast<int>(i) - 2);
+      EXPECT_EQ(runner.started[0][i].host, "spare" + std::to_string(i - 2));
+    }
+    ASSERT_EQ(changes.size(), 3u);
+    EXPECT_EQ(changes[0],
+              "node 1 (node1) was lost (its ddprun ended: exit code 255), and with it the 2 "
+              "node(s) below it in the ssh tree; started its 2 rank(s) on the spare node spare1 "
+              "(6 restart(s) left)");
+    EXPECT_EQ(changes[1],
+              "node 2, below node 1 (node1) in the ssh tree, went with it; started its 2 rank(s) "
+              "on the spare node spare2 (4 restart(s) left)");
+    const auto whole = std::find_if(runner.memberships.begin(), runner.memberships.end(),
+                                    [](const auto& m) { return m.whole && m.at >= Ms(300); });
+    ASSERT_NE(whole, runner.memberships.end());
+    EXPECT_EQ(whole->at, Ms(400)) << "whole only once every stand-in said who runs there";
+    ASSERT_EQ(whole->membership.ranks.size(), 8u);
+    for (std::size_t r = 2; r < 8; ++r) {
+      EXPECT_EQ(whole->membership.ranks[r].state, Membership::State::kReplaced) << r;
+      EXPECT_GE(whole->membership.ranks[r].pid, 700) << r;
+    }
+    EXPECT_EQ(whole->membership.recoveries, 6);
+  }
+}
+
+// An agent of the tree whose child, node 2, stands for nodes 2 and 3 (below it): the child's
+// ddprun lost, the agent hands up both nodes, each on its own, and goes on.
+TEST(JobPolicyRankScope, AnAgentHandsUpEveryNodeBelowALostInnerChild) {
+  FakeRunner runner;
+  const JobRun job = run_agent_losing_node2(runner, /*tree=*/true, /*control_nodes=*/2);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  EXPECT_TRUE(runner.sent.empty()) << "nobody was stopped";
+  std::vector<std::pair<int, std::string>> lost;
+  for (const auto& a : runner.announced) {
+    if (a.event.kind == NodeEvent::Kind::kLost) lost.emplace_back(a.event.node, a.event.what);
+  }
+  ASSERT_EQ(lost.size(), 2u);
+  EXPECT_EQ(lost[0], std::make_pair(2, std::string("node 2 (node3) was lost (its ddprun ended: "
+                                                   "exit code 255)")));
+  EXPECT_EQ(lost[1], std::make_pair(3, std::string("node 3, below node 2 (node3) in the ssh "
+                                                   "tree, went with it (node 2 (node3)'s ddprun "
+                                                   "ended: exit code 255)")));
 }
 
 TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
