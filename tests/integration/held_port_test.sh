@@ -25,7 +25,10 @@ if os.environ["RANK"] != "0":
     sys.exit(0)
 port = int(os.environ["MASTER_PORT"])
 def bind(family, host, reuse):
-    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return "none"  # no IPv6 on this host
     try:
         if reuse:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -34,6 +37,8 @@ def bind(family, host, reuse):
             s.listen()
         return "listens" if reuse else "bound"
     except OSError as e:
+        if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            return "none"  # IPv6 switched off on this host
         return errno.errorcode.get(e.errno, str(e.errno))
     finally:
         s.close()
@@ -57,6 +62,9 @@ run_job() {  # NAME ARGS...: ddprun with 2 ranks of the worker; its log in $work
   mv "$work/log" "$work/$name.log"
 }
 held='plain4=EADDRINUSE plain6=EADDRINUSE store=listens'
+# A host without IPv6 has no IPv6 program to keep out.
+python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::", 0))' 2>/dev/null ||
+  held='plain4=EADDRINUSE plain6=none store=listens'
 
 run_job restart --max-restarts 1
 mapfile -t lines <"$work/restart.log"

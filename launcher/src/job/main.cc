@@ -5,13 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <ctime>
 
 #include <iostream>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "cli/options.h"
 #include "cli/program_command.h"
@@ -42,6 +45,7 @@
 #include "run/process_runner.h"
 #include "run/restart_policy.h"
 #include "run/scratch_dir.h"
+#include "run/stale_agents.h"
 
 extern char** environ;
 
@@ -353,6 +357,19 @@ int run_here(Session& s) {
                     !options.agent && s.inputs.cluster.nodes.size() > 1 &&
                     started_per_node(options, s.inputs.cluster, s.env);
   const std::string program_path = resolve_program(options.program.front(), s.env);
+  if (options.agent && options.agent_replaces && options.node_rank) {
+    // In a lost node's place, maybe on its own host: its old ddprun must not keep the
+    // devices (or run the same ranks) while the ranks start here again.
+    const std::vector<pid_t> stale = stale_agents(s.inputs.run_id, *options.node_rank);
+    if (!stale.empty()) {
+      end_stale_agents(stale, std::chrono::seconds(5));
+      std::string pids;
+      for (const pid_t pid : stale) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+      std::cerr << "ddprun: node " << *options.node_rank << " (" << s.inputs.host.hostname
+                << "): ended its earlier ddprun still running on this host (pid " << pids
+                << ") before its ranks start here again\n";
+    }
+  }
   // Made below, declared first: it is told that ddprun leaves only after the control socket
   // and the scratch folder are gone (their destructors run before its own), so a ddprun
   // killed on its way out (a signal pending as an exception unwinds) still leaves nothing.

@@ -147,12 +147,14 @@ RoundSetup prepare_round(const Options& options, const PlanInputs& job_inputs, R
       previous ? replace_failed_node(state, state.this_node, *previous) : std::string();
   state.restart_count = options.agent ? options.restart_count.value_or(0) : round;
   if (previous) state.replacements += previous->recoveries;
-  if (!state.fixed_port && round > 0) {
+  if (!state.fixed_port && !state.master_port_hold.valid() && round == 0) {
+    state.master_port_hold = hold_port(state.master_port);  // the inputs' pick, held from now
+  }
+  // Every restart, and round 0 when its pick was taken meanwhile: a port of its own.
+  if (!state.fixed_port && (round > 0 || !state.master_port_hold.valid())) {
     HeldPort picked = hold_free_port();
     state.master_port = picked.port;
     state.master_port_hold = std::move(picked.hold);
-  } else if (!state.fixed_port && !state.master_port_hold.valid()) {
-    state.master_port_hold = hold_port(state.master_port);  // the inputs' pick, held from now
   }
   const PlanInputs inputs = round_inputs(job_inputs, state);
   // A fixed port taken while the last round ran (another job, a stray process): say who

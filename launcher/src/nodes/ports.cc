@@ -129,19 +129,17 @@ std::string describe_port_user(int port) {
 
 namespace {
 
-// A socket bound to `port` (0: any) as hold_port says, as a raw fd, or -errno.
-int bind_hold(int port) {
-  // IPv6 with IPv6-only off also binds IPv4; a host without IPv6 gets IPv4 alone.
-  UniqueFd sock(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const bool six = sock.valid();
-  if (!six) sock = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+// A socket of `family` bound to `port` (0: any) as hold_port says, as a raw fd, or -errno.
+int bind_hold_as(int family, int port) {
+  UniqueFd sock(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return -errno;
   const int one = 1;
   const int zero = 0;
-  ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) return -errno;
   int bound = 0;
-  if (six) {
-    ::setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (family == AF_INET6) {
+    // IPv6-only off: the one socket holds IPv4 too.
+    if (::setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) != 0) return -errno;
     sockaddr_in6 addr{};
     addr.sin6_family = AF_INET6;
     addr.sin6_addr = in6addr_any;
@@ -156,6 +154,13 @@ int bind_hold(int port) {
   }
   if (bound != 0) return -errno;
   return sock.release();
+}
+
+// IPv6 and IPv4 in one socket; IPv4 alone where IPv6 is off (no socket, no dual stack, no
+// bind to ::).
+int bind_hold(int port) {
+  const int fd = bind_hold_as(AF_INET6, port);
+  return fd >= 0 || fd == -EADDRINUSE ? fd : bind_hold_as(AF_INET, port);
 }
 
 // The port `fd` is bound to, or -errno.

@@ -202,34 +202,29 @@ bool Round::replace(std::size_t child) {
   return true;
 }
 
-std::vector<int> Round::nodes_below(std::size_t child) const {
-  const ChildSpec& via = spec(spec_of_[child]);
+std::vector<int> Round::nodes_below(int first, int count) const {
   std::vector<int> nodes;
-  for (int node = via.node_rank + 1; node < via.node_rank + via.control_nodes; ++node) {
+  for (int node = first + 1; node < first + count; ++node) {
     if (moved_below_.count(node) == 0) nodes.push_back(node);  // a moved one runs elsewhere
   }
   return nodes;
 }
 
-bool Round::move_node(std::size_t child) {
-  const RankResult& lost = ranks_[child];
-  if (!spares_ || notice_seen_ != 0) return false;  // no spares; a notice (the round drains)
-  const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
-  // An inner node of the ssh tree: the nodes below it went with its ddprun. All of them
-  // move, or none (the round then fails on the loss).
-  const std::vector<int> below = nodes_below(child);
-  if (!below.empty()) {
+std::optional<std::size_t> Round::move_together(int lost, const std::vector<int>& below,
+                                                const std::string& name, const std::string& line,
+                                                const std::string& again_how) {
+  if (!below.empty()) {  // all of them within the budget, or none
     int ranks = 0;
     for (const int node : below) {
       const auto part = parts_.find(node);
       if (part == parts_.end()) {
         not_replaced_ = "node " + std::to_string(node) + ", below " + name +
                         " in the ssh tree, was lost with it before it said which ranks run there";
-        return false;
+        return std::nullopt;
       }
       ranks += static_cast<int>(part->second.ranks.size());
     }
-    if (const auto own = parts_.find(lost.node_rank); own != parts_.end()) {
+    if (const auto own = parts_.find(lost); own != parts_.end()) {
       ranks += static_cast<int>(own->second.ranks.size());
     }
     if (recoveries_left() < ranks) {
@@ -238,9 +233,42 @@ bool Round::move_node(std::size_t child) {
                       " rank(s) in all, and the round has " +
                       std::to_string(std::max(0, recoveries_left())) +
                       " restart(s) left (--max-restarts)";
-      return false;
+      return std::nullopt;
     }
   }
+  const int recoveries_before = recoveries_;
+  const int left_before = recoveries_left_;
+  const auto moved = start_on_spare(lost, name, again_how);
+  if (!moved) return std::nullopt;
+  const std::string with_below = below.empty()
+                                     ? std::string()
+                                     : ", and with it the " + std::to_string(below.size()) +
+                                           " node(s) below it in the ssh tree";
+  publish(line + with_below + moved->where);
+  for (const int node : below) {
+    const std::string below_name = "node " + std::to_string(node);
+    const auto moved_below = start_on_spare(node, below_name, " under this node's own agent");
+    if (!moved_below) {
+      // The round fails on the loss, and the stand-ins started stop with it: as if none had
+      // started, they spend no restart.
+      recoveries_ = recoveries_before;
+      recoveries_left_ = left_before;
+      if (not_replaced_.empty()) {
+        not_replaced_ = below_name + ", below " + name +
+                        " in the ssh tree and lost with it, has no spare node that fits";
+      }
+      return std::nullopt;
+    }
+    moved_below_[node] = moved_below->child;
+    publish(below_name + ", below " + name + " in the ssh tree, went with it" + moved_below->where);
+  }
+  return moved->child;
+}
+
+bool Round::move_node(std::size_t child) {
+  const RankResult& lost = ranks_[child];
+  if (!spares_ || notice_seen_ != 0) return false;  // no spares; a notice (the round drains)
+  const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
   if (spec(spec_of_[child]).join_by && joined_.count(child) == 0) {
     not_replaced_ = name + "'s ddprun did not join again in time (--rdzv-conf join_timeout)";
     return false;
@@ -256,25 +284,15 @@ bool Round::move_node(std::size_t child) {
   // Said before the start: `lost` is an element of ranks_, which the start may move.
   const std::string line =
       name + " was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
-  const auto moved = start_on_spare(lost.node_rank, name, "");
-  if (!moved) return false;
-  ranks_[child].replaced_by = moved->child;
+  // An inner node of the ssh tree: the nodes below it went with its ddprun.
+  const ChildSpec& via = spec(spec_of_[child]);
+  const auto stand_in =
+      move_together(lost.node_rank, nodes_below(via.node_rank, via.control_nodes), name, line, "");
+  if (!stand_in) return false;
+  ranks_[child].replaced_by = *stand_in;
   // A node moved from below an agent earlier: the new child stands for it now.
-  for (auto& [node, stand_in] : moved_below_) {
-    if (stand_in == child) stand_in = moved->child;
-  }
-  const std::string with_below = below.empty()
-                                     ? std::string()
-                                     : ", and with it the " + std::to_string(below.size()) +
-                                           " node(s) below it in the ssh tree";
-  publish(line + with_below + moved->where);
-  // Each node below under an agent of this head's own, as a node an agent handed up.
-  for (const int node : below) {
-    const std::string below_name = "node " + std::to_string(node);
-    const auto moved_below = start_on_spare(node, below_name, " under this node's own agent");
-    if (!moved_below) return false;
-    moved_below_[node] = moved_below->child;
-    publish(below_name + ", below " + name + " in the ssh tree, went with it" + moved_below->where);
+  for (auto& [node, stands] : moved_below_) {
+    if (stands == child) stands = *stand_in;
   }
   return true;
 }
@@ -338,23 +356,15 @@ bool Round::hand_up(std::size_t child) {
     return false;  // not an agent of the tree; a notice (the round drains)
   }
   const RankResult& lost = ranks_[child];
-  const std::string name = "node " + std::to_string(lost.node_rank) + " (" + lost.host + ")";
-  const std::string how = "its ddprun ended: " + describe_wait_status(lost.wait_status);
   NodeEvent event;
   event.kind = NodeEvent::Kind::kLost;
   event.node = lost.node_rank;
+  // The nodes below it in the tree went with its ddprun: the head moves them together.
+  event.nodes = std::max(1, spec(spec_of_[child]).control_nodes);
   event.code = code_of(lost.wait_status);
-  event.what = name + " was lost (" + how + ")";
+  event.what = "node " + std::to_string(lost.node_rank) + " (" + lost.host +
+               ") was lost (its ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
   runner_.announce(event);
-  // The nodes below it in the tree went with its ddprun: each handed up on its own.
-  const ChildSpec& via = spec(spec_of_[child]);
-  for (int node = via.node_rank + 1; node < via.node_rank + via.control_nodes; ++node) {
-    event.node = node;
-    event.what = "node " + std::to_string(node) + ", below " + name +
-                 " in the ssh tree, went with it (" + name +
-                 "'s ddprun ended: " + describe_wait_status(lost.wait_status) + ")";
-    runner_.announce(event);
-  }
   handed_up_.insert(child);
   return true;
 }
@@ -363,15 +373,15 @@ bool Round::move_below(std::size_t child, const NodeEvent& lost) {
   if (!spares_ || notice_seen_ != 0 || !ranks_[child].agent || lost.node == policy_.node_rank) {
     return false;  // no spares (an agent itself); a notice (the round drains)
   }
-  // "node 2 (node3)" of "node 2 (node3) was lost (...)", "node 3" of "node 3, below node 2
-  // (node3) in the ssh tree, went with it (...)": the agent's words (hand_up).
-  const std::string name =
-      lost.what.substr(0, std::min(lost.what.find(" was lost"), lost.what.find(", below")));
-  const auto moved = start_on_spare(lost.node, name, " under this node's own agent");
-  if (!moved) return false;
-  moved_below_[lost.node] = moved->child;
-  runner_.one_node_fewer_below(child);
-  publish(lost.what + moved->where);
+  // "node 2 (node3)" of "node 2 (node3) was lost (...)": the agent's words (hand_up).
+  const std::string name = lost.what.substr(0, lost.what.find(" was lost"));
+  const std::vector<int> below = nodes_below(lost.node, lost.nodes);
+  const auto stand_in =
+      move_together(lost.node, below, name, lost.what, " under this node's own agent");
+  if (!stand_in) return false;
+  moved_below_[lost.node] = *stand_in;
+  // --status and --stacks: one answer fewer from the old parent's subtree a node moved.
+  for (std::size_t i = 0; i <= below.size(); ++i) runner_.one_node_fewer_below(child);
   return true;
 }
 
@@ -495,7 +505,7 @@ void Round::on_node_event(std::size_t child, const NodeEvent& event) {
       // Only of a node in `child`'s ssh subtree (its node, then the next control_nodes - 1).
       const ChildSpec& via = spec(spec_of_[child]);
       const bool below = ranks_[child].agent && event.node > via.node_rank &&
-                         event.node < via.node_rank + via.control_nodes;
+                         event.node + event.nodes <= via.node_rank + via.control_nodes;
       if (!below || phase_ != Phase::kRunning || escalation_ == Escalation::kKilled) break;
       if (move_below(child, event)) break;
       // Not moved: the round fails on it, as on any lost node (a full restart decides), and

@@ -33,9 +33,9 @@
 //             rank scope, a spare            agent there, each rank a recovery) while as
 //                                          many recoveries are left and no notice came
 //   kRunning  --agent of a node below a --> kRunning: an ssh tree's agent hands it up
-//             tree agent lost, rank scope    (kLost, and one for each node below it, which
-//                                          went with it) and goes on; the head starts their
-//                                          ranks under agents of its own as above, or fails
+//             tree agent lost, rank scope    (kLost, with the nodes below it, which went
+//                                          with it) and goes on; the head starts their ranks
+//                                          under agents of its own as above, all or none
 //   kRunning  --agent of an inner node ----> kRunning: its ranks and those of every node
 //             lost, rank scope, spares       below it start under agents of the head's own,
 //                                          all or none (then as "worker fails")
@@ -117,9 +117,18 @@ class Round {
   // round has left with them.
   int remote_recoveries() const;
   int recoveries_left() const { return recoveries_left_ - remote_recoveries(); }
-  // The nodes below agent `child` in the ssh tree (the rest of its control_nodes) that it
-  // still stands for: none moved from below it.
-  std::vector<int> nodes_below(std::size_t child) const;
+  // The nodes below node `first` in the ssh tree (the rest of the `count` from it) that were
+  // not moved from there already.
+  std::vector<int> nodes_below(int first, int count) const;
+  // Node `lost` (`name`; `line` says how it was lost) and the nodes `below` it in the ssh
+  // tree, which went with it: their ranks start on spare nodes or the nodes again (the lost
+  // node's as `again_how` says, the others under agents of this head's own), all of them
+  // within the budget or none, each line said. Returns the lost node's stand-in; none when
+  // they do not all run, not_replaced_ saying why when that was not the want of a spare for
+  // the lost node itself (the round then fails, and the stand-ins started spend nothing).
+  std::optional<std::size_t> move_together(int lost, const std::vector<int>& below,
+                                           const std::string& name, const std::string& line,
+                                           const std::string& again_how);
   // Starts lost agent `child`'s ranks on a spare node (--restart-scope rank, an agent of one
   // node), and the ranks of the nodes below it in the ssh tree, which went with it, each
   // under an agent of its own: all of them, or the round fails. Returns whether they run;
@@ -136,12 +145,13 @@ class Round {
   std::optional<Moved> start_on_spare(int node, const std::string& name,
                                       const std::string& again_how);
   // An agent of the ssh tree: lost agent `child` (a node below this one) and every node
-  // below it, which went with it, are the head's to move; says so to the head, a
-  // NodeEvent::kLost a node. Returns whether it did.
+  // below it, which went with it, are the head's to move; says so to the head (one
+  // NodeEvent::kLost, with how many nodes went). Returns whether it did.
   bool hand_up(std::size_t child);
-  // The head: agent `child` handed up node `lost.node`, lost below it: its ranks go on under
-  // an agent of this head's own on a spare node (or the node again). Returns whether they
-  // run; when they do not for a reason other than no spare, not_replaced_ says why.
+  // The head: agent `child` handed up node `lost.node`, lost below it with the nodes below
+  // it (lost.nodes in all): their ranks go on under agents of this head's own on spare nodes
+  // (or the nodes again), all or none. Returns whether they run; when they do not for a
+  // reason other than no spare, not_replaced_ says why.
   bool move_below(std::size_t child, const NodeEvent& lost);
   // Agent `child` passed on node `node`'s part of the membership.
   void on_membership(std::size_t child, int node, Membership part);

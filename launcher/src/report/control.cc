@@ -258,6 +258,7 @@ const char* node_event_name(NodeEvent::Kind kind) {
 std::string node_event_json(const NodeEvent& event) {
   return nlohmann::json{{"event", node_event_name(event.kind)},
                         {"node", event.node},
+                        {"nodes", event.nodes},
                         {"code", event.code},
                         {"signal", event.signal},
                         {"what", event.what}}
@@ -283,13 +284,16 @@ std::optional<NodeEvent> parse_node_event_json(std::string_view json) {
     }
   }
   const auto node = in_range("node", 0, 1 << 20);
+  // Optional (a ddprun before it wrote none): 1.
+  const auto nodes = doc.contains("nodes") ? in_range("nodes", 1, 1 << 20) : std::optional<int>(1);
   const auto code = in_range("code", 0, 255);
   const auto sig = in_range("signal", 0, 64);
   const auto what = doc.find("what");
-  if (!known || !node || !code || !sig || what == doc.end() || !what->is_string()) {
+  if (!known || !node || !nodes || !code || !sig || what == doc.end() || !what->is_string()) {
     return std::nullopt;
   }
   event.node = *node;
+  event.nodes = *nodes;
   event.code = *code;
   event.signal = *sig;
   event.what = printable(what->get<std::string>(), kMaxEventText);

@@ -66,6 +66,7 @@ struct NodeEvent {
   enum class Kind { kFailed, kStopped, kNotice, kSetupFailed, kLost };
   Kind kind = Kind::kFailed;
   int node = 0;      // the node where it happened
+  int nodes = 1;     // kLost: that node and the nodes below it in the ssh tree, lost with it
   int code = 0;      // the exit code it gives the job (kStopped: 128 + the signal)
   int signal = 0;    // kStopped, kNotice
   std::string what;  // one line for people: "rank 3 (node2) exit code 1", an error's text

@@ -87,6 +87,34 @@ TEST(AgentMessages, HelloAndSignalsRoundTrip) {
   EXPECT_EQ(parse_agent_message(signal.substr(0, signal.size() - 1)).signal_number, SIGUSR1);
 }
 
+// A node lost below an agent goes up as one event naming how many nodes went with it (the
+// nodes below it in the ssh tree); an event without the count is of one node; a count out
+// of range is no event.
+TEST(AgentMessages, ALostNodeGoesUpWithTheNodesLostWithIt) {
+  NodeEvent lost;
+  lost.kind = NodeEvent::Kind::kLost;
+  lost.node = 2;
+  lost.nodes = 3;
+  lost.code = 255;
+  lost.what = "node 2 (node3) was lost (its ddprun ended: exit code 255)";
+  const std::string line = node_event_line(lost);
+  const auto read = parse_node_event_line("[n2] " + line.substr(0, line.size() - 1));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->kind, NodeEvent::Kind::kLost);
+  EXPECT_EQ(read->node, 2);
+  EXPECT_EQ(read->nodes, 3);
+  EXPECT_EQ(read->what, lost.what);
+  std::string without = line;
+  without.erase(without.find("\"nodes\":3,"), std::string("\"nodes\":3,").size());
+  ASSERT_NE(without, line);
+  const auto one = parse_node_event_line(without);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->nodes, 1);
+  std::string none = line;
+  none.replace(none.find("\"nodes\":3"), std::string("\"nodes\":3").size(), "\"nodes\":0");
+  EXPECT_FALSE(parse_node_event_line(none).has_value());
+}
+
 // --restart-scope rank over several nodes: a node's part goes up with its answers, the
 // whole comes down as one line; each side reads back what the other wrote.
 TEST(AgentMessages, MembershipGoesUpInPartsAndComesDownWhole) {

@@ -1822,6 +1822,20 @@ Membership two_ranks_from(int first, pid_t pid, Membership::State state) {
   return part;
 }
 
+// A spare node for each node asked for (`asked` records them): node N's is "spareN"; none
+// for node `none_for`.
+SpareNodes spare_per_node(std::vector<int>& asked, int none_for = -1) {
+  return [&asked, none_for](int node) -> std::optional<SpareNode> {
+    asked.push_back(node);
+    if (node == none_for) return std::nullopt;
+    SpareNode place;
+    place.agent.agent = true;
+    place.agent.node_rank = node;
+    place.agent.host = "spare" + std::to_string(node);
+    return place;
+  };
+}
+
 // Node 1's ddprun is lost, and nodes 2 and 3, below it in the tree, with it. The head
 // starts all three nodes' ranks under agents of its own (each rank a recovery), says so a
 // node, and publishes a whole membership once every stand-in said who runs there. A node
@@ -1856,15 +1870,8 @@ TEST(JobPolicyRankScope, AHeadMovesEveryNodeOfALostInnerAgentsSubtree) {
     std::vector<ChildSpec> children = worker_and_node1(2);
     children[2].control_nodes = 3;  // nodes 1, 2 and 3
     std::vector<int> asked;
-    const SpareNodes spares = [&](int node) -> std::optional<SpareNode> {
-      asked.push_back(node);
-      SpareNode place;
-      place.agent.agent = true;
-      place.agent.node_rank = node;
-      place.agent.host = "spare" + std::to_string(node);
-      return place;
-    };
-    const JobRun job = run(runner, settings(c == Case::kBudgetShort ? 5 : 8), children, spares);
+    const JobRun job =
+        run(runner, settings(c == Case::kBudgetShort ? 5 : 8), children, spare_per_node(asked));
     if (c == Case::kBudgetShort) {
       EXPECT_TRUE(asked.empty()) << "a node moved without the budget for all";
       ASSERT_GE(runner.started.size(), 2u) << "a full restart";
@@ -1926,16 +1933,76 @@ TEST(JobPolicyRankScope, AnAgentHandsUpEveryNodeBelowALostInnerChild) {
   const JobRun job = run_agent_losing_node2(runner, /*tree=*/true, /*control_nodes=*/2);
   EXPECT_EQ(job.exit_code, 0) << job.messages;
   EXPECT_TRUE(runner.sent.empty()) << "nobody was stopped";
-  std::vector<std::pair<int, std::string>> lost;
+  std::vector<NodeEvent> lost;
   for (const auto& a : runner.announced) {
-    if (a.event.kind == NodeEvent::Kind::kLost) lost.emplace_back(a.event.node, a.event.what);
+    if (a.event.kind == NodeEvent::Kind::kLost) lost.push_back(a.event);
   }
-  ASSERT_EQ(lost.size(), 2u);
-  EXPECT_EQ(lost[0], std::make_pair(2, std::string("node 2 (node3) was lost (its ddprun ended: "
-                                                   "exit code 255)")));
-  EXPECT_EQ(lost[1], std::make_pair(3, std::string("node 3, below node 2 (node3) in the ssh "
-                                                   "tree, went with it (node 2 (node3)'s ddprun "
-                                                   "ended: exit code 255)")));
+  ASSERT_EQ(lost.size(), 1u) << "one event for the node and the node below it";
+  EXPECT_EQ(lost[0].node, 2);
+  EXPECT_EQ(lost[0].nodes, 2);
+  EXPECT_EQ(lost[0].what, "node 2 (node3) was lost (its ddprun ended: exit code 255)");
+}
+
+// The head's side: node 1's agent (nodes 1-4 below the head) hands up node 2 and node 3 below
+// it, lost together (nodes 2). Both move, the lines naming each; with a budget short of their
+// 4 ranks neither does, and the round fails on the loss; with no spare for node 3, the round
+// fails saying so, and the stand-in started for node 2 spends no restart.
+TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpWithTheNodesBelowItTogether) {
+  enum class Case { kBoth, kBudgetShort, kNoSpareBelow };
+  for (const Case c : {Case::kBoth, Case::kBudgetShort, Case::kNoSpareBelow}) {
+    SCOPED_TRACE(static_cast<int>(c));
+    FakeRunner runner;
+    runner.behaviour = [](int, std::size_t) {
+      FakeBehaviour b = exits_after(Ms(1000), exited(0));
+      b.exits_like_agent = true;
+      return b;
+    };
+    for (int node = 1; node <= 3; ++node) {
+      runner.report_membership_at(
+          0, Ms(20), 2, node,
+          two_ranks_from(2 * node, 500 + 10 * node, Membership::State::kRunning));
+    }
+    NodeEvent lost = node2_handed_up();
+    lost.nodes = 2;
+    runner.report_at(0, Ms(300), 2, lost);
+    std::vector<ChildSpec> children = worker_and_node1(2);
+    children[2].control_nodes = 4;
+    std::vector<int> asked;
+    const JobRun job = run(runner, settings(c == Case::kBudgetShort ? 3 : 6), children,
+                           spare_per_node(asked, c == Case::kNoSpareBelow ? 3 : -1));
+    if (c != Case::kBoth) {
+      ASSERT_GE(runner.started.size(), 2u) << "a full restart";
+      if (c == Case::kBudgetShort) {
+        EXPECT_TRUE(asked.empty()) << "a node moved without the budget for all";
+        expect_said(job,
+                    "node 2 (node3) was lost with the 1 node(s) below it in the ssh tree, "
+                    "4 rank(s) in all, and the round has 3 restart(s) left");
+        expect_said(job, "restarting all workers (restart 1 of 3)");
+      } else {
+        expect_said(job,
+                    "node 3, below node 2 (node3) in the ssh tree and lost with it, has no "
+                    "spare node that fits");
+        expect_said(job, "restarting all workers (restart 1 of 6)");
+      }
+      continue;
+    }
+    EXPECT_EQ(job.exit_code, 0) << job.messages;
+    ASSERT_EQ(runner.started.size(), 1u) << "no full restart";
+    EXPECT_EQ(asked, (std::vector<int>{2, 3}));
+    EXPECT_EQ(runner.fewer_below, (std::vector<std::size_t>{2, 2})) << "two answers fewer";
+    std::vector<std::string> changes;
+    for (const auto& m : runner.memberships) {
+      if (!m.membership.change.empty()) changes.push_back(m.membership.change);
+    }
+    ASSERT_EQ(changes.size(), 2u);
+    EXPECT_EQ(changes[0],
+              "node 2 (node3) was lost (its ddprun ended: exit code 255), and with it the 1 "
+              "node(s) below it in the ssh tree; started its 2 rank(s) on the spare node spare2 "
+              "(4 restart(s) left)");
+    EXPECT_EQ(changes[1],
+              "node 3, below node 2 (node3) in the ssh tree, went with it; started its 2 "
+              "rank(s) on the spare node spare3 (2 restart(s) left)");
+  }
 }
 
 TEST(JobPolicyRankScope, AnAgentInALostNodesPlaceStartsReplacements) {
