@@ -358,16 +358,27 @@ int run_here(Session& s) {
                     started_per_node(options, s.inputs.cluster, s.env);
   const std::string program_path = resolve_program(options.program.front(), s.env);
   if (options.agent && options.agent_replaces && options.node_rank) {
-    // In a lost node's place, maybe on its own host: its old ddprun must not keep the
-    // devices (or run the same ranks) while the ranks start here again.
-    const std::vector<pid_t> stale = stale_agents(s.inputs.run_id, *options.node_rank);
+    // In a lost node's place, maybe on its own host: what is left of its earlier ddprun must
+    // not keep the devices (or run the same ranks) while the ranks start here again.
+    // As the head wrote them on this agent's command line, and in its workers' environment.
+    const StaleProcesses stale = stale_processes(
+        {s.inputs.run_id, *options.node_rank, options.master_addr.value_or(s.inputs.master_addr),
+         options.master_port.value_or(s.inputs.master_port)});
     if (!stale.empty()) {
-      end_stale_agents(stale, std::chrono::seconds(5));
+      const bool ended = end_stale(stale, std::chrono::seconds(10));
       std::string pids;
-      for (const pid_t pid : stale) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
-      std::cerr << "ddprun: node " << *options.node_rank << " (" << s.inputs.host.hostname
-                << "): ended its earlier ddprun still running on this host (pid " << pids
-                << ") before its ranks start here again\n";
+      for (const auto* group : {&stale.agents, &stale.guardians, &stale.workers}) {
+        for (const pid_t pid : *group) pids += (pids.empty() ? "" : " ") + std::to_string(pid);
+      }
+      std::cerr << "ddprun: node " << *options.node_rank << " (" << s.inputs.host.hostname << "): "
+                << (ended ? "ended what was left of its earlier ddprun on this host"
+                          : "warning: what is left of its earlier ddprun on this host did not "
+                            "end within 10 s")
+                << " (" << stale.agents.size() << " ddprun, " << stale.guardians.size()
+                << " guardian(s), " << stale.workers.size() << " worker(s) still running: pids "
+                << pids << ")"
+                << (ended ? " before its ranks start here again" : "; its ranks start anyway")
+                << "\n";
     }
   }
   // Made below, declared first: it is told that ddprun leaves only after the control socket

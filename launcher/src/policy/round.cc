@@ -236,10 +236,9 @@ std::optional<std::size_t> Round::move_together(int lost, const std::vector<int>
       return std::nullopt;
     }
   }
-  const int recoveries_before = recoveries_;
-  const int left_before = recoveries_left_;
   const auto moved = start_on_spare(lost, name, again_how);
   if (!moved) return std::nullopt;
+  int started = moved->ranks;  // the recoveries this move spent, its nodes' own ones apart
   const std::string with_below = below.empty()
                                      ? std::string()
                                      : ", and with it the " + std::to_string(below.size()) +
@@ -250,15 +249,17 @@ std::optional<std::size_t> Round::move_together(int lost, const std::vector<int>
     const auto moved_below = start_on_spare(node, below_name, " under this node's own agent");
     if (!moved_below) {
       // The round fails on the loss, and the stand-ins started stop with it: as if none had
-      // started, they spend no restart.
-      recoveries_ = recoveries_before;
-      recoveries_left_ = left_before;
+      // started, they spend no restart (the replacements the nodes made themselves still
+      // count).
+      recoveries_ -= started;
+      recoveries_left_ += started;
       if (not_replaced_.empty()) {
         not_replaced_ = below_name + ", below " + name +
                         " in the ssh tree and lost with it, has no spare node that fits";
       }
       return std::nullopt;
     }
+    started += moved_below->ranks;
     moved_below_[node] = moved_below->child;
     publish(below_name + ", below " + name + " in the ssh tree, went with it" + moved_below->where);
   }
@@ -348,7 +349,8 @@ std::optional<Round::Moved> Round::start_on_spare(int node, const std::string& n
       : again
           ? "; started its " + count + " there again" + again_how + ", with no spare node that fits"
           : "; started its " + count + " on the spare node " + host;
-  return Moved{index, where + " (" + std::to_string(recoveries_left()) + " restart(s) left)"};
+  return Moved{index, where + " (" + std::to_string(recoveries_left()) + " restart(s) left)",
+               ranks};
 }
 
 bool Round::hand_up(std::size_t child) {
@@ -507,6 +509,12 @@ void Round::on_node_event(std::size_t child, const NodeEvent& event) {
       const bool below = ranks_[child].agent && event.node > via.node_rank &&
                          event.node + event.nodes <= via.node_rank + via.control_nodes;
       if (!below || phase_ != Phase::kRunning || escalation_ == Escalation::kKilled) break;
+      if (policy_.hands_up_lost_nodes) {
+        // An agent: the head's to move. (Agents pass their agents' lines up unread; one that
+        // reaches this round all the same goes on up.)
+        runner_.announce(event);
+        break;
+      }
       if (move_below(child, event)) break;
       // Not moved: the round fails on it, as on any lost node (a full restart decides), and
       // the agent that handed it up, which goes on otherwise, is stopped too.

@@ -141,6 +141,7 @@ class Round {
   struct Moved {
     std::size_t child;
     std::string where;
+    int ranks;  // its ranks, each a recovery
   };
   std::optional<Moved> start_on_spare(int node, const std::string& name,
                                       const std::string& again_how);

@@ -241,6 +241,10 @@ Guardian::Guardian(std::string scratch_dir, std::function<void()> at_exit) {
   pid_ = ::fork();
   if (pid_ < 0) throw_errno("fork");
   if (pid_ == 0) {
+    // Its own name (its command line stays ddprun's): a ddprun that ends a lost node's
+    // earlier one on the host leaves its guardian to kill that one's workers
+    // (stale_agents.h).
+    ::prctl(PR_SET_NAME, kGuardianName, 0, 0, 0);
     write_end.reset();
     // Keep ddprun's stdout and stderr, nothing else: whoever reads ddprun's output sees
     // its end only once the guardian has finished cleaning up too.

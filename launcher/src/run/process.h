@@ -84,6 +84,9 @@ void signal_group(pid_t pgid, int signal_number) noexcept;
 // Sends `signal_number` to the process `pid` alone; ignores one already gone.
 void signal_process(pid_t pid, int signal_number) noexcept;
 
+// The guardian process's name (/proc/PID/comm), 15 characters at most.
+inline constexpr const char* kGuardianName = "ddprun-guardian";
+
 // A forked helper that outlives ddprun only long enough to SIGKILL every process group
 // ddprun told it about, should ddprun die without cleaning up (e.g. SIGKILL). It learns of
 // ddprun's death from EOF on a pipe, which the kernel guarantees.

@@ -1943,10 +1943,41 @@ TEST(JobPolicyRankScope, AnAgentHandsUpEveryNodeBelowALostInnerChild) {
   EXPECT_EQ(lost[0].what, "node 2 (node3) was lost (its ddprun ended: exit code 255)");
 }
 
+// An agent of the tree that is given a lost node from below its child (node 3, below node 2)
+// passes it on up, the head's to move, and goes on.
+TEST(JobPolicyRankScope, AnAgentPassesUpANodeLostFurtherDown) {
+  FakeRunner runner;
+  runner.behaviour = [](int, std::size_t) { return exits_after(Ms(1000), exited(0)); };
+  NodeEvent lost = node2_handed_up();
+  lost.node = 3;
+  lost.what = "node 3 (node4) was lost (its ddprun ended: exit code 255)";
+  runner.report_at(0, Ms(300), 1, lost);
+  std::vector<ChildSpec> children = workers(1);
+  ChildSpec& below = children.emplace_back();
+  below.agent = true;
+  below.node_rank = 2;
+  below.host = "node3";
+  below.control_nodes = 2;
+  JobSettings s = settings(2);
+  s.agent = true;
+  s.round.node_rank = 1;
+  s.round.hands_up_lost_nodes = true;
+  const JobRun job = run(runner, s, children);
+  EXPECT_EQ(job.exit_code, 0) << job.messages;
+  EXPECT_TRUE(runner.sent.empty()) << "nobody was stopped";
+  const auto up = std::find_if(runner.announced.begin(), runner.announced.end(), [](const auto& a) {
+    return a.event.kind == NodeEvent::Kind::kLost;
+  });
+  ASSERT_NE(up, runner.announced.end());
+  EXPECT_EQ(up->event.node, 3);
+  EXPECT_EQ(up->event.what, lost.what);
+}
+
 // The head's side: node 1's agent (nodes 1-4 below the head) hands up node 2 and node 3 below
 // it, lost together (nodes 2). Both move, the lines naming each; with a budget short of their
 // 4 ranks neither does, and the round fails on the loss; with no spare for node 3, the round
-// fails saying so, and the stand-in started for node 2 spends no restart.
+// fails saying so, and the stand-in started for node 2 spends no restart (the replacement
+// node 2 made itself before still does).
 TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpWithTheNodesBelowItTogether) {
   enum class Case { kBoth, kBudgetShort, kNoSpareBelow };
   for (const Case c : {Case::kBoth, Case::kBudgetShort, Case::kNoSpareBelow}) {
@@ -1958,9 +1989,10 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpWithTheNodesBelowItTogether) {
       return b;
     };
     for (int node = 1; node <= 3; ++node) {
-      runner.report_membership_at(
-          0, Ms(20), 2, node,
-          two_ranks_from(2 * node, 500 + 10 * node, Membership::State::kRunning));
+      Membership part = two_ranks_from(2 * node, 500 + 10 * node, Membership::State::kRunning);
+      // Without a spare below: node 2 replaced a rank of its own before; that one counts.
+      if (c == Case::kNoSpareBelow && node == 2) part.recoveries = 1;
+      runner.report_membership_at(0, Ms(20), 2, node, part);
     }
     NodeEvent lost = node2_handed_up();
     lost.nodes = 2;
@@ -1982,7 +2014,7 @@ TEST(JobPolicyRankScope, AHeadMovesANodeHandedUpWithTheNodesBelowItTogether) {
         expect_said(job,
                     "node 3, below node 2 (node3) in the ssh tree and lost with it, has no "
                     "spare node that fits");
-        expect_said(job, "restarting all workers (restart 1 of 6)");
+        expect_said(job, "restarting all workers (restart 2 of 6)");
       }
       continue;
     }
