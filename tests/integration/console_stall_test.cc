@@ -231,15 +231,17 @@ TEST(StalledConsole, SigtermStopsTheJobOnTimeWhileTheConsoleIsNotReading) {
   // Every line is in the log files: ddprun read all of it, so the console is full.
   const auto all_read = Clock::now() + seconds(20);
   const std::uintmax_t full = printed(0, kLines).size();
-  std::error_code ignored;
-  while (Clock::now() < all_read &&
-         (std::filesystem::file_size(stdout_log(dir, 0), ignored) < full ||
-          std::filesystem::file_size(stdout_log(dir, 1), ignored) < full)) {
+  // A log not made yet holds nothing (file_size's error value would count as full).
+  const auto logged = [&](int rank) {
+    std::error_code missing;
+    const std::uintmax_t size = std::filesystem::file_size(stdout_log(dir, rank), missing);
+    return missing ? 0 : size;
+  };
+  while (Clock::now() < all_read && (logged(0) < full || logged(1) < full)) {
     pollfd none{-1, 0, 0};
     ::poll(&none, 1, 20);
   }
-  EXPECT_GE(std::filesystem::file_size(stdout_log(dir, 1), ignored), full)
-      << "ddprun stopped reading its workers' output";
+  EXPECT_GE(logged(1), full) << "ddprun stopped reading its workers' output";
   const auto sent = Clock::now();
   ::kill(ddprun.pid(), SIGTERM);
   std::string err_text;
